@@ -1,0 +1,37 @@
+// Package credentials is the one client implementation of bearer
+// authentication to a control-plane service: TLS, a bearer token re-read
+// from a file on every call, and an expired JWT refused before it leaves the
+// process.
+//
+// A [Config] is read with [Load] from a section of a YAML configuration file
+// and from environment variables with a prefix, the environment winning. For
+// the vmafx controller client, section "controller" and prefix
+// "VMAFX_CONTROLLER_" give:
+//
+//	controller.address      VMAFX_CONTROLLER_ADDRESS
+//	controller.tls          VMAFX_CONTROLLER_TLS
+//	controller.ca_file      VMAFX_CONTROLLER_CA_FILE
+//	controller.server_name  VMAFX_CONTROLLER_SERVER_NAME
+//	controller.token_file   VMAFX_CONTROLLER_TOKEN_FILE
+//	controller.token        VMAFX_CONTROLLER_TOKEN
+//
+// [Config.Validate] refuses every combination that cannot be honoured, naming
+// the keys; call it once at start-up and stop on error. [Config.DialOptions]
+// and [Config.Transport] validate again and return the gRPC dial options and
+// the HTTP round tripper. Both read the token source on every call, apply
+// the expiry check of [token.CheckExpiry], and refuse to send a token over a
+// connection without transport security (a Unix socket counts as secure;
+// plaintext TCP does not).
+//
+//	cfg, err := credentials.Load("controller",
+//		credentials.FromFile("/etc/vmafx/operator.yaml"),
+//		credentials.FromEnv("VMAFX_CONTROLLER_"))
+//	if err != nil {
+//		return err
+//	}
+//	opts, err := cfg.DialOptions()
+//	if err != nil {
+//		return err // names the keys that cannot be honoured
+//	}
+//	conn, err := grpc.NewClient(cfg.Address, opts...)
+package credentials
