@@ -1,0 +1,301 @@
+package devissuer
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/internal/pki"
+)
+
+// DefaultIssuer is the iss of minted tokens unless the state directory was
+// created with another. Like a real cluster's issuer
+// (https://kubernetes.default.svc.cluster.local), it is a name, not the
+// address the issuer is served on: discovery is fetched from the serving
+// address and names this issuer.
+const DefaultIssuer = "https://dev-issuer.callerauth.local"
+
+// Defaults.
+const (
+	// MinLifetime is the shortest lifetime TokenRequest allows.
+	MinLifetime = 600 * time.Second
+	// DefaultMaxLifetime is the longest lifetime minted unless configured.
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultLeeway is the clock skew allowed when reviewing exp and nbf,
+	// the same minute the API server allows.
+	DefaultLeeway = time.Minute
+)
+
+// Algorithm is a signing algorithm the issuer can use.
+type Algorithm string
+
+// Supported signing algorithms.
+const (
+	ES256 Algorithm = "ES256"
+	RS256 Algorithm = "RS256"
+)
+
+// Config configures [Open]. The zero value is usable.
+type Config struct {
+	// Issuer is the iss claim. It is stored in the state directory when the
+	// directory is created; opening an existing directory with a different
+	// Issuer is an error. Default: the stored one, or [DefaultIssuer].
+	Issuer string
+	// Algorithm is used when the signing key is first generated. Default
+	// ES256. An existing key keeps its algorithm.
+	Algorithm Algorithm
+	// MaxLifetime is the longest token lifetime minted. Default 24h; must be
+	// at least 600 s.
+	MaxLifetime time.Duration
+	// APIAudiences are the audiences a TokenReview without audiences is
+	// checked against, as the API server's --api-audiences. Default: the
+	// issuer.
+	APIAudiences []string
+	// Leeway is the clock skew allowed on exp and nbf when reviewing.
+	// Default 1 minute, as the API server. Set a negative value for none.
+	Leeway time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Issuer mints and reviews service-account tokens. It is safe for
+// concurrent use.
+type Issuer struct {
+	dir          string
+	issuer       string
+	alg          Algorithm
+	key          crypto.Signer
+	kid          string
+	signer       jose.Signer
+	maxLifetime  time.Duration
+	apiAudiences []string
+	leeway       time.Duration
+	now          func() time.Time
+	reviewer     string
+	ca           *pki.CA
+
+	regMu   sync.Mutex
+	reg     *registry
+	regStat os.FileInfo
+}
+
+// State directory file names.
+const (
+	fileSigningKey    = "signing-key.pem"
+	fileIssuer        = "issuer"
+	fileReviewerToken = "reviewer-token"
+	// FileCA is the CA certificate that signs the serving certificate.
+	FileCA = "ca.crt"
+	// FileKubeconfig is written by Serve: a kubeconfig for the running
+	// issuer, authenticated with the reviewer token.
+	FileKubeconfig = "kubeconfig"
+)
+
+// Open loads the issuer kept in dir, creating the directory, a signing key,
+// a serving CA and a reviewer token on first use.
+func Open(dir string, cfg Config) (*Issuer, error) {
+	if dir == "" {
+		return nil, errors.New("devissuer: a state directory is required")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	i := &Issuer{dir: dir, maxLifetime: cfg.MaxLifetime, leeway: cfg.Leeway, now: cfg.Now}
+	if i.maxLifetime == 0 {
+		i.maxLifetime = DefaultMaxLifetime
+	}
+	if i.maxLifetime < MinLifetime {
+		return nil, fmt.Errorf("devissuer: maximum token lifetime %s is below the minimum %s", i.maxLifetime, MinLifetime)
+	}
+	switch {
+	case i.leeway == 0:
+		i.leeway = DefaultLeeway
+	case i.leeway < 0:
+		i.leeway = 0
+	}
+	if i.now == nil {
+		i.now = time.Now
+	}
+	var err error
+	if i.issuer, err = i.loadIssuer(cfg.Issuer); err != nil {
+		return nil, err
+	}
+	i.apiAudiences = cfg.APIAudiences
+	if len(i.apiAudiences) == 0 {
+		i.apiAudiences = []string{i.issuer}
+	}
+	if err := i.loadKey(cfg.Algorithm); err != nil {
+		return nil, err
+	}
+	if i.reviewer, err = i.loadReviewerToken(); err != nil {
+		return nil, err
+	}
+	if i.ca, err = pki.LoadCA(dir); errors.Is(err, fs.ErrNotExist) {
+		if i.ca, err = pki.NewCA("callerauth dev issuer CA"); err == nil {
+			err = i.ca.SaveCA(dir)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: serving CA: %w", err)
+	}
+	return i, nil
+}
+
+func (i *Issuer) loadIssuer(want string) (string, error) {
+	p := filepath.Join(i.dir, fileIssuer)
+	b, err := os.ReadFile(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if want == "" {
+			want = DefaultIssuer
+		}
+		if !strings.HasPrefix(want, "https://") {
+			return "", fmt.Errorf("devissuer: issuer %q must be an https:// URL", want)
+		}
+		if err := pki.WriteFileAtomic(p, []byte(want+"\n"), 0o644); err != nil {
+			return "", err
+		}
+		return want, nil
+	case err != nil:
+		return "", fmt.Errorf("devissuer: %w", err)
+	}
+	stored := strings.TrimSpace(string(b))
+	if want != "" && want != stored {
+		return "", fmt.Errorf("devissuer: state directory %s belongs to issuer %q, not %q; use another directory", i.dir, stored, want)
+	}
+	return stored, nil
+}
+
+func (i *Issuer) loadKey(alg Algorithm) error {
+	p := filepath.Join(i.dir, fileSigningKey)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		key, err := generateKey(alg)
+		if err != nil {
+			return err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return fmt.Errorf("devissuer: %w", err)
+		}
+		b = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+		if err := pki.WriteFileAtomic(p, b, 0o600); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	k, err := pki.ParsePrivateKey(b)
+	if err != nil {
+		return fmt.Errorf("devissuer: %s: %w", p, err)
+	}
+	switch k := k.(type) {
+	case *ecdsa.PrivateKey:
+		if k.Curve != elliptic.P256() {
+			return fmt.Errorf("devissuer: %s: only P-256 ECDSA keys are supported", p)
+		}
+		i.key, i.alg = k, ES256
+	case *rsa.PrivateKey:
+		i.key, i.alg = k, RS256
+	default:
+		return fmt.Errorf("devissuer: %s: unsupported key type %T", p, k)
+	}
+	if alg != "" && alg != i.alg {
+		return fmt.Errorf("devissuer: state directory %s holds an %s key, not %s", i.dir, i.alg, alg)
+	}
+	der, err := x509.MarshalPKIXPublicKey(i.key.Public())
+	if err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	// The API server's key id: base64url(SHA-256(PKIX public key)).
+	sum := sha256.Sum256(der)
+	i.kid = base64.RawURLEncoding.EncodeToString(sum[:])
+	i.signer, err = jose.NewSigner(jose.SigningKey{
+		Algorithm: jose.SignatureAlgorithm(i.alg),
+		Key:       jose.JSONWebKey{Key: i.key, KeyID: i.kid},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	return nil
+}
+
+func generateKey(alg Algorithm) (crypto.Signer, error) {
+	switch alg {
+	case "", ES256:
+		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case RS256:
+		return rsa.GenerateKey(rand.Reader, 2048)
+	default:
+		return nil, fmt.Errorf("devissuer: unsupported algorithm %q (want ES256 or RS256)", alg)
+	}
+}
+
+func (i *Issuer) loadReviewerToken() (string, error) {
+	p := filepath.Join(i.dir, fileReviewerToken)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return "", fmt.Errorf("devissuer: %w", err)
+		}
+		tok := "devissuer-reviewer-" + hex.EncodeToString(raw)
+		return tok, pki.WriteFileAtomic(p, []byte(tok+"\n"), 0o600)
+	}
+	if err != nil {
+		return "", fmt.Errorf("devissuer: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Issuer returns the iss of the tokens this issuer mints.
+func (i *Issuer) Issuer() string { return i.issuer }
+
+// KeyID returns the kid of the signing key.
+func (i *Issuer) KeyID() string { return i.kid }
+
+// Algorithm returns the signing algorithm.
+func (i *Issuer) Algorithm() Algorithm { return i.alg }
+
+// StateDir returns the state directory.
+func (i *Issuer) StateDir() string { return i.dir }
+
+// ReviewerTokenFile returns the path of the bearer token that may create
+// TokenReviews (and delete pods) on the served API.
+func (i *Issuer) ReviewerTokenFile() string { return filepath.Join(i.dir, fileReviewerToken) }
+
+// CAFile returns the path of the CA certificate the serving certificate is
+// signed by.
+func (i *Issuer) CAFile() string { return filepath.Join(i.dir, FileCA) }
+
+// KubeconfigFile returns the path Serve writes its kubeconfig to.
+func (i *Issuer) KubeconfigFile() string { return filepath.Join(i.dir, FileKubeconfig) }
+
+// JWKS returns the public verification keys.
+func (i *Issuer) JWKS() jose.JSONWebKeySet {
+	return jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{
+		Key: i.key.Public(), KeyID: i.kid, Algorithm: string(i.alg), Use: "sig",
+	}}}
+}
+
+func (i *Issuer) isReviewer(tok string) bool {
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(i.reviewer)) == 1
+}

@@ -1,0 +1,101 @@
+package devissuer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/google/uuid"
+
+	"github.com/callerauth/callerauth/internal/pki"
+)
+
+// registry is what the issuer knows of the cluster: the UIDs of the service
+// accounts and nodes that tokens name, and the pods tokens are bound to. It
+// is kept in registry.json in the state directory so that the CLI and a
+// running issuer share it; changes are made under an flock on registry.lock.
+type registry struct {
+	ServiceAccounts map[string]string `json:"serviceAccounts"` // "ns/name" -> uid
+	Nodes           map[string]string `json:"nodes"`           // name -> uid
+	Pods            map[string]pod    `json:"pods"`            // "ns/name" -> pod
+}
+
+type pod struct {
+	UID  string `json:"uid"`
+	Node string `json:"node,omitempty"` // empty: not scheduled
+}
+
+func newRegistry() *registry {
+	return &registry{ServiceAccounts: map[string]string{}, Nodes: map[string]string{}, Pods: map[string]pod{}}
+}
+
+func (i *Issuer) registryPath() string { return filepath.Join(i.dir, "registry.json") }
+
+// readRegistry returns the registry, re-reading the file only when it has
+// changed since the last read.
+func (i *Issuer) readRegistry() (*registry, error) {
+	st, err := os.Stat(i.registryPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return newRegistry(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	i.regMu.Lock()
+	defer i.regMu.Unlock()
+	// The file is replaced by rename, so a new inode means new content.
+	if i.reg != nil && os.SameFile(st, i.regStat) && st.ModTime().Equal(i.regStat.ModTime()) && st.Size() == i.regStat.Size() {
+		return i.reg, nil
+	}
+	b, err := os.ReadFile(i.registryPath())
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	r := newRegistry()
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("devissuer: parsing %s: %w", i.registryPath(), err)
+	}
+	i.reg, i.regStat = r, st
+	return r, nil
+}
+
+// updateRegistry applies f to a fresh copy of the registry under the file
+// lock and writes the result back atomically.
+func (i *Issuer) updateRegistry(f func(*registry) error) error {
+	lock, err := os.OpenFile(filepath.Join(i.dir, "registry.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil { //nolint:gosec // fd fits in int.
+		return fmt.Errorf("devissuer: locking registry: %w", err)
+	}
+	r := newRegistry()
+	b, err := os.ReadFile(i.registryPath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("devissuer: %w", err)
+	default:
+		if err := json.Unmarshal(b, r); err != nil {
+			return fmt.Errorf("devissuer: parsing %s: %w", i.registryPath(), err)
+		}
+	}
+	if err := f(r); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	if err := pki.WriteFileAtomic(i.registryPath(), out, 0o600); err != nil {
+		return fmt.Errorf("devissuer: %w", err)
+	}
+	return nil
+}
+
+func newUID() string { return uuid.NewString() }
