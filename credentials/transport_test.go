@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,44 +25,32 @@ import (
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/recorder"
 	"github.com/callerauth/callerauth/internal/testjwt"
+	"github.com/callerauth/callerauth/internal/tokenvolume"
 	"github.com/callerauth/callerauth/token"
 )
 
-// tokenDir is a kubelet-style token volume: token -> ..data/token.
-type tokenDir struct {
-	t   *testing.T
-	dir string
-	gen int
-}
-
+// newTokenDir is a kubelet-style token volume holding first.
 func newTokenDir(t *testing.T, first string) *tokenDir {
-	d := &tokenDir{t: t, dir: t.TempDir()}
-	d.swap(first)
-	if err := os.Symlink(filepath.Join("..data", "token"), d.path()); err != nil {
+	t.Helper()
+	v, err := tokenvolume.New(filepath.Join(t.TempDir(), "vol"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	d := &tokenDir{t: t, v: v}
+	d.swap(first)
 	return d
 }
 
-func (d *tokenDir) path() string { return filepath.Join(d.dir, "token") }
+type tokenDir struct {
+	t *testing.T
+	v *tokenvolume.Volume
+}
 
-// swap publishes tok the way the kubelet does: a new timestamped directory,
-// then an atomic rename of a new ..data symlink over the old one.
+func (d *tokenDir) path() string { return d.v.Path() }
+
 func (d *tokenDir) swap(tok string) {
 	d.t.Helper()
-	d.gen++
-	ts := fmt.Sprintf("..2026_11_30_%02d", d.gen)
-	if err := os.Mkdir(filepath.Join(d.dir, ts), 0o755); err != nil {
-		d.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.dir, ts, "token"), []byte(tok), 0o600); err != nil {
-		d.t.Fatal(err)
-	}
-	tmp := filepath.Join(d.dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		d.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
+	if err := d.v.Publish(tok); err != nil {
 		d.t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/callerauth/callerauth/internal/tokenvolume"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -182,30 +183,14 @@ func TestFile(t *testing.T) {
 // for Secret and projected volumes: token -> ..data/token, ..data -> a
 // timestamped directory, updated by renaming a new ..data link over the old.
 func TestFileFollowsKubeletSymlinkSwap(t *testing.T) {
-	dir := t.TempDir()
-	src := token.File(filepath.Join(dir, "token"))
-	swap := func(gen, tok string) {
-		t.Helper()
-		ts := filepath.Join(dir, "..2026_11_30_"+gen)
-		if err := os.Mkdir(ts, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(ts, "token"), tok)
-		tmp := filepath.Join(dir, "..data_tmp")
-		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	swap("1", "first")
-	if err := os.Symlink(filepath.Join("..data", "token"), filepath.Join(dir, "token")); err != nil {
+	vol, err := tokenvolume.New(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
+	src := token.File(vol.Path())
 	for i, want := range []string{"first", "second", "third"} {
-		if i > 0 {
-			swap(fmt.Sprint(i+1), want)
+		if err := vol.Publish(want); err != nil {
+			t.Fatal(err)
 		}
 		got, err := src.Token(context.Background())
 		if err != nil || got != want {
