@@ -160,7 +160,7 @@ func (e *env) who(tok string) string {
 	if !st.Authenticated {
 		return "unauthenticated"
 	}
-	return st.User.Username + " " + st.User.Extra[devissuer.ExtraCredentialID][0]
+	return strings.TrimPrefix(st.User.Username, "system:serviceaccount:") + " " + st.User.Extra[devissuer.ExtraCredentialID][0]
 }
 
 func fail(r Result, err error) Result {
@@ -200,7 +200,7 @@ func rotation(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	got2, _ := e.grpc.Last()
-	r.Observed = fmt.Sprintf("call 1: %s; after ..data swap, call 2: %s", short(e.who(got1)), short(e.who(got2)))
+	r.Observed = fmt.Sprintf("call 1: %s; after ..data swap: %s", short(e.who(got1)), short(e.who(got2)))
 	r.Pass = got1 == first.Token && got2 == second.Token
 	return r
 }
@@ -232,7 +232,7 @@ func expiredRefused(ctx context.Context, e *env) Result {
 	}
 	namesFile := strings.Contains(err.Error(), e.vol.Path())
 	namesExp := strings.Contains(err.Error(), exp)
-	r.Observed = fmt.Sprintf("refused (names file: %t, expiry %s: %t); calls reaching server: %d", namesFile, exp, namesExp, sent)
+	r.Observed = fmt.Sprintf("refused; names file: %t, expiry %s: %t; calls sent: %d", namesFile, exp, namesExp, sent)
 	r.Pass = namesFile && namesExp && sent == 0
 	return r
 }
@@ -280,7 +280,7 @@ func plaintextRefused(_ context.Context, e *env) Result {
 		r.Observed = "accepted"
 		return r
 	}
-	r.Observed = "refused: " + strings.TrimPrefix(strings.SplitN(err.Error(), ",", 2)[0], "credentials: ")
+	r.Observed = "refused: " + strings.TrimPrefix(strings.SplitN(err.Error(), " sends", 2)[0], "credentials: ") + " needs TLS"
 	r.Pass = strings.Contains(err.Error(), "VMAFX_CONTROLLER_TOKEN_FILE") && strings.Contains(err.Error(), "VMAFX_CONTROLLER_TLS")
 	return r
 }
@@ -288,7 +288,7 @@ func plaintextRefused(_ context.Context, e *env) Result {
 func httpSameBehaviour(ctx context.Context, e *env) Result {
 	r := Result{
 		Scenario: "HTTP client with the same credentials",
-		Expected: "fresh token sent; expired one refused as *token.ExpiredError",
+		Expected: "fresh token sent; expired one refused (*token.ExpiredError)",
 	}
 	rt, err := credentials.Config{TLS: true, CAFile: e.caFile, TokenFile: e.vol.Path()}.Transport()
 	if err != nil {
@@ -329,7 +329,7 @@ func httpSameBehaviour(ctx context.Context, e *env) Result {
 	err = get()
 	var expired *token.ExpiredError
 	refused := errors.As(err, &expired) && e.http.Len() == before
-	r.Observed = fmt.Sprintf("fresh: %s; expired refused in-process: %t", short(e.who(got)), refused)
+	r.Observed = fmt.Sprintf("sent: %s; expired refused in-process: %t", short(e.who(got)), refused)
 	r.Pass = got == fresh.Token && refused
 	return r
 }

@@ -1,0 +1,11 @@
+// Command callerauth runs the embedded dev issuer, mints and inspects
+// service-account tokens, and runs the demo. See `callerauth --help`.
+package main
+
+import (
+	"os"
+
+	"github.com/callerauth/callerauth/internal/cli"
+)
+
+func main() { os.Exit(cli.Main(os.Args[1:])) }

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/callerauth/callerauth/devissuer"
+)
+
+type issuerFlags struct {
+	stateDir    string
+	issuer      string
+	algorithm   string
+	maxLifetime time.Duration
+}
+
+func (f *issuerFlags) register(cmd *cobra.Command, o *Options) {
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", defaultStateDir(o.Getenv), "directory holding the issuer's keys, CA, reviewer token and registry")
+	cmd.Flags().StringVar(&f.issuer, "issuer", "", "iss of minted tokens, fixed when the state directory is created (default "+devissuer.DefaultIssuer+")")
+	cmd.Flags().StringVar(&f.algorithm, "algorithm", "", "signing algorithm when the key is first generated: ES256 or RS256 (default ES256)")
+	cmd.Flags().DurationVar(&f.maxLifetime, "max-token-lifetime", devissuer.DefaultMaxLifetime, "longest token lifetime the issuer mints")
+}
+
+func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
+	alg := devissuer.Algorithm(strings.ToUpper(f.algorithm))
+	if alg != "" && alg != devissuer.ES256 && alg != devissuer.RS256 {
+		return nil, fmt.Errorf("--algorithm %q: want ES256 or RS256", f.algorithm)
+	}
+	return devissuer.Open(f.stateDir, devissuer.Config{Issuer: f.issuer, Algorithm: alg, MaxLifetime: f.maxLifetime, Now: o.Now})
+}
+
+func newIssuerCmd(o *Options) *cobra.Command {
+	cmd := &cobra.Command{Use: "issuer", Short: "The embedded dev issuer"}
+	cmd.AddCommand(newIssuerServeCmd(o), newIssuerDeletePodCmd(o))
+	return cmd
+}
+
+func newIssuerServeCmd(o *Options) *cobra.Command {
+	var f issuerFlags
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve OIDC discovery, JWKS and the TokenReview API over HTTPS on loopback",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLoopback(listen); err != nil {
+				return err
+			}
+			iss, err := f.open(o)
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(o.Stderr, nil))
+			srv, err := iss.Serve(listen, logger)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Stdout, "dev issuer serving on %s\n  issuer:         %s\n  signing key:    %s %s\n  discovery:      %s%s\n  TokenReview:    %s%s\n  CA:             %s\n  kubeconfig:     %s (reviewer token %s)\n",
+				srv.URL, iss.Issuer(), iss.Algorithm(), iss.KeyID(), srv.URL, devissuer.PathDiscovery, srv.URL, devissuer.PathTokenReviews,
+				iss.CAFile(), iss.KubeconfigFile(), iss.ReviewerTokenFile())
+			done := make(chan error, 1)
+			go func() { done <- srv.Wait() }()
+			select {
+			case <-cmd.Context().Done():
+				_ = srv.Close()
+				<-done
+				return nil
+			case err := <-done:
+				return err
+			}
+		},
+	}
+	f.register(cmd, o)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8443", "loopback address to serve HTTPS on (port 0 picks one)")
+	return cmd
+}
+
+// checkLoopback refuses a listen address that is not on loopback: the dev
+// issuer mints any identity for whoever holds the state directory and is
+// not meant to be reachable from elsewhere.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("--listen %q: the dev issuer listens on loopback only (127.0.0.1, ::1 or localhost)", addr)
+	}
+	return nil
+}
+
+func newIssuerDeletePodCmd(o *Options) *cobra.Command {
+	var f issuerFlags
+	cmd := &cobra.Command{
+		Use:   "delete-pod NAMESPACE/NAME",
+		Short: "Delete a bound pod: its tokens stop reviewing as authenticated",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ns, name, ok := strings.Cut(args[0], "/")
+			if !ok || ns == "" || name == "" {
+				return fmt.Errorf("pod %q: want NAMESPACE/NAME", args[0])
+			}
+			iss, err := f.open(o)
+			if err != nil {
+				return err
+			}
+			if err := iss.DeletePod(ns, name); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Stdout, "pod %s/%s deleted; its tokens are no longer authenticated\n", ns, name)
+			return nil
+		},
+	}
+	f.register(cmd, o)
+	return cmd
+}
