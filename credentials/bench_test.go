@@ -36,9 +36,11 @@ func BenchmarkHTTPBearer(b *testing.B) {
 	req, _ := http.NewRequest(http.MethodGet, "https://controller.example/v1/jobs", nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := rt.RoundTrip(req); err != nil {
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
 			b.Fatal(err)
 		}
+		_ = resp.Body.Close()
 	}
 }
 

@@ -71,7 +71,7 @@ func (i *Issuer) updateRegistry(f func(*registry) error) error {
 		return fmt.Errorf("devissuer: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil { //nolint:gosec // fd fits in int.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("devissuer: locking registry: %w", err)
 	}
 	r := newRegistry()

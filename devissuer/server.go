@@ -189,7 +189,7 @@ func (i *Issuer) Serve(addr string, logger *slog.Logger) (*Server, error) {
 		_ = lis.Close()
 		return nil, err
 	}
-	var h http.Handler = i.Handler()
+	h := i.Handler()
 	if logger != nil {
 		h = logRequests(logger, h)
 	}

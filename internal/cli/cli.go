@@ -94,4 +94,3 @@ func defaultStateDir(getenv func(string) string) string {
 	}
 	return filepath.Join(base, "callerauth", "dev-issuer")
 }
-

@@ -22,7 +22,7 @@ type run struct {
 	err            error
 }
 
-func execute(t *testing.T, ctx context.Context, stdin string, now time.Time, args ...string) *run {
+func execute(ctx context.Context, t *testing.T, stdin string, now time.Time, args ...string) *run {
 	t.Helper()
 	r := &run{}
 	o := &cli.Options{Stdin: strings.NewReader(stdin), Stdout: &r.stdout, Stderr: &r.stderr, Getenv: func(string) string { return "" }}
@@ -37,7 +37,7 @@ func TestMintThenInspect(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(t.TempDir(), "token")
 	now := time.Now().Truncate(time.Second)
-	r := execute(t, context.Background(), "", now, "token", "mint", "--state-dir", dir,
+	r := execute(context.Background(), t, "", now, "token", "mint", "--state-dir", dir,
 		"--service-account", "nvsentinel:gpu-monitor", "--audience", "platform-connector", "--audience", "other",
 		"--duration", "10m", "--pod", "gpu-monitor-1", "--node", "node-a", "--output", out)
 	if r.err != nil {
@@ -56,7 +56,7 @@ func TestMintThenInspect(t *testing.T) {
 		t.Fatalf("minted token does not review: %s", rv.Error)
 	}
 
-	r = execute(t, context.Background(), "", now.Add(4*time.Minute), "token", "inspect", out)
+	r = execute(context.Background(), t, "", now.Add(4*time.Minute), "token", "inspect", out)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -71,7 +71,7 @@ func TestMintThenInspect(t *testing.T) {
 }
 
 func TestMintToStdout(t *testing.T) {
-	r := execute(t, context.Background(), "", time.Time{}, "token", "mint", "--state-dir", t.TempDir(), "--service-account", "vmafx:op", "--audience", "a")
+	r := execute(context.Background(), t, "", time.Time{}, "token", "mint", "--state-dir", t.TempDir(), "--service-account", "vmafx:op", "--audience", "a")
 	if r.err != nil || !regexp.MustCompile(`^eyJ[\w-]+\.eyJ[\w-]+\.[\w-]+\n$`).MatchString(r.stdout.String()) {
 		t.Fatalf("stdout %q err %v", r.stdout.String(), r.err)
 	}
@@ -92,7 +92,7 @@ func TestInspect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := execute(t, context.Background(), tt.stdin+"\n", tt.now, "token", "inspect", "-")
+			r := execute(context.Background(), t, tt.stdin+"\n", tt.now, "token", "inspect", "-")
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -103,10 +103,10 @@ func TestInspect(t *testing.T) {
 			}
 		})
 	}
-	if r := execute(t, context.Background(), "", exp, "token", "inspect", "/nonexistent/token"); r.err == nil || !strings.Contains(r.err.Error(), "/nonexistent/token") {
+	if r := execute(context.Background(), t, "", exp, "token", "inspect", "/nonexistent/token"); r.err == nil || !strings.Contains(r.err.Error(), "/nonexistent/token") {
 		t.Errorf("missing file: %v", r.err)
 	}
-	if r := execute(t, context.Background(), "  \n", exp, "token", "inspect"); r.err == nil || !strings.Contains(r.err.Error(), "holds no token") {
+	if r := execute(context.Background(), t, "  \n", exp, "token", "inspect"); r.err == nil || !strings.Contains(r.err.Error(), "holds no token") {
 		t.Errorf("empty input: %v", r.err)
 	}
 }
@@ -129,7 +129,7 @@ func TestBadFlagsAreNamed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[:2], " ")+" "+tt.want, func(t *testing.T) {
-			r := execute(t, context.Background(), "", time.Time{}, tt.args...)
+			r := execute(context.Background(), t, "", time.Time{}, tt.args...)
 			if r.err == nil || !strings.Contains(r.err.Error(), tt.want) {
 				t.Fatalf("err = %v; want %q", r.err, tt.want)
 			}
@@ -142,7 +142,9 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &cli.Options{Stdout: &syncBuffer{}, Stderr: &syncBuffer{}, Getenv: func(string) string { return "" }}
 	done := make(chan error, 1)
-	go func() { done <- cli.Execute(ctx, o, []string{"issuer", "serve", "--state-dir", dir, "--listen", "127.0.0.1:0"}) }()
+	go func() {
+		done <- cli.Execute(ctx, o, []string{"issuer", "serve", "--state-dir", dir, "--listen", "127.0.0.1:0"})
+	}()
 
 	// Wait for the kubeconfig: Serve writes it once the listener is open.
 	var server string
@@ -173,7 +175,7 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 		t.Fatalf("discovery: %v", doc)
 	}
 
-	r := execute(t, context.Background(), "", time.Time{}, "token", "mint", "--state-dir", dir, "--service-account", "ns:sa", "--audience", "a", "--pod", "p", "--node", "n")
+	r := execute(context.Background(), t, "", time.Time{}, "token", "mint", "--state-dir", dir, "--service-account", "ns:sa", "--audience", "a", "--pod", "p", "--node", "n")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -181,7 +183,7 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 	if st := iss.Review(tok, []string{"a"}); !st.Authenticated {
 		t.Fatal(st.Error)
 	}
-	if r := execute(t, context.Background(), "", time.Time{}, "issuer", "delete-pod", "--state-dir", dir, "ns/p"); r.err != nil {
+	if r := execute(context.Background(), t, "", time.Time{}, "issuer", "delete-pod", "--state-dir", dir, "ns/p"); r.err != nil {
 		t.Fatal(r.err)
 	}
 	if st := iss.Review(tok, []string{"a"}); st.Authenticated {
@@ -203,7 +205,7 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 }
 
 func TestDemoCommand(t *testing.T) {
-	r := execute(t, context.Background(), "", time.Time{}, "demo")
+	r := execute(context.Background(), t, "", time.Time{}, "demo")
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.stdout.String())
 	}

@@ -68,8 +68,7 @@ func newIssuerServeCmd(o *Options) *cobra.Command {
 			select {
 			case <-cmd.Context().Done():
 				_ = srv.Close()
-				<-done
-				return nil
+				return <-done
 			case err := <-done:
 				return err
 			}

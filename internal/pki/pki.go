@@ -189,7 +189,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("pki: %w", err)
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) //nolint:errcheck // gone after a successful rename.
+	defer os.Remove(tmp) // gone after a successful rename
 	if _, err := f.Write(data); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("pki: writing %s: %w", path, err)
