@@ -34,6 +34,7 @@ demo:
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzExpiry -fuzztime=$(FUZZTIME) ./token
+	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./credentials
 
 tidy:
 	$(GO) mod tidy
