@@ -1,0 +1,142 @@
+// Package authn answers "who is calling": an [Authenticator] turns a bearer
+// token into a [Caller], or fails with exactly one of four classes, each a
+// stable reason string:
+//
+//   - token_invalid: a verdict against the credential (bad signature,
+//     expired, not yet valid, wrong audience, unknown issuer, malformed JWT).
+//   - validator_unavailable: the validator could not be reached.
+//   - validator_timeout: the validator did not answer in time.
+//   - validator_error: the validator answered but gave no usable identity
+//     (for example, it is forbidden to create TokenReviews).
+//
+// Only validator_unavailable and validator_timeout say nothing about the
+// caller; fail-open decisions hinge on that difference.
+//
+// Backends live in subpackages: authn/kube (TokenReview) and authn/oidc
+// (offline verification against issuers' JWKS). [NewCache] wraps any backend
+// with a bounded, HMAC-keyed verdict cache.
+package authn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Caller is a verified identity. Treat it as immutable: a cache may hand the
+// same *Caller to many requests.
+type Caller struct {
+	// Username, e.g. system:serviceaccount:<namespace>:<name>.
+	Username string
+	// UID of the identity (the service account's UID for Kubernetes tokens).
+	UID string
+	// Groups the identity belongs to.
+	Groups []string
+	// Audiences the token was accepted for: the intersection of the token's
+	// audiences and the ones the authenticator requires.
+	Audiences []string
+	// PodName, PodUID, NodeName and NodeUID are set when the token is bound
+	// to a pod, and to the node that pod was scheduled on (or, for a
+	// node-bound token, to a node).
+	PodName, PodUID   string
+	NodeName, NodeUID string
+	// CredentialID identifies the credential, e.g. "JTI=<jti>".
+	CredentialID string
+	// Tenant and Roles, when the issuer states them.
+	Tenant string
+	Roles  []string
+	// Issuer is the token's iss.
+	Issuer string
+	// IssuedAt and Expiry are the token's iat and exp.
+	IssuedAt, Expiry time.Time
+}
+
+// Authenticator verifies bearer tokens.
+//
+// Authenticate is called concurrently from many goroutines. It returns a
+// non-nil Caller, or an error for which [ReasonOf] gives the class. It must
+// never log or return the token, in whole or in part.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (*Caller, error)
+}
+
+// AuthenticatorFunc adapts a function to [Authenticator].
+type AuthenticatorFunc func(ctx context.Context, token string) (*Caller, error)
+
+// Authenticate calls f(ctx, token).
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (*Caller, error) {
+	return f(ctx, token)
+}
+
+var _ Authenticator = AuthenticatorFunc(nil)
+
+// Reason is a failure class. The same word is the metric label, the log
+// field and the error detail.
+type Reason string
+
+// The four failure classes.
+const (
+	TokenInvalid         Reason = "token_invalid"
+	ValidatorUnavailable Reason = "validator_unavailable"
+	ValidatorTimeout     Reason = "validator_timeout"
+	ValidatorError       Reason = "validator_error"
+)
+
+// SaysNothingAboutCaller reports whether a failure of this class is about the
+// validator rather than the credential: only these may fail open.
+func (r Reason) SaysNothingAboutCaller() bool {
+	return r == ValidatorUnavailable || r == ValidatorTimeout
+}
+
+// Error is an authentication failure: a class and the detail behind it.
+// The detail is for logs; callers across a trust boundary get the reason.
+type Error struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return "authn: " + string(e.Reason)
+	}
+	return "authn: " + string(e.Reason) + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, authn.ErrTokenInvalid) and friends work.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Err == nil && t.Reason == e.Reason
+}
+
+// Sentinels for errors.Is, one per class.
+var (
+	ErrTokenInvalid         = &Error{Reason: TokenInvalid}
+	ErrValidatorUnavailable = &Error{Reason: ValidatorUnavailable}
+	ErrValidatorTimeout     = &Error{Reason: ValidatorTimeout}
+	ErrValidatorError       = &Error{Reason: ValidatorError}
+)
+
+// Fail returns an *Error of class r with a formatted detail.
+func Fail(r Reason, format string, args ...any) error {
+	return &Error{Reason: r, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf returns the class of an error from an Authenticator. An error
+// that carries no class is validator_error: something answered, and it was
+// not an identity. A context deadline is validator_timeout.
+func ReasonOf(err error) Reason {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Reason
+	case errors.Is(err, context.DeadlineExceeded):
+		return ValidatorTimeout
+	default:
+		return ValidatorError
+	}
+}

@@ -1,0 +1,286 @@
+package authn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/testjwt"
+)
+
+func TestReasonOf(t *testing.T) {
+	tests := []struct {
+		err  error
+		want authn.Reason
+	}{
+		{nil, ""},
+		{authn.Fail(authn.TokenInvalid, "bad"), authn.TokenInvalid},
+		{fmt.Errorf("wrapped: %w", authn.Fail(authn.ValidatorUnavailable, "down")), authn.ValidatorUnavailable},
+		{context.DeadlineExceeded, authn.ValidatorTimeout},
+		{errors.New("something"), authn.ValidatorError},
+	}
+	for _, tt := range tests {
+		if got := authn.ReasonOf(tt.err); got != tt.want {
+			t.Errorf("ReasonOf(%v) = %q; want %q", tt.err, got, tt.want)
+		}
+	}
+	err := authn.Fail(authn.ValidatorTimeout, "slow")
+	if !errors.Is(err, authn.ErrValidatorTimeout) || errors.Is(err, authn.ErrTokenInvalid) {
+		t.Error("errors.Is against the class sentinels")
+	}
+	if err.Error() != "authn: validator_timeout: slow" {
+		t.Errorf("Error() = %q", err.Error())
+	}
+	for r, want := range map[authn.Reason]bool{authn.ValidatorUnavailable: true, authn.ValidatorTimeout: true, authn.TokenInvalid: false, authn.ValidatorError: false} {
+		if r.SaysNothingAboutCaller() != want {
+			t.Errorf("%s.SaysNothingAboutCaller() = %v", r, !want)
+		}
+	}
+}
+
+func TestCheckLifetime(t *testing.T) {
+	exp := time.Unix(1800000000, 0)
+	nbf := exp.Add(-time.Hour)
+	c := authn.UnverifiedClaims{Expiry: exp, NotBefore: nbf, IssuedAt: nbf}
+	tests := []struct {
+		name   string
+		now    time.Time
+		leeway time.Duration
+		ok     bool
+	}{
+		{"1ns before exp", exp.Add(-time.Nanosecond), 0, true},
+		{"at exp", exp, 0, false},
+		{"1s past exp", exp.Add(time.Second), 0, false},
+		{"1s past exp within leeway", exp.Add(time.Second), 2 * time.Second, true},
+		{"at nbf", nbf, 0, true},
+		{"1ns before nbf", nbf.Add(-time.Nanosecond), 0, false},
+		{"before nbf within leeway", nbf.Add(-time.Second), 2 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := authn.CheckLifetime(c, tt.now, tt.leeway)
+			if (err == nil) != tt.ok {
+				t.Fatalf("err = %v; want ok=%v", err, tt.ok)
+			}
+			if err != nil && authn.ReasonOf(err) != authn.TokenInvalid {
+				t.Fatalf("class %s", authn.ReasonOf(err))
+			}
+		})
+	}
+	if err := authn.CheckLifetime(authn.UnverifiedClaims{}, exp, 0); err == nil {
+		t.Error("a token without exp passed")
+	}
+}
+
+func TestReadUnverified(t *testing.T) {
+	tok := testjwt.Unsigned(map[string]any{"iss": "https://i", "exp": 1800000000, "iat": 1799990000, "nbf": 1799990000, "jti": "j"})
+	c, ok := authn.ReadUnverified(tok)
+	if !ok || c.Issuer != "https://i" || c.Expiry.Unix() != 1800000000 || c.IssuedAt.Unix() != 1799990000 || c.ID != "j" {
+		t.Fatalf("%+v %v", c, ok)
+	}
+	for _, bad := range []string{"", "a.b", "a.!.c", testjwt.Unsigned(map[string]any{"iss": 5})} {
+		if _, ok := authn.ReadUnverified(bad); ok {
+			t.Errorf("ReadUnverified(%q) ok", bad)
+		}
+	}
+}
+
+// counting is an authenticator that accepts tokens starting with "good",
+// fails others with the class after the prefix, and counts its calls.
+type counting struct {
+	calls   atomic.Int64
+	release chan struct{}
+	expiry  time.Time
+}
+
+func (c *counting) Authenticate(_ context.Context, tok string) (*authn.Caller, error) {
+	c.calls.Add(1)
+	if c.release != nil {
+		<-c.release
+	}
+	if len(tok) >= 4 && tok[:4] == "good" {
+		return &authn.Caller{Username: "user-" + tok, Expiry: c.expiry}, nil
+	}
+	return nil, authn.Fail(authn.Reason(tok), "refused")
+}
+
+func (c *counting) RequiredAudiences() []string { return []string{"aud"} }
+
+func TestCacheTTLAndExpiry(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	inner := &counting{expiry: now.Add(time.Hour)}
+	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Minute, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Authenticate(ctx, "good1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Fatalf("inner called %d times; want 1", n)
+	}
+	now = now.Add(time.Minute - time.Nanosecond)
+	_, _ = c.Authenticate(ctx, "good1")
+	if n := inner.calls.Load(); n != 1 {
+		t.Fatalf("inner called %d times before the TTL; want 1", n)
+	}
+	now = now.Add(time.Nanosecond)
+	_, _ = c.Authenticate(ctx, "good1")
+	if n := inner.calls.Load(); n != 2 {
+		t.Fatalf("inner called %d times at the TTL; want 2", n)
+	}
+
+	// Never past the token's exp.
+	inner.expiry = now.Add(10 * time.Second)
+	_, _ = c.Authenticate(ctx, "good2")
+	now = now.Add(10 * time.Second)
+	_, _ = c.Authenticate(ctx, "good2")
+	if n := inner.calls.Load(); n != 4 {
+		t.Fatalf("inner called %d times; want 4 (exp caps the TTL)", n)
+	}
+	if st := c.Stats(); st.Hits != 3 || st.Misses != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := c.RequiredAudiences(); len(got) != 1 || got[0] != "aud" {
+		t.Fatalf("RequiredAudiences %v", got)
+	}
+}
+
+func TestCacheNeverCachesFailures(t *testing.T) {
+	inner := &counting{}
+	c := authn.NewCache(inner, authn.CacheConfig{})
+	for _, r := range []authn.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
+		for range 2 {
+			_, err := c.Authenticate(context.Background(), string(r))
+			if authn.ReasonOf(err) != r {
+				t.Fatalf("class %s; want %s", authn.ReasonOf(err), r)
+			}
+		}
+	}
+	if n := inner.calls.Load(); n != 8 {
+		t.Fatalf("inner called %d times; want 8", n)
+	}
+	if c.Len() != 0 {
+		t.Fatalf("%d entries cached", c.Len())
+	}
+}
+
+func TestCacheLRU(t *testing.T) {
+	inner := &counting{}
+	c := authn.NewCache(inner, authn.CacheConfig{MaxEntries: 2})
+	ctx := context.Background()
+	_, _ = c.Authenticate(ctx, "goodA")
+	_, _ = c.Authenticate(ctx, "goodB")
+	_, _ = c.Authenticate(ctx, "goodA") // A is now most recent
+	_, _ = c.Authenticate(ctx, "goodC") // evicts B
+	if c.Len() != 2 {
+		t.Fatalf("len %d", c.Len())
+	}
+	before := inner.calls.Load()
+	_, _ = c.Authenticate(ctx, "goodA")
+	_, _ = c.Authenticate(ctx, "goodC")
+	if inner.calls.Load() != before {
+		t.Fatal("A or C was evicted")
+	}
+	_, _ = c.Authenticate(ctx, "goodB")
+	if inner.calls.Load() != before+1 {
+		t.Fatal("B was not evicted")
+	}
+	if c.Stats().Evictions != 2 {
+		t.Fatalf("evictions %d", c.Stats().Evictions)
+	}
+}
+
+// TestCacheSingleflight: N concurrent first-time requests with one new token
+// cause exactly one lookup, counted, not timed.
+func TestCacheSingleflight(t *testing.T) {
+	inner := &counting{release: make(chan struct{})}
+	c := authn.NewCache(inner, authn.CacheConfig{})
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	started := make(chan struct{}, n)
+	for range n {
+		wg.Go(func() {
+			started <- struct{}{}
+			caller, err := c.Authenticate(context.Background(), "good-new")
+			if err == nil && caller.Username != "user-good-new" {
+				err = fmt.Errorf("caller %q", caller.Username)
+			}
+			errs <- err
+		})
+	}
+	for range n {
+		<-started
+	}
+	// Let the goroutines reach the shared lookup, then release it.
+	for inner.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(inner.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := inner.calls.Load(); got != 1 {
+		t.Fatalf("%d lookups for one new token; want 1", got)
+	}
+}
+
+// TestCacheWaiterCancellation: a waiter that gives up does not cancel the
+// lookup the others share.
+func TestCacheWaiterCancellation(t *testing.T) {
+	inner := &counting{release: make(chan struct{})}
+	c := authn.NewCache(inner, authn.CacheConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { _, err := c.Authenticate(ctx, "good-x"); first <- err }()
+	for inner.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() { _, err := c.Authenticate(context.Background(), "good-x"); second <- err }()
+	cancel()
+	if err := <-first; authn.ReasonOf(err) != authn.ValidatorTimeout {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	close(inner.release)
+	if err := <-second; err != nil {
+		t.Fatalf("the other waiter failed: %v", err)
+	}
+}
+
+func TestCacheKeysOnAudiences(t *testing.T) {
+	a := &counting{}
+	other := authn.AuthenticatorFunc(a.Authenticate) // no RequiredAudiences
+	c1 := authn.NewCache(a, authn.CacheConfig{})
+	c2 := authn.NewCache(other, authn.CacheConfig{})
+	if len(c2.RequiredAudiences()) != 0 || len(c1.RequiredAudiences()) != 1 {
+		t.Fatal("audiences not passed through")
+	}
+}
+
+func BenchmarkCacheHit(b *testing.B) {
+	inner := &counting{expiry: time.Now().Add(time.Hour)}
+	c := authn.NewCache(inner, authn.CacheConfig{})
+	tok := "good" + testjwt.Expiring("system:serviceaccount:ns:sa", time.Now().Add(time.Hour))
+	ctx := context.Background()
+	if _, err := c.Authenticate(ctx, tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Authenticate(ctx, tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package authn
+
+import (
+	"container/list"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// CacheConfig configures [NewCache]. The zero value is usable.
+type CacheConfig struct {
+	// TTL is how long a successful verdict is reused. Default 2 minutes.
+	// A verdict is never reused past the token's exp. It bounds how long a
+	// revoked token (a deleted pod's) is still accepted.
+	TTL time.Duration
+	// MaxEntries bounds the cache; the least recently used entry is evicted.
+	// Default 10000.
+	MaxEntries int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults for [CacheConfig].
+const (
+	DefaultCacheTTL        = 2 * time.Minute
+	DefaultCacheMaxEntries = 10000
+)
+
+// Audienced is implemented by authenticators whose verdict depends on the
+// audiences they require; the cache keys on them.
+type Audienced interface {
+	RequiredAudiences() []string
+}
+
+// Cache is an [Authenticator] that remembers successful verdicts of
+// another. Failures are never cached. Concurrent misses for the same token
+// share one lookup. Entries are keyed by HMAC-SHA-256 of the token under a
+// key drawn at random per Cache, plus the required audiences; the token
+// itself is never stored.
+type Cache struct {
+	inner Authenticator
+	ttl   time.Duration
+	max   int
+	now   func() time.Time
+	// audPrefix is the length-prefixed required audiences, hashed before
+	// the token.
+	audPrefix []byte
+	hmacs     sync.Pool
+
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]*list.Element
+	lru     *list.List // front = most recent; values are *cacheEntry
+
+	group singleflight.Group
+	stats CacheStats
+}
+
+// CacheStats counts cache outcomes.
+type CacheStats struct {
+	Hits, Misses, Evictions uint64
+}
+
+type cacheEntry struct {
+	key     [sha256.Size]byte
+	caller  *Caller
+	expires time.Time
+}
+
+var _ Authenticator = (*Cache)(nil)
+
+// NewCache wraps inner with a verdict cache.
+func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
+	c := &Cache{inner: inner, ttl: cfg.TTL, max: cfg.MaxEntries, now: cfg.Now,
+		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New()}
+	if c.ttl <= 0 {
+		c.ttl = DefaultCacheTTL
+	}
+	if c.max <= 0 {
+		c.max = DefaultCacheMaxEntries
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	var auds string
+	if a, ok := inner.(Audienced); ok {
+		auds = strings.Join(a.RequiredAudiences(), "\x00")
+	}
+	// Length-prefixed, so that no audience list and token can collide with
+	// another pair.
+	c.audPrefix = binary.BigEndian.AppendUint64(nil, uint64(len(auds)))
+	c.audPrefix = append(c.audPrefix, auds...)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		panic("authn: no randomness for the cache key: " + err.Error())
+	}
+	c.hmacs.New = func() any { return hmac.New(sha256.New, key) }
+	return c
+}
+
+// RequiredAudiences passes through the inner authenticator's audiences.
+func (c *Cache) RequiredAudiences() []string {
+	if a, ok := c.inner.(Audienced); ok {
+		return a.RequiredAudiences()
+	}
+	return nil
+}
+
+func (c *Cache) keyOf(token string) [sha256.Size]byte {
+	h := c.hmacs.Get().(hash.Hash)
+	h.Reset()
+	h.Write(c.audPrefix)
+	// The hash reads the bytes and keeps nothing: no copy of the token.
+	h.Write(unsafe.Slice(unsafe.StringData(token), len(token)))
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	c.hmacs.Put(h)
+	return k
+}
+
+// Authenticate returns a cached verdict for token, or asks the inner
+// authenticator once however many goroutines ask at the same time.
+func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error) {
+	key := c.keyOf(token)
+	if caller := c.get(key); caller != nil {
+		return caller, nil
+	}
+	// The shared lookup must not die with the first caller's context; the
+	// inner authenticator bounds its own time.
+	ch := c.group.DoChan(string(key[:]), func() (any, error) {
+		caller, err := c.inner.Authenticate(context.WithoutCancel(ctx), token)
+		if err == nil {
+			c.put(key, caller)
+		}
+		return caller, err
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*Caller), nil
+	case <-ctx.Done():
+		return nil, &Error{Reason: ValidatorTimeout, Err: ctx.Err()}
+	}
+}
+
+func (c *Cache) get(key [sha256.Size]byte) *Caller {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		c.stats.Misses++
+		return nil
+	}
+	e := el.Value.(*cacheEntry)
+	if !now.Before(e.expires) {
+		c.lru.Remove(el)
+		delete(c.entries, key)
+		c.stats.Misses++
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	c.stats.Hits++
+	return e.caller
+}
+
+func (c *Cache) put(key [sha256.Size]byte, caller *Caller) {
+	expires := c.now().Add(c.ttl)
+	if !caller.Expiry.IsZero() && caller.Expiry.Before(expires) {
+		expires = caller.Expiry
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		el.Value = &cacheEntry{key: key, caller: caller, expires: expires}
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, caller: caller, expires: expires})
+	for c.lru.Len() > c.max {
+		old := c.lru.Back()
+		c.lru.Remove(old)
+		delete(c.entries, old.Value.(*cacheEntry).key)
+		c.stats.Evictions++
+	}
+}
+
+// Len returns the number of cached verdicts.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
+// Stats returns the counts so far.
+func (c *Cache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
