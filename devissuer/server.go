@@ -17,6 +17,8 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/internal/pki"
@@ -30,6 +32,14 @@ const (
 )
 
 const maxBody = 1 << 20
+
+var codecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	if err := authv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	return serializer.NewCodecFactory(scheme)
+}()
 
 // Handler returns the issuer's HTTP API. It does not serve TLS itself; see
 // [Issuer.Serve].
@@ -93,17 +103,24 @@ func (i *Issuer) serveTokenReview(w http.ResponseWriter, r *http.Request) {
 	if !i.authorize(w, r, "create", "tokenreviews", "authentication.k8s.io") {
 		return
 	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, "reading TokenReview: "+err.Error())
+		return
+	}
+	// JSON or protobuf, as the API server accepts; client-go sends protobuf.
 	var tr authv1.TokenReview
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(&tr); err != nil {
+	obj, gvk, err := codecs.UniversalDeserializer().Decode(body, nil, &tr)
+	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "decoding TokenReview: "+err.Error())
 		return
 	}
-	if tr.Kind != "TokenReview" || tr.APIVersion != authv1.SchemeGroupVersion.String() {
+	if _, ok := obj.(*authv1.TokenReview); !ok || *gvk != authv1.SchemeGroupVersion.WithKind("TokenReview") {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
-			fmt.Sprintf("want kind TokenReview, apiVersion %s; got kind %q, apiVersion %q", authv1.SchemeGroupVersion, tr.Kind, tr.APIVersion))
+			fmt.Sprintf("want kind TokenReview, apiVersion %s; got %s", authv1.SchemeGroupVersion, gvk))
 		return
 	}
+	tr.SetGroupVersionKind(*gvk)
 	if tr.Spec.Token == "" {
 		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "TokenReview.authentication.k8s.io is invalid: spec.token: Required value")
 		return

@@ -1,0 +1,372 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/faults"
+)
+
+const aud = "platform-connector"
+
+type env struct {
+	iss    *devissuer.Issuer
+	faults *faults.Handler
+	rest   *rest.Config
+}
+
+// start serves the dev issuer's API behind a fault switch over TLS on
+// loopback, and returns a REST config that reviews as its reviewer.
+func start(t *testing.T, handler http.Handler) *env {
+	t.Helper()
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handler == nil {
+		handler = iss.Handler()
+	}
+	fh := faults.Wrap(handler)
+	srv := httptest.NewUnstartedServer(fh)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	reviewer, err := os.ReadFile(iss.ReviewerTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{iss: iss, faults: fh, rest: &rest.Config{
+		Host:            srv.URL,
+		BearerToken:     strings.TrimSpace(string(reviewer)),
+		TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})},
+	}}
+}
+
+func (e *env) authenticator(t *testing.T, cfg kube.Config) *kube.Authenticator {
+	t.Helper()
+	if cfg.REST == nil {
+		cfg.REST = e.rest
+	}
+	if cfg.Audiences == nil {
+		cfg.Audiences = []string{aud}
+	}
+	a, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (e *env) mint(t *testing.T, req devissuer.TokenRequest) devissuer.Token {
+	t.Helper()
+	if req.Namespace == "" {
+		req.Namespace, req.ServiceAccount = "nvsentinel", "gpu-monitor"
+	}
+	if req.Audiences == nil {
+		req.Audiences = []string{aud}
+	}
+	tok, err := e.iss.Mint(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+const reviews = devissuer.PathTokenReviews
+
+func TestAcceptedCaller(t *testing.T) {
+	e := start(t, nil)
+	a := e.authenticator(t, kube.Config{Audiences: []string{"other", aud}, Tenant: "cluster-a"})
+	tok := e.mint(t, devissuer.TokenRequest{Pod: "gpu-monitor-1", Node: "node-a"})
+	c, err := a.Authenticate(context.Background(), tok.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := tok.Claims.Kubernetes
+	want := authn.Caller{
+		Username: "system:serviceaccount:nvsentinel:gpu-monitor", UID: k.ServiceAccount.UID,
+		Groups:    []string{"system:serviceaccounts", "system:serviceaccounts:nvsentinel", "system:authenticated"},
+		Audiences: []string{aud},
+		PodName:   "gpu-monitor-1", PodUID: k.Pod.UID, NodeName: "node-a", NodeUID: k.Node.UID,
+		CredentialID: "JTI=" + tok.Claims.ID, Tenant: "cluster-a", Issuer: devissuer.DefaultIssuer,
+		IssuedAt: tok.Claims.IssuedAt.Time(), Expiry: tok.Claims.Expiry.Time(),
+	}
+	if got := fmt.Sprintf("%+v", *c); got != fmt.Sprintf("%+v", want) {
+		t.Fatalf("caller\n got %s\nwant %s", got, fmt.Sprintf("%+v", want))
+	}
+	if e.faults.Count(reviews) != 1 {
+		t.Fatalf("%d reviews", e.faults.Count(reviews))
+	}
+}
+
+func TestRefusedTokens(t *testing.T) {
+	e := start(t, nil)
+	tok := e.mint(t, devissuer.TokenRequest{Pod: "p", Node: "n"})
+	exp := tok.Claims.Expiry.Time()
+	tests := []struct {
+		name  string
+		cfg   kube.Config
+		token string
+		want  string
+	}{
+		{"wrong audience", kube.Config{Audiences: []string{"flex-auth"}}, tok.Token, "is invalid for the target audiences"},
+		{"one second past exp (the API server would allow a minute)", kube.Config{Now: func() time.Time { return exp.Add(time.Second) }}, tok.Token, "expired"},
+		{"garbage", kube.Config{}, "garbage", "not a JWT"},
+		{"empty", kube.Config{}, "", "empty"},
+		{"oversize", kube.Config{}, strings.Repeat("a", authn.MaxTokenLength+1), "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.authenticator(t, tt.cfg).Authenticate(context.Background(), tt.token)
+			if authn.ReasonOf(err) != authn.TokenInvalid || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v; want token_invalid containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("the oversize token never reaches the validator", func(t *testing.T) {
+		before := e.faults.Count(reviews)
+		_, _ = e.authenticator(t, kube.Config{}).Authenticate(context.Background(), strings.Repeat("a", authn.MaxTokenLength+1))
+		if e.faults.Count(reviews) != before {
+			t.Fatal("a review was made")
+		}
+	})
+	t.Run("a deleted pod's token", func(t *testing.T) {
+		a := e.authenticator(t, kube.Config{})
+		if _, err := a.Authenticate(context.Background(), tok.Token); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.iss.DeletePod("nvsentinel", "p"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := a.Authenticate(context.Background(), tok.Token)
+		if authn.ReasonOf(err) != authn.TokenInvalid || !strings.Contains(err.Error(), "invalidated") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// reviewAnswer serves a fixed TokenReview status, for answers the dev
+// issuer never gives.
+func reviewAnswer(st authv1.TokenReviewStatus) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var tr authv1.TokenReview
+		_ = json.NewDecoder(r.Body).Decode(&tr)
+		tr.Status = st
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(tr)
+	})
+}
+
+func TestSuspiciousAnswers(t *testing.T) {
+	user := authv1.UserInfo{Username: "system:serviceaccount:ns:sa", UID: "u"}
+	tests := []struct {
+		name string
+		st   authv1.TokenReviewStatus
+		want authn.Reason
+		msg  string
+	}{
+		{"required audience not echoed", authv1.TokenReviewStatus{Authenticated: true, User: user}, authn.TokenInvalid, "did not confirm"},
+		{"another audience echoed", authv1.TokenReviewStatus{Authenticated: true, User: user, Audiences: []string{"other"}}, authn.TokenInvalid, "did not confirm"},
+		{"ambiguous pod name", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}, User: authv1.UserInfo{
+			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{kube.ExtraPodName: {"a", "b"}}}}, authn.ValidatorError, "2 values"},
+		{"ambiguous node name", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}, User: authv1.UserInfo{
+			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{kube.ExtraNodeName: {"a", "b"}}}}, authn.ValidatorError, "ambiguous"},
+		{"authenticated without a user", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, authn.ValidatorError, "no user"},
+		{"not authenticated, no reason", authv1.TokenReviewStatus{}, authn.TokenInvalid, "not authenticated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := start(t, reviewAnswer(tt.st))
+			_, err := e.authenticator(t, kube.Config{}).Authenticate(context.Background(), "opaque-token")
+			if authn.ReasonOf(err) != tt.want || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v; want %s containing %q", err, tt.want, tt.msg)
+			}
+		})
+	}
+}
+
+// TestFaults: each validator failure maps to its class, none is cached, and
+// the cache keeps serving earlier successful verdicts.
+func TestFaults(t *testing.T) {
+	e := start(t, nil)
+	cache := authn.NewCache(e.authenticator(t, kube.Config{Timeout: 400 * time.Millisecond}), authn.CacheConfig{})
+	earlier := e.mint(t, devissuer.TokenRequest{})
+	if _, err := cache.Authenticate(context.Background(), earlier.Token); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		mode faults.Mode
+		want authn.Reason
+	}{
+		{"slow past the timeout", faults.Mode{Delay: 5 * time.Second}, authn.ValidatorTimeout},
+		{"500", faults.Mode{Status: http.StatusInternalServerError}, authn.ValidatorError},
+		{"403", faults.Mode{Status: http.StatusForbidden}, authn.ValidatorError},
+		{"401", faults.Mode{Status: http.StatusUnauthorized}, authn.ValidatorError},
+		{"503", faults.Mode{Status: http.StatusServiceUnavailable}, authn.ValidatorUnavailable},
+		{"429", faults.Mode{Status: http.StatusTooManyRequests}, authn.ValidatorUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.faults.Set(tt.mode)
+			defer e.faults.Set(faults.Mode{})
+			fresh := e.mint(t, devissuer.TokenRequest{})
+			for range 2 {
+				before := e.faults.Count(reviews)
+				_, err := cache.Authenticate(context.Background(), fresh.Token)
+				if got := authn.ReasonOf(err); got != tt.want {
+					t.Fatalf("class %s (%v); want %s", got, err, tt.want)
+				}
+				if e.faults.Count(reviews) == before {
+					t.Fatal("the failure was served from the cache")
+				}
+			}
+			if c, err := cache.Authenticate(context.Background(), earlier.Token); err != nil || c.Username == "" {
+				t.Fatalf("earlier verdict not served: %v", err)
+			}
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens here now
+	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, BearerToken: "x", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
+		Audiences: []string{aud}, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Authenticate(context.Background(), "opaque")
+	if authn.ReasonOf(err) != authn.ValidatorUnavailable {
+		t.Fatalf("err = %v; want validator_unavailable", err)
+	}
+	if strings.Contains(err.Error(), "opaque") {
+		t.Fatal("the error contains the token")
+	}
+}
+
+func TestReviewerForbidden(t *testing.T) {
+	e := start(t, nil)
+	// A service account token that authenticates to the API but may not
+	// create TokenReviews.
+	sa := e.mint(t, devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "nobody", Audiences: []string{e.iss.Issuer()}})
+	cfg := rest.CopyConfig(e.rest)
+	cfg.BearerToken = sa.Token
+	_, err := e.authenticator(t, kube.Config{REST: cfg}).Authenticate(context.Background(), e.mint(t, devissuer.TokenRequest{}).Token)
+	if authn.ReasonOf(err) != authn.ValidatorError || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("err = %v; want validator_error (forbidden)", err)
+	}
+}
+
+func TestRetriesTransientFailures(t *testing.T) {
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	flaky := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 2 {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","code":503}`, http.StatusServiceUnavailable)
+			return
+		}
+		iss.Handler().ServeHTTP(w, r)
+	})
+	e := start(t, flaky)
+	e.iss = iss
+	reviewer, _ := os.ReadFile(iss.ReviewerTokenFile())
+	e.rest.BearerToken = strings.TrimSpace(string(reviewer))
+	if _, err := e.authenticator(t, kube.Config{Timeout: 5 * time.Second}).Authenticate(context.Background(), e.mint(t, devissuer.TokenRequest{}).Token); err != nil {
+		t.Fatalf("not retried: %v", err)
+	}
+	if got := e.faults.Count(reviews); got != 3 {
+		t.Fatalf("%d attempts; want 3", got)
+	}
+}
+
+// TestOneReviewForConcurrentFirstRequests: N concurrent first-time requests
+// with one new token cause exactly one TokenReview, counted at the server.
+func TestOneReviewForConcurrentFirstRequests(t *testing.T) {
+	e := start(t, nil)
+	e.faults.Set(faults.Mode{Delay: 100 * time.Millisecond}) // keep the first lookup in flight
+	cache := authn.NewCache(e.authenticator(t, kube.Config{}), authn.CacheConfig{})
+	tok := e.mint(t, devissuer.TokenRequest{}).Token
+	const n = 50
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range n {
+		wg.Go(func() {
+			if _, err := cache.Authenticate(context.Background(), tok); err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d requests failed", failed.Load())
+	}
+	if got := e.faults.Count(reviews); got != 1 {
+		t.Fatalf("%d TokenReviews for %d concurrent requests with one token; want 1", got, n)
+	}
+}
+
+func TestNewRefusesWhatItCannotHonour(t *testing.T) {
+	if _, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "audience") {
+		t.Errorf("no audiences: %v", err)
+	}
+	if _, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}, Audiences: []string{""}}); err == nil {
+		t.Error("an empty audience was accepted")
+	}
+	if _, err := kube.New(kube.Config{Kubeconfig: "/nonexistent/kubeconfig", Audiences: []string{aud}}); err == nil || !strings.Contains(err.Error(), "/nonexistent/kubeconfig") {
+		t.Errorf("missing kubeconfig: %v", err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := kube.New(kube.Config{Audiences: []string{aud}}); err == nil || !strings.Contains(err.Error(), "not running in a cluster") {
+		t.Errorf("no kubeconfig outside a cluster: %v", err)
+	}
+}
+
+// TestKubeconfigFromServedIssuer uses the kubeconfig `callerauth issuer
+// serve` writes, through client-go's own loader.
+func TestKubeconfigFromServedIssuer(t *testing.T) {
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := iss.Serve("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{aud}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "sa", Audiences: []string{aud}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := a.Authenticate(context.Background(), tok.Token); err != nil || c.Username != "system:serviceaccount:ns:sa" {
+		t.Fatalf("caller %+v err %v", c, err)
+	}
+}
