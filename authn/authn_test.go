@@ -56,7 +56,7 @@ func TestCheckLifetime(t *testing.T) {
 		{"1ns before exp", exp.Add(-time.Nanosecond), 0, true},
 		{"at exp", exp, 0, false},
 		{"1s past exp", exp.Add(time.Second), 0, false},
-		{"1s past exp within leeway", exp.Add(time.Second), 2 * time.Second, true},
+		{"leeway does not extend exp", exp.Add(time.Second), time.Minute, false},
 		{"at nbf", nbf, 0, true},
 		{"1ns before nbf", nbf.Add(-time.Nanosecond), 0, false},
 		{"before nbf within leeway", nbf.Add(-time.Second), 2 * time.Second, true},

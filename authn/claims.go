@@ -55,13 +55,16 @@ func seconds(f *float64) time.Time {
 }
 
 // CheckLifetime refuses a token whose exp has passed or whose nbf (or iat)
-// is still in the future, allowing leeway either side. A zero exp is
-// refused: every token callerauth accepts expires.
+// is still in the future. leeway is the clock skew allowed on nbf and iat
+// only: an issuer whose clock runs slightly ahead must not make fresh tokens
+// unusable. exp has none: from exp on the token is refused, as the client's
+// expiry check refuses to send it. A zero exp is refused: every token
+// callerauth accepts expires.
 func CheckLifetime(c UnverifiedClaims, now time.Time, leeway time.Duration) error {
 	switch {
 	case c.Expiry.IsZero():
 		return Fail(TokenInvalid, "token has no exp")
-	case !now.Before(c.Expiry.Add(leeway)):
+	case !now.Before(c.Expiry):
 		return Fail(TokenInvalid, "token expired at %s", c.Expiry.UTC().Format(time.RFC3339))
 	case !c.NotBefore.IsZero() && now.Add(leeway).Before(c.NotBefore):
 		return Fail(TokenInvalid, "token is not valid before %s", c.NotBefore.UTC().Format(time.RFC3339))

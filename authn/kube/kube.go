@@ -71,9 +71,10 @@ type Config struct {
 	// Defaults 100 and 200.
 	QPS   float32
 	Burst int
-	// Leeway allowed on the token's exp and nbf. Default 0: a token is
-	// refused from its exp on, although the API server itself allows a
-	// minute.
+	// Leeway is the clock skew allowed on the token's nbf and iat (the API
+	// server has already checked them with its own minute). Default 0. exp
+	// has none: a token is refused from its exp on, although the API server
+	// itself allows a minute past it.
 	Leeway time.Duration
 	// Tenant, when set, is stated for every caller: a cluster is one tenant.
 	Tenant string

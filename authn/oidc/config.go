@@ -1,0 +1,208 @@
+// Package oidc verifies bearer tokens offline, against the signing keys that
+// each trusted issuer publishes (OIDC discovery and JWKS): one issuer per
+// tenant, several at once.
+//
+// The token's unverified iss picks the issuer; an unknown issuer is
+// token_invalid. The signature must verify with a key from that issuer's
+// JWKS under an allowed algorithm (never none, never an HMAC algorithm); an
+// unknown kid triggers one rate-limited refetch, so key rotation needs no
+// restart. Then aud, exp, nbf and iat are checked.
+//
+// It works against the embedded dev issuer and against a Kubernetes API
+// server's /.well-known/openid-configuration and /openid/v1/jwks. Offline
+// verification cannot see revocation: a deleted pod's token stays valid
+// until it expires. Use TokenReview (authn/kube) where that matters.
+package oidc
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// IssuerConfig is one trusted issuer.
+type IssuerConfig struct {
+	// Issuer is the exact iss of its tokens. Required; an https:// URL.
+	Issuer string
+	// DiscoveryURL is where /.well-known/openid-configuration is fetched
+	// from. Default: Issuer. Set it when the issuer's name is not where it
+	// is served — a Kubernetes API server's issuer is usually
+	// https://kubernetes.default.svc.cluster.local. The discovery document
+	// must still name Issuer.
+	DiscoveryURL string
+	// JWKSURL, when set, is used directly and discovery is skipped.
+	JWKSURL string
+	// Audiences a token must carry at least one of. Required.
+	Audiences []string
+	// Algorithms allowed for signatures. Default RS256 and ES256. Only
+	// asymmetric algorithms are accepted.
+	Algorithms []string
+	// Tenant is the tenant every caller of this issuer belongs to.
+	Tenant string
+	// TenantClaim, when set, names a claim that must carry the caller's
+	// tenant; if Tenant is also set, the claim must equal it.
+	TenantClaim string
+	// RolesClaim names a claim holding the caller's roles: a list of
+	// strings or one space-separated string (e.g. "roles", "groups").
+	RolesClaim string
+	// GroupsClaim names a claim holding the caller's groups. Default
+	// "groups". Kubernetes service-account tokens get the API server's
+	// groups (system:serviceaccounts, ...:<namespace>, system:authenticated).
+	GroupsClaim string
+	// CAFile is a PEM bundle trusted for discovery and JWKS fetches.
+	// Default: the system roots.
+	CAFile string
+	// BearerTokenFile, when set, is read on every fetch and sent as a
+	// bearer token to the discovery and JWKS endpoints (a Kubernetes API
+	// server that does not serve them anonymously).
+	BearerTokenFile string
+}
+
+// Config configures [New].
+type Config struct {
+	// Issuers trusted, at least one.
+	Issuers []IssuerConfig
+	// Leeway is the clock skew allowed on nbf and iat. Default 1 minute.
+	// exp has no leeway: a token is refused from its exp on.
+	Leeway time.Duration
+	// RefreshMinInterval is the least time between two JWKS fetches of one
+	// issuer caused by unknown kids. Default 10 s.
+	RefreshMinInterval time.Duration
+	// MaxKeyAge is how long fetched keys are used before they are fetched
+	// again on the next verification (keeping the old keys if that fails).
+	// Default 1 hour.
+	MaxKeyAge time.Duration
+	// Timeout bounds one discovery or JWKS fetch. Default 5 s.
+	Timeout time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultLeeway             = time.Minute
+	DefaultRefreshMinInterval = 10 * time.Second
+	DefaultMaxKeyAge          = time.Hour
+	DefaultTimeout            = 5 * time.Second
+)
+
+var allowedAlgorithms = []string{
+	string(jose.RS256), string(jose.RS384), string(jose.RS512),
+	string(jose.PS256), string(jose.PS384), string(jose.PS512),
+	string(jose.ES256), string(jose.ES384), string(jose.ES512),
+	string(jose.EdDSA),
+}
+
+func (c *Config) validate() error {
+	if len(c.Issuers) == 0 {
+		return errors.New("oidc: at least one issuer is required")
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for i := range c.Issuers {
+		ic := &c.Issuers[i]
+		name := fmt.Sprintf("issuers[%d]", i)
+		if ic.Issuer != "" {
+			name = fmt.Sprintf("issuer %q", ic.Issuer)
+		}
+		if err := httpsURL(ic.Issuer); err != nil {
+			errs = append(errs, fmt.Errorf("oidc: %s: issuer: %w", name, err))
+		}
+		if seen[ic.Issuer] {
+			errs = append(errs, fmt.Errorf("oidc: %s is configured twice", name))
+		}
+		seen[ic.Issuer] = true
+		for _, u := range []struct{ key, val string }{{"discoveryURL", ic.DiscoveryURL}, {"jwksURL", ic.JWKSURL}} {
+			if u.val != "" {
+				if err := httpsURL(u.val); err != nil {
+					errs = append(errs, fmt.Errorf("oidc: %s: %s: %w", name, u.key, err))
+				}
+			}
+		}
+		if len(ic.Audiences) == 0 || slices.Contains(ic.Audiences, "") {
+			errs = append(errs, fmt.Errorf("oidc: %s: audiences: at least one non-empty audience is required", name))
+		}
+		if len(ic.Algorithms) == 0 {
+			ic.Algorithms = []string{string(jose.RS256), string(jose.ES256)}
+		}
+		for _, a := range ic.Algorithms {
+			if !slices.Contains(allowedAlgorithms, a) {
+				errs = append(errs, fmt.Errorf("oidc: %s: algorithm %q is not allowed (allowed: %s); never none or an HMAC algorithm", name, a, strings.Join(allowedAlgorithms, ", ")))
+			}
+		}
+		if ic.GroupsClaim == "" {
+			ic.GroupsClaim = "groups"
+		}
+		if ic.CAFile != "" {
+			if _, err := loadPool(ic.CAFile); err != nil {
+				errs = append(errs, fmt.Errorf("oidc: %s: caFile: %w", name, err))
+			}
+		}
+	}
+	if c.Leeway == 0 {
+		c.Leeway = DefaultLeeway
+	}
+	if c.Leeway < 0 {
+		c.Leeway = 0
+	}
+	if c.RefreshMinInterval <= 0 {
+		c.RefreshMinInterval = DefaultRefreshMinInterval
+	}
+	if c.MaxKeyAge <= 0 {
+		c.MaxKeyAge = DefaultMaxKeyAge
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return errors.Join(errs...)
+}
+
+func httpsURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case s == "":
+		return errors.New("required")
+	case err != nil:
+		return err
+	case u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("%q is not an https:// URL", s)
+	}
+	return nil
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+func httpClient(ic *IssuerConfig) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if ic.CAFile != "" {
+		pool, err := loadPool(ic.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return &http.Client{Transport: tr}, nil
+}

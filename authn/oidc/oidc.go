@@ -1,0 +1,290 @@
+package oidc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/token"
+)
+
+// Authenticator verifies tokens offline against its issuers' keys. Create
+// one with [New]; it is safe for concurrent use.
+type Authenticator struct {
+	cfg     Config
+	issuers map[string]*issuer
+}
+
+type issuer struct {
+	cfg  *IssuerConfig
+	algs []jose.SignatureAlgorithm
+	keys *keySet
+}
+
+var _ authn.Authenticator = (*Authenticator)(nil)
+
+// New validates the configuration and returns the authenticator. Keys are
+// fetched on first use (or by [Authenticator.Prefetch]), so an issuer that
+// is down at start-up fails requests as validator_unavailable rather than
+// stopping the service.
+func New(cfg Config) (*Authenticator, error) {
+	cfg.Issuers = slices.Clone(cfg.Issuers)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &Authenticator{cfg: cfg, issuers: map[string]*issuer{}}
+	for i := range a.cfg.Issuers {
+		ic := &a.cfg.Issuers[i]
+		client, err := httpClient(ic)
+		if err != nil {
+			return nil, fmt.Errorf("oidc: issuer %q: %w", ic.Issuer, err)
+		}
+		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL}
+		if ic.BearerTokenFile != "" {
+			ks.bearer = token.File(ic.BearerTokenFile)
+		}
+		iss := &issuer{cfg: ic, keys: ks}
+		for _, alg := range ic.Algorithms {
+			iss.algs = append(iss.algs, jose.SignatureAlgorithm(alg))
+		}
+		a.issuers[ic.Issuer] = iss
+	}
+	return a, nil
+}
+
+// Prefetch fetches every issuer's keys now, returning the first failure.
+func (a *Authenticator) Prefetch(ctx context.Context) error {
+	for _, iss := range a.issuers {
+		if err := iss.keys.refresh(ctx); err != nil {
+			return fmt.Errorf("oidc: issuer %q: %w", iss.cfg.Issuer, err)
+		}
+	}
+	return nil
+}
+
+// claims is the payload callerauth reads.
+type claims struct {
+	Issuer    string           `json:"iss"`
+	Subject   string           `json:"sub"`
+	Audience  audience         `json:"aud"`
+	Expiry    *json.Number     `json:"exp"`
+	NotBefore *json.Number     `json:"nbf"`
+	IssuedAt  *json.Number     `json:"iat"`
+	ID        string           `json:"jti"`
+	Kube      *kubernetesClaim `json:"kubernetes.io"`
+}
+
+type kubernetesClaim struct {
+	Namespace      string `json:"namespace"`
+	ServiceAccount *ref   `json:"serviceaccount"`
+	Pod            *ref   `json:"pod"`
+	Node           *ref   `json:"node"`
+}
+
+type ref struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+}
+
+// audience is a string or a list of strings (RFC 7519 §4.1.3).
+type audience []string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*a = []string{s}
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("aud is neither a string nor a list of strings")
+	}
+	*a = l
+	return nil
+}
+
+// Authenticate verifies the token.
+func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Caller, error) {
+	if tok == "" || len(tok) > authn.MaxTokenLength {
+		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", authn.MaxTokenLength)
+	}
+	unverified, ok := authn.ReadUnverified(tok)
+	if !ok {
+		return nil, authn.Fail(authn.TokenInvalid, "token is not a JWT")
+	}
+	iss, ok := a.issuers[unverified.Issuer]
+	if !ok {
+		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", unverified.Issuer)
+	}
+	jws, err := jose.ParseSigned(tok, iss.algs)
+	if err != nil {
+		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, algNames(iss.algs), err)
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, authn.Fail(authn.TokenInvalid, "JWT has %d signatures; want 1", len(jws.Signatures))
+	}
+	hdr := jws.Signatures[0].Protected
+	keys, err := iss.keys.lookup(ctx, hdr.KeyID)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := verify(jws, keys, hdr.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	return a.caller(iss, payload)
+}
+
+func verify(jws *jose.JSONWebSignature, keys []jose.JSONWebKey, alg string) ([]byte, error) {
+	for _, key := range keys {
+		if key.Algorithm != "" && key.Algorithm != alg {
+			continue
+		}
+		if payload, err := jws.Verify(key.Key); err == nil {
+			return payload, nil
+		}
+	}
+	return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", alg, jws.Signatures[0].Protected.KeyID)
+}
+
+func (a *Authenticator) caller(iss *issuer, payload []byte) (*authn.Caller, error) {
+	var c claims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return nil, authn.Fail(authn.TokenInvalid, "claims: %v", err)
+	}
+	if c.Issuer != iss.cfg.Issuer {
+		return nil, authn.Fail(authn.TokenInvalid, "iss %q is not %q", c.Issuer, iss.cfg.Issuer)
+	}
+	times := authn.UnverifiedClaims{}
+	var err error
+	if times.Expiry, err = numericDate("exp", c.Expiry); err != nil {
+		return nil, err
+	}
+	if times.NotBefore, err = numericDate("nbf", c.NotBefore); err != nil {
+		return nil, err
+	}
+	if times.IssuedAt, err = numericDate("iat", c.IssuedAt); err != nil {
+		return nil, err
+	}
+	if err := authn.CheckLifetime(times, a.cfg.Now(), a.cfg.Leeway); err != nil {
+		return nil, err
+	}
+	matched := authn.Intersect(iss.cfg.Audiences, c.Audience)
+	if len(matched) == 0 {
+		return nil, authn.Fail(authn.TokenInvalid, "token audiences %q include none of %q", []string(c.Audience), iss.cfg.Audiences)
+	}
+	if c.Subject == "" {
+		return nil, authn.Fail(authn.TokenInvalid, "token has no sub")
+	}
+	caller := &authn.Caller{
+		Username: c.Subject, Audiences: matched, Issuer: c.Issuer,
+		IssuedAt: times.IssuedAt, Expiry: times.Expiry, Tenant: iss.cfg.Tenant,
+	}
+	if c.ID != "" {
+		caller.CredentialID = "JTI=" + c.ID
+	}
+	if k := c.Kube; k != nil {
+		// A Kubernetes service-account token: the same identity TokenReview
+		// would report.
+		if k.ServiceAccount == nil || k.Namespace == "" || c.Subject != "system:serviceaccount:"+k.Namespace+":"+k.ServiceAccount.Name {
+			return nil, authn.Fail(authn.TokenInvalid, "kubernetes.io claim does not match sub %q", c.Subject)
+		}
+		caller.UID = k.ServiceAccount.UID
+		caller.Groups = authn.ServiceAccountGroups(k.Namespace)
+		if k.Pod != nil {
+			caller.PodName, caller.PodUID = k.Pod.Name, k.Pod.UID
+		}
+		if k.Node != nil {
+			caller.NodeName, caller.NodeUID = k.Node.Name, k.Node.UID
+		}
+	}
+	if err := a.extraClaims(iss.cfg, payload, caller); err != nil {
+		return nil, err
+	}
+	return caller, nil
+}
+
+// extraClaims reads the configured groups, roles and tenant claims.
+func (a *Authenticator) extraClaims(ic *IssuerConfig, payload []byte, caller *authn.Caller) error {
+	want := []string{ic.RolesClaim, ic.TenantClaim}
+	if caller.Groups == nil {
+		want = append(want, ic.GroupsClaim)
+	}
+	needed := false
+	for _, w := range want {
+		needed = needed || w != ""
+	}
+	if !needed {
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return authn.Fail(authn.TokenInvalid, "claims: %v", err)
+	}
+	var err error
+	if caller.Groups == nil {
+		if caller.Groups, err = stringList(raw, ic.GroupsClaim); err != nil {
+			return err
+		}
+	}
+	if ic.RolesClaim != "" {
+		if caller.Roles, err = stringList(raw, ic.RolesClaim); err != nil {
+			return err
+		}
+	}
+	if ic.TenantClaim != "" {
+		var t string
+		if v, ok := raw[ic.TenantClaim]; !ok || json.Unmarshal(v, &t) != nil || t == "" {
+			return authn.Fail(authn.TokenInvalid, "claim %q carries no tenant", ic.TenantClaim)
+		}
+		if ic.Tenant != "" && t != ic.Tenant {
+			return authn.Fail(authn.TokenInvalid, "claim %q names tenant %q; issuer %s serves tenant %q", ic.TenantClaim, t, ic.Issuer, ic.Tenant)
+		}
+		caller.Tenant = t
+	}
+	return nil
+}
+
+// stringList reads a claim that is a list of strings or one space-separated
+// string. An absent claim is an empty list.
+func stringList(raw map[string]json.RawMessage, name string) ([]string, error) {
+	v, ok := raw[name]
+	if !ok || name == "" {
+		return nil, nil
+	}
+	var l []string
+	if err := json.Unmarshal(v, &l); err == nil {
+		return l, nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err == nil {
+		return strings.Fields(s), nil
+	}
+	return nil, authn.Fail(authn.TokenInvalid, "claim %q is neither a list of strings nor a string", name)
+}
+
+func numericDate(name string, n *json.Number) (time.Time, error) {
+	if n == nil {
+		return time.Time{}, nil
+	}
+	f, err := n.Float64()
+	if err != nil || f < 0 {
+		return time.Time{}, authn.Fail(authn.TokenInvalid, "%s is not a NumericDate", name)
+	}
+	sec := int64(f)
+	return time.Unix(sec, int64((f-float64(sec))*1e9)), nil
+}
+
+func algNames(algs []jose.SignatureAlgorithm) string {
+	s := make([]string, len(algs))
+	for i, a := range algs {
+		s[i] = string(a)
+	}
+	return strings.Join(s, ", ")
+}
