@@ -1,7 +1,9 @@
 package oidc
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -114,20 +116,20 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	if tok == "" || len(tok) > authn.MaxTokenLength {
 		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", authn.MaxTokenLength)
 	}
-	unverified, ok := authn.ReadUnverified(tok)
-	if !ok {
-		return nil, authn.Fail(authn.TokenInvalid, "token is not a JWT")
+	// Decode the claims once, before verification, to route the token to
+	// its issuer; they are trusted only once the signature over these very
+	// bytes has verified.
+	raw, c, err := decodePayload(tok)
+	if err != nil {
+		return nil, err
 	}
-	iss, ok := a.issuers[unverified.Issuer]
+	iss, ok := a.issuers[c.Issuer]
 	if !ok {
-		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", unverified.Issuer)
+		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", c.Issuer)
 	}
-	jws, err := jose.ParseSigned(tok, iss.algs)
+	jws, err := jose.ParseSignedCompact(tok, iss.algs)
 	if err != nil {
 		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, algNames(iss.algs), err)
-	}
-	if len(jws.Signatures) != 1 {
-		return nil, authn.Fail(authn.TokenInvalid, "JWT has %d signatures; want 1", len(jws.Signatures))
 	}
 	hdr := jws.Signatures[0].Protected
 	keys, err := iss.keys.lookup(ctx, hdr.KeyID)
@@ -138,7 +140,28 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	if err != nil {
 		return nil, err
 	}
-	return a.caller(iss, payload)
+	if !bytes.Equal(payload, raw) {
+		return nil, authn.Fail(authn.TokenInvalid, "verified payload differs from the decoded one")
+	}
+	return a.caller(iss, c, payload)
+}
+
+// decodePayload base64-decodes and parses the payload of a compact JWS.
+func decodePayload(tok string) ([]byte, *claims, error) {
+	first := strings.IndexByte(tok, '.')
+	last := strings.LastIndexByte(tok, '.')
+	if first < 0 || first == last || strings.Count(tok, ".") != 2 {
+		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tok[first+1 : last])
+	if err != nil {
+		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT: payload is not base64url")
+	}
+	var c claims
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT: claims: %v", err)
+	}
+	return raw, &c, nil
 }
 
 func verify(jws *jose.JSONWebSignature, keys []jose.JSONWebKey, alg string) ([]byte, error) {
@@ -153,11 +176,7 @@ func verify(jws *jose.JSONWebSignature, keys []jose.JSONWebKey, alg string) ([]b
 	return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", alg, jws.Signatures[0].Protected.KeyID)
 }
 
-func (a *Authenticator) caller(iss *issuer, payload []byte) (*authn.Caller, error) {
-	var c claims
-	if err := json.Unmarshal(payload, &c); err != nil {
-		return nil, authn.Fail(authn.TokenInvalid, "claims: %v", err)
-	}
+func (a *Authenticator) caller(iss *issuer, c *claims, payload []byte) (*authn.Caller, error) {
 	if c.Issuer != iss.cfg.Issuer {
 		return nil, authn.Fail(authn.TokenInvalid, "iss %q is not %q", c.Issuer, iss.cfg.Issuer)
 	}

@@ -40,7 +40,7 @@ type idp struct {
 	keys   map[string]crypto.Signer
 }
 
-func newIDP(t *testing.T, issuer string) *idp {
+func newIDP(t testing.TB, issuer string) *idp {
 	t.Helper()
 	p := &idp{issuer: issuer, keys: map[string]crypto.Signer{}}
 	mux := http.NewServeMux()
