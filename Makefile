@@ -14,12 +14,33 @@ BENCHTIME ?= 1s
 CACHE     := $(CURDIR)/.cache
 LINT      := $(GO) tool -modfile=tools/go.mod golangci-lint
 
-.PHONY: all test lint bench demo fuzz tidy clean
+# A real kube-apiserver and etcd for the integration tests in test/, built
+# from Go modules in their own tools module (test/tools/kube) and cached by
+# version. Cold: about 10-15 minutes on 2 cores; warm (Go build cache): seconds.
+KUBE_VERSION := v1.37.2
+KUBE_BIN     := $(CACHE)/kube/$(KUBE_VERSION)
+KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+                -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
+
+.PHONY: all test lint bench demo fuzz tidy clean kube-tools
 
 all: lint test
 
-test:
+test: kube-tools
 	$(GO) test -race -count=1 $(PKGS)
+
+kube-tools: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+
+$(KUBE_BIN)/kube-apiserver:
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+$(KUBE_BIN)/etcd:
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
 
 lint:
 	$(GO) vet $(PKGS)
@@ -39,6 +60,7 @@ fuzz:
 tidy:
 	$(GO) mod tidy
 	cd tools && $(GO) mod tidy
+	cd test/tools/kube && $(GO) mod tidy
 
 clean:
 	rm -rf $(CACHE)

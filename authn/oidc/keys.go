@@ -179,7 +179,7 @@ func (k *keySet) getJSON(ctx context.Context, url string, v any) error {
 	if err != nil {
 		return authn.Fail(authn.ValidatorError, "%s: %v", url, err)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", "application/json, application/jwk-set+json")
 	if k.bearer != nil {
 		tok, err := k.bearer.Token(ctx)
 		if err != nil {

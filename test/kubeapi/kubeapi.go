@@ -1,0 +1,360 @@
+// Package kubeapi starts a real kube-apiserver and etcd on loopback for the
+// integration tests: random ports, a temporary directory, a service-account
+// signing key and a static admin token. The binaries are built from Go
+// modules by `make test` (test/tools/kube) and found through
+// $CALLERAUTH_KUBE_BIN, or under .cache/kube/<version> at the repository
+// root.
+package kubeapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Version is the Kubernetes version the harness builds and runs.
+const Version = "v1.37.2"
+
+// Issuer is the service-account issuer the API server is started with.
+const Issuer = "https://kubernetes.default.svc.cluster.local"
+
+// AdminToken is the static token of the system:masters user "admin".
+const AdminToken = "admin-token"
+
+// Server is a running kube-apiserver with its etcd.
+type Server struct {
+	// URL is the https:// address of the API server.
+	URL string
+	// CAFile is the API server's self-signed serving certificate.
+	CAFile string
+	// Client is a clientset authenticated as admin.
+	Client kubernetes.Interface
+	// REST is the admin REST configuration.
+	REST *rest.Config
+	// Dir holds the data, keys and logs.
+	Dir string
+
+	procs []*exec.Cmd
+}
+
+// BinDir returns where the kube-apiserver and etcd binaries are expected.
+func BinDir() (string, error) {
+	if d := os.Getenv("CALLERAUTH_KUBE_BIN"); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if b, _ := os.ReadFile(filepath.Join(dir, "go.mod")); strings.Contains(string(b), "module github.com/callerauth/callerauth\n") {
+				return filepath.Join(dir, ".cache", "kube", Version), nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("kubeapi: repository root not found and CALLERAUTH_KUBE_BIN not set")
+		}
+		dir = parent
+	}
+}
+
+// Start starts etcd and the API server and waits until the API server is
+// ready. Stop them with Stop.
+func Start(ctx context.Context) (_ *Server, err error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return nil, fmt.Errorf("kubeapi: %s not found in %s: `make test` builds it (make kube-tools)", b, bin)
+		}
+	}
+	dir, err := os.MkdirTemp("", "callerauth-kubeapi-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: dir}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	etcdClient, etcdPeer, secure := ports[0], ports[1], ports[2]
+
+	if err := s.writeFiles(); err != nil {
+		return nil, err
+	}
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	if err := s.run(filepath.Join(bin, "etcd"), "etcd.log",
+		"--name=callerauth", "--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=callerauth="+peerURL, "--unsafe-no-fsync", "--log-level=warn"); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 30*time.Second, func() error { return get(http.DefaultClient, clientURL+"/health", "") }); err != nil {
+		return nil, fmt.Errorf("kubeapi: etcd did not become healthy: %w\n%s", err, s.logTail("etcd.log"))
+	}
+	if err := s.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log",
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir="+filepath.Join(dir, "certs"),
+		"--etcd-servers="+clientURL, "--service-cluster-ip-range=10.0.0.0/24",
+		"--service-account-issuer="+Issuer,
+		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--api-audiences="+Issuer,
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
+		"--endpoint-reconciler-type=none"); err != nil {
+		return nil, err
+	}
+	s.URL = fmt.Sprintf("https://127.0.0.1:%d", secure)
+	s.CAFile = filepath.Join(dir, "certs", "apiserver.crt")
+	if err := waitFor(ctx, 90*time.Second, func() error {
+		c, err := s.httpClient()
+		if err != nil {
+			return err
+		}
+		return get(c, s.URL+"/readyz", AdminToken)
+	}); err != nil {
+		return nil, fmt.Errorf("kubeapi: kube-apiserver did not become ready: %w\n%s", err, s.logTail("kube-apiserver.log"))
+	}
+	s.REST = &rest.Config{Host: s.URL, BearerToken: AdminToken, TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, QPS: 100, Burst: 200}
+	if s.Client, err = kubernetes.NewForConfig(s.REST); err != nil {
+		return nil, err
+	}
+	// Let anyone read OIDC discovery and the JWKS, as clusters that publish
+	// their issuer do.
+	_, err = s.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "callerauth-issuer-discovery"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:unauthenticated"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kubeapi: granting issuer discovery: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Server) writeFiles() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+		"tokens.csv": []byte(AdminToken + `,admin,admin-uid,"system:masters"` + "\n"),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(s.Dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(filepath.Join(s.Dir, "certs"), 0o700)
+}
+
+func (s *Server) run(bin, logName string, args ...string) error {
+	logf, err := os.Create(filepath.Join(s.Dir, logName))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("kubeapi: starting %s: %w", bin, err)
+	}
+	s.procs = append(s.procs, cmd)
+	return nil
+}
+
+// Stop stops the API server and etcd and removes the directory.
+func (s *Server) Stop() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		p := s.procs[i]
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	s.procs = nil
+	if os.Getenv("CALLERAUTH_KEEP_KUBEAPI") == "" {
+		_ = os.RemoveAll(s.Dir)
+	}
+}
+
+func (s *Server) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, name))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return name + ":\n" + string(b)
+}
+
+func (s *Server) httpClient() (*http.Client, error) {
+	b, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
+}
+
+func get(c *http.Client, url, bearer string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Objects the tests create.
+
+// Namespace creates a namespace.
+func (s *Server) Namespace(ctx context.Context, name string) error {
+	_, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	return err
+}
+
+// ServiceAccount creates a service account and returns its UID.
+func (s *Server) ServiceAccount(ctx context.Context, ns, name string) (types.UID, error) {
+	sa, err := s.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return sa.UID, nil
+}
+
+// Node creates a node object (no kubelet) and returns its UID.
+func (s *Server) Node(ctx context.Context, name string) (types.UID, error) {
+	n, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return n.UID, nil
+}
+
+// Pod creates a pod running as serviceAccount, scheduled on node when node
+// is not empty, and returns it. No kubelet runs: it stays Pending.
+func (s *Server) Pod(ctx context.Context, ns, name, serviceAccount, node string) (*corev1.Pod, error) {
+	no := false
+	return s.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:           serviceAccount,
+			AutomountServiceAccountToken: &no,
+			NodeName:                     node,
+			Containers:                   []corev1.Container{{Name: "c", Image: "registry.invalid/none:1"}},
+		},
+	}, metav1.CreateOptions{})
+}
+
+// Token requests a token for a service account with TokenRequest, bound to
+// pod when it is not nil.
+func (s *Server) Token(ctx context.Context, ns, serviceAccount string, audiences []string, seconds int64, pod *corev1.Pod) (string, error) {
+	tr := &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &seconds}}
+	if pod != nil {
+		tr.Spec.BoundObjectRef = &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	res, err := s.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return res.Status.Token, nil
+}
+
+// RESTAs returns a REST configuration authenticated with a bearer token.
+func (s *Server) RESTAs(token string) *rest.Config {
+	c := rest.CopyConfig(s.REST)
+	c.BearerToken = token
+	return c
+}
