@@ -44,19 +44,19 @@ type backend struct {
 // fixture is one issuer's world: a valid bound token and the means to mint
 // more and to delete a pod.
 type fixture struct {
-	issuer    string
-	pub       crypto.PublicKey
-	alg       jose.SignatureAlgorithm
-	valid     string // bound to a scheduled pod, for audience
-	want      authn.Caller
-	mint      func(t *testing.T, audiences []string) string
+	issuer string
+	pub    crypto.PublicKey
+	alg    jose.SignatureAlgorithm
+	valid  string // bound to a scheduled pod, for audience
+	want   authn.Caller
+	mint   func(t *testing.T, audiences []string) string
 	// deletePod mints a token bound to a new pod, has accept confirm it is
 	// valid, deletes the pod, and returns the token.
 	deletePod func(t *testing.T, accept func(string)) string
 }
 
 var (
-	fixturesOnce sync.Once
+	fixturesOnce  sync.Once
 	devFx, kubeFx *fixture
 	devSrvURL     string
 	devIss        *devissuer.Issuer
