@@ -30,6 +30,7 @@ type env struct {
 	iss    *devissuer.Issuer
 	faults *faults.Handler
 	rest   *rest.Config
+	srv    *httptest.Server
 }
 
 // start serves the dev issuer's API behind a fault switch over TLS on
@@ -51,7 +52,7 @@ func start(t *testing.T, handler http.Handler) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{iss: iss, faults: fh, rest: &rest.Config{
+	return &env{iss: iss, faults: fh, srv: srv, rest: &rest.Config{
 		Host:            srv.URL,
 		BearerToken:     strings.TrimSpace(string(reviewer)),
 		TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})},
@@ -243,6 +244,22 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+	t.Run("unreachable", func(t *testing.T) {
+		fresh := e.mint(t, devissuer.TokenRequest{})
+		e.srv.Close()
+		for range 2 {
+			_, err := cache.Authenticate(context.Background(), fresh.Token)
+			if got := authn.ReasonOf(err); got != authn.ValidatorUnavailable {
+				t.Fatalf("class %s (%v); want validator_unavailable", got, err)
+			}
+		}
+		if c, err := cache.Authenticate(context.Background(), earlier.Token); err != nil || c.Username == "" {
+			t.Fatalf("earlier verdict not served: %v", err)
+		}
+		if st := cache.Stats(); st.Hits < 7 {
+			t.Fatalf("stats %+v: earlier verdicts not served from the cache", st)
+		}
+	})
 }
 
 func TestUnreachable(t *testing.T) {
