@@ -49,6 +49,7 @@ type env struct {
 	http   *recorder.Recorder
 	url    string
 	vol    *tokenvolume.Volume
+	issURL string
 }
 
 // Run starts everything in-process on loopback under a temporary directory,
@@ -72,6 +73,15 @@ func Run(ctx context.Context) ([]Result, error) {
 		nonJWTSent,
 		plaintextRefused,
 		httpSameBehaviour,
+		verifyTokenReview,
+		verifyOffline,
+		refuseExpired,
+		refuseWrongAudience,
+		refuseDeletedPod,
+		refuseMalformed,
+		validatorUnavailable,
+		validatorTimeout,
+		validatorForbidden,
 	}
 	results := make([]Result, 0, len(scenarios))
 	for _, s := range scenarios {
@@ -123,7 +133,7 @@ func setUp(dir string) (*env, func(), error) {
 		hsrv.Close()
 		_ = issSrv.Close()
 	}
-	return &env{dir: dir, iss: iss, caFile: caFile, grpc: grec, addr: lis.Addr().String(), http: hrec, url: hsrv.URL, vol: vol}, stop, nil
+	return &env{dir: dir, iss: iss, caFile: caFile, grpc: grec, addr: lis.Addr().String(), http: hrec, url: hsrv.URL, vol: vol, issURL: issSrv.URL}, stop, nil
 }
 
 // mint returns a token for the demo operator's service account.
