@@ -27,8 +27,8 @@ const demoAudience = "vmafx-controller"
 
 // tokenReview verifies through the TokenReview API, using the kubeconfig
 // `callerauth issuer serve` writes.
-func (e *env) tokenReview(timeout time.Duration) (authn.Authenticator, error) {
-	return kube.New(kube.Config{Kubeconfig: e.iss.KubeconfigFile(), Audiences: []string{demoAudience}, Timeout: timeout})
+func (e *env) tokenReview() (authn.Authenticator, error) {
+	return kube.New(kube.Config{Kubeconfig: e.iss.KubeconfigFile(), Audiences: []string{demoAudience}})
 }
 
 // outcome verifies an Authorization header and says what happened, in the
@@ -91,7 +91,7 @@ func (e *env) mintFor(req devissuer.TokenRequest) (string, error) {
 
 func verifyTokenReview(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: bound token via TokenReview", Expected: "accepted; caller, pod and node named"}
-	a, err := e.tokenReview(5 * time.Second)
+	a, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
@@ -114,7 +114,7 @@ func verifyOffline(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	tr, err := e.tokenReview(5 * time.Second)
+	tr, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
@@ -138,7 +138,7 @@ func verifyOffline(ctx context.Context, e *env) Result {
 
 func refuseExpired(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: expired token", Expected: "token_invalid"}
-	a, err := e.tokenReview(5 * time.Second)
+	a, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
@@ -152,7 +152,7 @@ func refuseExpired(ctx context.Context, e *env) Result {
 
 func refuseWrongAudience(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: token minted for another service", Expected: "token_invalid"}
-	a, err := e.tokenReview(5 * time.Second)
+	a, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
@@ -166,7 +166,7 @@ func refuseWrongAudience(ctx context.Context, e *env) Result {
 
 func refuseDeletedPod(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: token of a deleted pod", Expected: "token_invalid (TokenReview sees deletion)"}
-	a, err := e.tokenReview(5 * time.Second)
+	a, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
@@ -186,7 +186,7 @@ func refuseDeletedPod(ctx context.Context, e *env) Result {
 
 func refuseMalformed(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: Authorization header duplicated", Expected: "malformed_credentials"}
-	a, err := e.tokenReview(5 * time.Second)
+	a, err := e.tokenReview()
 	if err != nil {
 		return fail(r, err)
 	}
