@@ -131,6 +131,7 @@ func (c *Cache) keyOf(token string) [sha256.Size]byte {
 func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error) {
 	key := c.keyOf(token)
 	if caller := c.get(key); caller != nil {
+		reportHit(ctx)
 		return caller, nil
 	}
 	// The shared lookup must not die with the first caller's context; the
@@ -207,4 +208,24 @@ func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
+}
+
+// CacheReport says whether a verification was answered from a [Cache].
+type CacheReport struct {
+	Hit bool
+}
+
+type cacheReportKey struct{}
+
+// WithCacheReport returns a context in which a [Cache] reports whether it
+// answered from memory.
+func WithCacheReport(ctx context.Context) (context.Context, *CacheReport) {
+	r := &CacheReport{}
+	return context.WithValue(ctx, cacheReportKey{}, r), r
+}
+
+func reportHit(ctx context.Context) {
+	if r, ok := ctx.Value(cacheReportKey{}).(*CacheReport); ok {
+		r.Hit = true
+	}
 }

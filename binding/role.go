@@ -1,0 +1,59 @@
+package binding
+
+import (
+	"fmt"
+	"path"
+	"slices"
+)
+
+// Role and tenant reasons (seed 000).
+const (
+	ReasonRoleMissing   = "role_missing"
+	ReasonTenantMissing = "tenant_missing"
+)
+
+// RoleConfig configures [Roles].
+type RoleConfig struct {
+	// Required maps a method to the role it needs, e.g. "GetJob" →
+	// "vmafx:reader". A full gRPC method name ("/pkg.Service/GetJob") is
+	// looked up by its full name first, then by its last element. A method
+	// not in the table is refused: every call is role-checked.
+	Required map[string]string
+	// RequireTenant refuses a caller whose issuer states no tenant, so that
+	// handlers can scope every read to the caller's tenant.
+	RequireTenant bool
+}
+
+// Roles is seed 000's rule: every call is authenticated and role-checked,
+// and the caller's tenant scopes what it may read.
+func Roles(cfg RoleConfig) Rule {
+	req := make(map[string]string, len(cfg.Required))
+	for k, v := range cfg.Required {
+		req[k] = v
+	}
+	return func(s Subject, r Request, _ *Decision) *Violation {
+		if s.Degraded {
+			return degraded(s)
+		}
+		c := s.Caller
+		if c == nil {
+			return &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "no token"}
+		}
+		role, ok := req[r.Method]
+		if !ok {
+			role, ok = req[path.Base(r.Method)]
+		}
+		switch {
+		case !ok:
+			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied,
+				Detail: fmt.Sprintf("no role grants method %q", r.Method)}
+		case !slices.Contains(c.Roles, role):
+			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied,
+				Detail: fmt.Sprintf("%s lacks role %q needed for %s", c.Username, role, r.Method)}
+		case cfg.RequireTenant && c.Tenant == "":
+			return &Violation{Reason: ReasonTenantMissing, Code: PermissionDenied,
+				Detail: fmt.Sprintf("%s states no tenant; reads could not be scoped", c.Username)}
+		}
+		return nil
+	}
+}

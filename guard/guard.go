@@ -1,0 +1,259 @@
+// Package guard turns a request's credential into a verdict: bearer →
+// authenticator → binding rules → mode → allowed, or refused with a stable
+// reason and the code it travels as. It counts every decision in Prometheus
+// metrics, logs one structured line per decision (never the token), and puts
+// the verified caller and the granted scope in the request context.
+//
+// gRPC interceptors ([Guard.UnaryServerInterceptor],
+// [Guard.StreamServerInterceptor]) and HTTP middleware ([Guard.Middleware])
+// are thin over [Guard.Check].
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/binding"
+)
+
+// Mode says what happens after a violation is detected.
+type Mode string
+
+// Modes.
+const (
+	// Enforce rejects a violating request.
+	Enforce Mode = "enforce"
+	// Audit validates every request and records every violation exactly as
+	// enforce would, but lets the request through. (missing_node_name is
+	// rejected in both modes.)
+	Audit Mode = "audit"
+)
+
+// ParseMode reads a mode: "enforce", or "audit" (also "warn", the PDP's
+// name for it).
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(s) {
+	case "enforce":
+		return Enforce, nil
+	case "audit", "warn":
+		return Audit, nil
+	default:
+		return "", fmt.Errorf("guard: mode %q: want enforce or audit (warn)", s)
+	}
+}
+
+// Config configures [New].
+type Config struct {
+	// Mode is Enforce (default) or Audit.
+	Mode Mode
+	// FailOpenOnUnavailable lets a request whose verification failed with
+	// validator_unavailable or validator_timeout — never token_invalid or
+	// validator_error — continue as a degraded subject, which rules treat
+	// as a guess, not an identity (a degraded node-local scope for node
+	// binding). Default false: an unreachable validator rejects.
+	FailOpenOnUnavailable bool
+	// Authenticator verifies tokens. Required.
+	Authenticator authn.Authenticator
+	// Rule judges verified (or tokenless, or degraded) subjects. Required.
+	Rule binding.Rule
+	// Metrics, optional.
+	Metrics *Metrics
+	// Logger gets one line per decision. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Guard is the enforcement pipeline. It is safe for concurrent use.
+type Guard struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New validates the configuration and returns the guard.
+func New(cfg Config) (*Guard, error) {
+	var errs []error
+	if cfg.Mode == "" {
+		cfg.Mode = Enforce
+	}
+	if cfg.Mode != Enforce && cfg.Mode != Audit {
+		errs = append(errs, fmt.Errorf("guard: mode %q: want enforce or audit", cfg.Mode))
+	}
+	if cfg.Authenticator == nil {
+		errs = append(errs, errors.New("guard: an authenticator is required"))
+	}
+	if cfg.Rule == nil {
+		errs = append(errs, errors.New("guard: a rule is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	g := &Guard{cfg: cfg, log: cfg.Logger}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	return g, nil
+}
+
+// Mode returns the mode the guard runs in.
+func (g *Guard) Mode() Mode { return g.cfg.Mode }
+
+// Verdict is the outcome of one request.
+type Verdict struct {
+	// Allowed says whether the request reaches the handler.
+	Allowed bool
+	// Reason is the violation's reason, "" when there was none. Under audit
+	// an allowed request can carry a reason: what enforce would have done.
+	Reason string
+	// Code is how a refusal travels (or would have, under audit).
+	Code binding.Code
+	// Detail explains the violation, for logs only.
+	Detail string
+	// Caller is the verified identity, nil when none.
+	Caller *authn.Caller
+	// Degraded is set when verification failed open.
+	Degraded bool
+	// Decision is the scope granted and the node to stamp blank names
+	// with.
+	Decision binding.Decision
+	// Cached is set when the verification came from the verdict cache.
+	Cached bool
+	// Mode the verdict was reached in.
+	Mode Mode
+}
+
+// Stamp applies the granted scope to node names: blank ones get the node
+// the caller is pinned to.
+func (v *Verdict) Stamp(nodes []string) []string { return binding.Stamp(nodes, v.Decision) }
+
+// Check judges one request: the credential as bearer read it, and what the
+// request asks to say.
+func (g *Guard) Check(ctx context.Context, cred bearer.Credential, req binding.Request) *Verdict {
+	v := &Verdict{Mode: g.cfg.Mode}
+	var viol *binding.Violation
+	var subject binding.Subject
+	switch cred.Kind {
+	case bearer.Absent:
+		// Rules decide: the node-local socket pins a tokenless caller,
+		// everything else refuses it as token_missing.
+	case bearer.Malformed:
+		viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
+	case bearer.Token:
+		ctx, report := authn.WithCacheReport(ctx)
+		caller, err := g.cfg.Authenticator.Authenticate(ctx, cred.Token)
+		v.Cached = report.Hit
+		if err != nil {
+			reason := authn.ReasonOf(err)
+			if reason.SaysNothingAboutCaller() && g.cfg.FailOpenOnUnavailable {
+				// Counted now, as the violation it is; the request goes
+				// on as a degraded subject.
+				g.cfg.Metrics.violation(string(reason))
+				subject = binding.Subject{Degraded: true, DegradedReason: reason}
+				v.Degraded, v.Reason, v.Code, v.Detail = true, string(reason), binding.Unavailable, err.Error()
+			} else {
+				viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
+			}
+		} else {
+			subject.Caller, v.Caller = caller, caller
+		}
+	}
+	if viol == nil {
+		viol = g.cfg.Rule(subject, req, &v.Decision)
+	} else if g.cfg.Mode == Audit {
+		// The credential failed before the rules could grant a scope. Under
+		// audit the request goes through, with the scope a caller with no
+		// token would get (pinned to the local node, where there is one).
+		_ = g.cfg.Rule(binding.Subject{}, req, &v.Decision)
+		v.Decision.NodeClaim = ""
+	}
+	if v.Decision.NodeClaim != "" {
+		g.cfg.Metrics.nodeClaim(v.Decision.NodeClaim)
+	}
+	if viol != nil {
+		v.Reason, v.Code, v.Detail = viol.Reason, viol.Code, viol.Detail
+		if !viol.Counted {
+			g.cfg.Metrics.violation(viol.Reason)
+		}
+		v.Allowed = g.cfg.Mode == Audit && !viol.Always
+	} else {
+		v.Allowed = true
+	}
+	if v.Allowed && v.Decision.Scope != "" {
+		g.cfg.Metrics.decision(v.Decision.Scope)
+	}
+	g.logDecision(ctx, v, req)
+	return v
+}
+
+func codeOf(r authn.Reason) binding.Code {
+	switch r {
+	case authn.TokenInvalid:
+		return binding.Unauthenticated
+	default:
+		return binding.Unavailable
+	}
+}
+
+func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request) {
+	attrs := []slog.Attr{
+		slog.Bool("allowed", v.Allowed),
+		slog.String("mode", string(v.Mode)),
+		slog.Bool("cached", v.Cached),
+	}
+	if v.Caller != nil {
+		attrs = append(attrs, slog.String("caller", v.Caller.Username))
+		if v.Caller.PodName != "" {
+			attrs = append(attrs, slog.String("pod", v.Caller.PodName))
+		}
+		if v.Caller.NodeName != "" {
+			attrs = append(attrs, slog.String("node_claim", v.Caller.NodeName))
+		}
+		if v.Caller.Tenant != "" {
+			attrs = append(attrs, slog.String("tenant", v.Caller.Tenant))
+		}
+	}
+	if v.Degraded {
+		attrs = append(attrs, slog.Bool("degraded", true))
+	}
+	if v.Decision.Scope != "" {
+		attrs = append(attrs, slog.String("scope", v.Decision.Scope))
+	}
+	if req.Method != "" {
+		attrs = append(attrs, slog.String("method", req.Method))
+	}
+	if req.System != "" {
+		attrs = append(attrs, slog.String("system", req.System))
+	}
+	level := slog.LevelInfo
+	msg := "allowed"
+	if v.Reason != "" {
+		attrs = append(attrs, slog.String("reason", v.Reason), slog.String("code", v.Code.String()), slog.String("detail", v.Detail))
+		level = slog.LevelWarn
+		msg = "refused"
+		if v.Allowed {
+			msg = "violation let through (audit)"
+			if v.Degraded {
+				msg = "validator unavailable: degraded scope"
+			}
+		}
+	} else {
+		level = slog.LevelDebug
+	}
+	g.log.LogAttrs(ctx, level, "callerauth: "+msg, attrs...)
+}
+
+type verdictKey struct{}
+
+// NewContext returns ctx carrying the verdict.
+func NewContext(ctx context.Context, v *Verdict) context.Context {
+	return context.WithValue(ctx, verdictKey{}, v)
+}
+
+// FromContext returns the verdict a guard put in the request context.
+func FromContext(ctx context.Context) (*Verdict, bool) {
+	v, ok := ctx.Value(verdictKey{}).(*Verdict)
+	return v, ok
+}

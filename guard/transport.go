@@ -1,0 +1,147 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/binding"
+)
+
+// ErrorDomain is the ErrorInfo domain of callerauth refusals.
+const ErrorDomain = "callerauth.dev"
+
+// GRPCCode maps a refusal code to a gRPC code.
+func GRPCCode(c binding.Code) codes.Code {
+	switch c {
+	case binding.Unauthenticated:
+		return codes.Unauthenticated
+	case binding.PermissionDenied:
+		return codes.PermissionDenied
+	case binding.Unavailable:
+		return codes.Unavailable
+	default:
+		return codes.OK
+	}
+}
+
+// HTTPStatus maps a refusal code to an HTTP status.
+func HTTPStatus(c binding.Code) int {
+	switch c {
+	case binding.Unauthenticated:
+		return http.StatusUnauthorized
+	case binding.PermissionDenied:
+		return http.StatusForbidden
+	case binding.Unavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusOK
+	}
+}
+
+// Status returns the gRPC status of a refused verdict: the code, the reason
+// as message, and an ErrorInfo detail carrying the reason. Nothing else —
+// not the token, not the detail — reaches the caller.
+func (v *Verdict) Status() *status.Status {
+	st := status.New(GRPCCode(v.Code), v.Reason)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: v.Reason, Domain: ErrorDomain}); err == nil {
+		return d
+	}
+	return st
+}
+
+// GRPCRequest extracts what a gRPC request asks to say. The method is
+// filled in by the interceptor; an extractor sets System and Nodes from
+// the message. A nil extractor judges the method alone.
+type GRPCRequest func(ctx context.Context, method string, msg any) (binding.Request, error)
+
+// UnaryServerInterceptor guards unary RPCs.
+func (g *Guard) UnaryServerInterceptor(extract GRPCRequest) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, msg any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		req := binding.Request{Method: info.FullMethod}
+		if extract != nil {
+			r, err := extract(ctx, info.FullMethod, msg)
+			if err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			r.Method = info.FullMethod
+			req = r
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		v := g.Check(ctx, bearer.FromMetadata(md), req)
+		if !v.Allowed {
+			return nil, v.Status().Err()
+		}
+		return handler(NewContext(ctx, v), msg)
+	}
+}
+
+// StreamServerInterceptor guards streaming RPCs at the start of the stream,
+// on the method alone.
+func (g *Guard) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		v := g.Check(ss.Context(), bearer.FromMetadata(md), binding.Request{Method: info.FullMethod})
+		if !v.Allowed {
+			return v.Status().Err()
+		}
+		return handler(srv, &guardedStream{ServerStream: ss, ctx: NewContext(ss.Context(), v)})
+	}
+}
+
+type guardedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *guardedStream) Context() context.Context { return s.ctx }
+
+// HTTPRequest extracts what an HTTP request asks to say. It may read the
+// body, but must leave it readable for the handler. A nil extractor judges
+// the method and path alone.
+type HTTPRequest func(r *http.Request) (binding.Request, error)
+
+// Middleware guards an HTTP handler. A refusal is answered with 401, 403
+// or 503 and a JSON body {"error": "<reason>"}; a 401 carries
+// WWW-Authenticate: Bearer.
+func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req := binding.Request{Method: r.Method + " " + r.URL.Path}
+			if extract != nil {
+				x, err := extract(r)
+				if err != nil {
+					writeError(w, http.StatusBadRequest, err.Error())
+					return
+				}
+				if x.Method == "" {
+					x.Method = req.Method
+				}
+				req = x
+			}
+			v := g.Check(r.Context(), bearer.FromHeader(r.Header), req)
+			if !v.Allowed {
+				code := HTTPStatus(v.Code)
+				if code == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+				}
+				writeError(w, code, v.Reason)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), v)))
+		})
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": reason})
+}
