@@ -97,8 +97,13 @@ type transport interface {
 
 func newGuard(t *testing.T, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
 	t.Helper()
+	return newGuardPrefix(t, "platform_connector", cfg)
+}
+
+func newGuardPrefix(t *testing.T, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := guard.NewMetrics(reg, "platform_connector", nil)
+	m, err := guard.NewMetrics(reg, prefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
