@@ -198,21 +198,33 @@ func codeOf(r authn.Reason) binding.Code {
 }
 
 func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request) {
-	attrs := []slog.Attr{
-		slog.Bool("allowed", v.Allowed),
-		slog.String("mode", string(v.Mode)),
-		slog.Bool("cached", v.Cached),
+	// Clean allows are logged at debug, refusals and audited violations at
+	// warn; nothing is built for a level that is off.
+	level, msg := slog.LevelDebug, "allowed"
+	if v.Reason != "" {
+		level, msg = slog.LevelWarn, "refused"
+		if v.Allowed {
+			msg = "violation let through (audit)"
+			if v.Degraded {
+				msg = "validator unavailable: degraded scope"
+			}
+		}
 	}
-	if v.Caller != nil {
-		attrs = append(attrs, slog.String("caller", v.Caller.Username))
-		if v.Caller.PodName != "" {
-			attrs = append(attrs, slog.String("pod", v.Caller.PodName))
+	if !g.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs, slog.Bool("allowed", v.Allowed), slog.String("mode", string(v.Mode)), slog.Bool("cached", v.Cached))
+	if c := v.Caller; c != nil {
+		attrs = append(attrs, slog.String("caller", c.Username))
+		if c.PodName != "" {
+			attrs = append(attrs, slog.String("pod", c.PodName))
 		}
-		if v.Caller.NodeName != "" {
-			attrs = append(attrs, slog.String("node_claim", v.Caller.NodeName))
+		if c.NodeName != "" {
+			attrs = append(attrs, slog.String("node_claim", c.NodeName))
 		}
-		if v.Caller.Tenant != "" {
-			attrs = append(attrs, slog.String("tenant", v.Caller.Tenant))
+		if c.Tenant != "" {
+			attrs = append(attrs, slog.String("tenant", c.Tenant))
 		}
 	}
 	if v.Degraded {
@@ -227,20 +239,8 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 	if req.System != "" {
 		attrs = append(attrs, slog.String("system", req.System))
 	}
-	level := slog.LevelInfo
-	msg := "allowed"
 	if v.Reason != "" {
 		attrs = append(attrs, slog.String("reason", v.Reason), slog.String("code", v.Code.String()), slog.String("detail", v.Detail))
-		level = slog.LevelWarn
-		msg = "refused"
-		if v.Allowed {
-			msg = "violation let through (audit)"
-			if v.Degraded {
-				msg = "validator unavailable: degraded scope"
-			}
-		}
-	} else {
-		level = slog.LevelDebug
 	}
 	g.log.LogAttrs(ctx, level, "callerauth: "+msg, attrs...)
 }

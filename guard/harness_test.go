@@ -95,12 +95,12 @@ type transport interface {
 	send(t *testing.T, header []string, nodes []string) result
 }
 
-func newGuard(t *testing.T, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+func newGuard(t testing.TB, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
 	t.Helper()
 	return newGuardPrefix(t, "platform_connector", cfg)
 }
 
-func newGuardPrefix(t *testing.T, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+func newGuardPrefix(t testing.TB, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := guard.NewMetrics(reg, prefix, nil)

@@ -1,0 +1,141 @@
+package guard_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+)
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]guard.Mode{"enforce": guard.Enforce, "audit": guard.Audit, "warn": guard.Audit, "ENFORCE": guard.Enforce} {
+		if got, err := guard.ParseMode(in); err != nil || got != want {
+			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := guard.ParseMode("off"); err == nil || !strings.Contains(err.Error(), `"off"`) {
+		t.Errorf("ParseMode(off): %v", err)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	_, err := guard.New(guard.Config{Mode: "lenient"})
+	for _, want := range []string{`mode "lenient"`, "authenticator is required", "rule is required"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New: %v; want %q", err, want)
+		}
+	}
+}
+
+// TestLogLine: one structured line per decision, with caller, scope,
+// reason, mode and cache, and never the token.
+func TestLogLine(t *testing.T) {
+	const secret = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJzZWNyZXQifQ.c2lnbmF0dXJlLXNlY3JldA"
+	var buf bytes.Buffer
+	inner := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+		if tok == secret {
+			return &authn.Caller{Username: agentSA, PodName: "p", NodeName: "node-b", Expiry: time.Now().Add(time.Hour)}, nil
+		}
+		return nil, authn.Fail(authn.TokenInvalid, "bad")
+	})
+	g, _ := newGuard(t, guard.Config{
+		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
+		Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: localNode}),
+		Logger:        slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	ctx := context.Background()
+	cred := bearer.Parse([]string{"Bearer " + secret})
+	for range 2 {
+		g.Check(ctx, cred, binding.Request{Nodes: []string{""}})
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines for 2 decisions:\n%s", len(lines), buf.String())
+	}
+	if strings.Contains(buf.String(), secret) || strings.Contains(buf.String(), "c2lnbmF0dXJl") {
+		t.Fatal("the token was logged")
+	}
+	var first, second map[string]any
+	_ = json.Unmarshal([]byte(lines[0]), &first)
+	_ = json.Unmarshal([]byte(lines[1]), &second)
+	if first["caller"] != agentSA || first["reason"] != "node_claim_mismatch" || first["mode"] != "enforce" || first["cached"] != false || first["scope"] != "node_local" || first["allowed"] != false {
+		t.Errorf("first line %v", first)
+	}
+	if second["cached"] != true {
+		t.Errorf("second decision not marked as cached: %v", second)
+	}
+}
+
+// TestStreamInterceptor guards a streaming RPC at its start.
+func TestStreamInterceptor(t *testing.T) {
+	callers := map[string]*authn.Caller{"ok": {Username: "u"}}
+	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: func(s binding.Subject, _ binding.Request, _ *binding.Decision) *binding.Violation {
+		if s.Caller == nil {
+			return &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated}
+		}
+		return nil
+	}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(g.StreamServerInterceptor()))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch := func(tok string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if tok != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+		}
+		s, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	if err := watch("ok"); err != nil {
+		t.Fatalf("allowed stream: %v", err)
+	}
+	if err := watch(""); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("tokenless stream: %v", err)
+	}
+}
+
+func TestVerdictStatusCarriesOnlyTheReason(t *testing.T) {
+	v := &guard.Verdict{Reason: "token_invalid", Code: binding.Unauthenticated, Detail: "internal: secret detail"}
+	st := v.Status()
+	if st.Code() != codes.Unauthenticated || st.Message() != "token_invalid" || strings.Contains(st.String(), "secret detail") {
+		t.Fatalf("status %v", st)
+	}
+	for c, want := range map[binding.Code]int{binding.Unauthenticated: 401, binding.PermissionDenied: 403, binding.Unavailable: 503} {
+		if got := guard.HTTPStatus(c); got != want {
+			t.Errorf("HTTPStatus(%v) = %d", c, got)
+		}
+	}
+}
