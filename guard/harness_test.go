@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -28,59 +27,22 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/eventsvc"
 	"github.com/callerauth/callerauth/internal/pki"
 )
 
-// The test service: one unary method that takes a batch of node names
-// (a structpb.ListValue, a real protobuf message) and answers them as the
-// handler stamped them.
-const reportMethod = "/callerauth.test.Events/Report"
+// The test service is eventsvc: Report takes a batch of node names and
+// answers them as the handler stamped them.
+const reportMethod = eventsvc.Method
+
+var (
+	eventsDesc   = eventsvc.Desc
+	extractNodes = eventsvc.Extract
+	nodesOf      = eventsvc.Nodes
+	stringsList  = eventsvc.List
+)
 
 type eventsServer interface{}
-
-func reportHandler(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-	in := new(structpb.ListValue)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	h := func(ctx context.Context, req any) (any, error) {
-		v, ok := guard.FromContext(ctx)
-		if !ok {
-			return nil, status.Error(codes.Internal, "no verdict in context")
-		}
-		return stringsList(v.Stamp(nodesOf(req.(*structpb.ListValue)))), nil
-	}
-	if icpt == nil {
-		return h(ctx, in)
-	}
-	return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: reportMethod}, h)
-}
-
-var eventsDesc = grpc.ServiceDesc{
-	ServiceName: "callerauth.test.Events",
-	HandlerType: (*eventsServer)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "Report", Handler: reportHandler}},
-}
-
-func nodesOf(l *structpb.ListValue) []string {
-	out := make([]string, len(l.GetValues()))
-	for i, v := range l.GetValues() {
-		out[i] = v.GetStringValue()
-	}
-	return out
-}
-
-func stringsList(s []string) *structpb.ListValue {
-	l := &structpb.ListValue{}
-	for _, n := range s {
-		l.Values = append(l.Values, structpb.NewStringValue(n))
-	}
-	return l
-}
-
-func extractNodes(_ context.Context, _ string, msg any) (binding.Request, error) {
-	return binding.Request{Nodes: nodesOf(msg.(*structpb.ListValue))}, nil
-}
 
 // result is what a caller observes.
 type result struct {
