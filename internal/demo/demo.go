@@ -83,6 +83,7 @@ func Run(ctx context.Context) ([]Result, error) {
 		validatorTimeout,
 		validatorForbidden,
 	}
+	scenarios = append(scenarios, nodeScenarios...)
 	results := make([]Result, 0, len(scenarios))
 	for _, s := range scenarios {
 		results = append(results, s(ctx, e))
