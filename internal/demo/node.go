@@ -191,7 +191,9 @@ var nodeScenarios = []func(context.Context, *env) Result{
 	nodeScenario(nodeCase{
 		scenario: "node: allowlisted pod-bound monitor, other nodes", expected: "OK, cross-node",
 		sa: "csp-health-monitor", pod: "csp-0", node: connectorNode, nodes: []string{"node-b", "node-c"},
-		check: func(code, _ string, s []string, _ string) bool { return code == "OK" && fmt.Sprint(s) == "[node-b node-c]" },
+		check: func(code, _ string, s []string, _ string) bool {
+			return code == "OK" && fmt.Sprint(s) == "[node-b node-c]"
+		},
 	}),
 	nodeScenario(nodeCase{
 		scenario: "node: allowlisted monitor, token bound to no pod", expected: "PermissionDenied unbound_cross_node_token",
