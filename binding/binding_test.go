@@ -1,0 +1,69 @@
+package binding_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/binding"
+)
+
+func TestStamp(t *testing.T) {
+	nodes := []string{"", "node-b", ""}
+	if got := binding.Stamp(nodes, binding.Decision{StampNode: "node-a"}); fmt.Sprint(got) != "[node-a node-b node-a]" {
+		t.Fatalf("Stamp = %q", got)
+	}
+	if fmt.Sprint(nodes) != "[ node-b ]" {
+		t.Fatal("Stamp changed its input")
+	}
+	if got := binding.Stamp(nodes, binding.Decision{}); fmt.Sprint(got) != fmt.Sprint(nodes) {
+		t.Fatalf("Stamp without a node = %q", got)
+	}
+}
+
+func TestAllStopsAtTheFirstViolation(t *testing.T) {
+	var ran []string
+	rule := func(name string, v *binding.Violation) binding.Rule {
+		return func(binding.Subject, binding.Request, *binding.Decision) *binding.Violation {
+			ran = append(ran, name)
+			return v
+		}
+	}
+	v := binding.All(rule("a", nil), rule("b", &binding.Violation{Reason: "b"}), rule("c", nil))(binding.Subject{}, binding.Request{}, &binding.Decision{})
+	if v == nil || v.Reason != "b" || fmt.Sprint(ran) != "[a b]" {
+		t.Fatalf("violation %v, ran %v", v, ran)
+	}
+}
+
+func TestSystemBindingIsExact(t *testing.T) {
+	rule := binding.SystemBinding(map[string]string{"secrets-engine": "system:serviceaccount:secrets-engine:secrets-engine"})
+	for _, tt := range []struct {
+		user, system string
+		ok           bool
+	}{
+		{"system:serviceaccount:secrets-engine:secrets-engine", "secrets-engine", true},
+		{"system:serviceaccount:secrets-engine:secrets-engine ", "secrets-engine", false},
+		{"System:serviceaccount:secrets-engine:secrets-engine", "secrets-engine", false},
+		{"system:serviceaccount:secrets-engine:secrets-engine", "Secrets-Engine", false},
+		{"system:serviceaccount:secrets-engine:default", "secrets-engine", false},
+	} {
+		v := rule(binding.Subject{Caller: &authn.Caller{Username: tt.user}}, binding.Request{System: tt.system}, &binding.Decision{})
+		if (v == nil) != tt.ok || v != nil && (v.Reason != binding.ReasonPrincipalCannotRepresentSystem || v.Code != binding.PermissionDenied) {
+			t.Errorf("%q for %q: %+v", tt.user, tt.system, v)
+		}
+	}
+	if v := rule(binding.Subject{Degraded: true, DegradedReason: authn.ValidatorTimeout}, binding.Request{System: "secrets-engine"}, &binding.Decision{}); v == nil || v.Code != binding.Unavailable || !v.Counted {
+		t.Errorf("degraded: %+v", v)
+	}
+}
+
+func TestRolesByFullOrShortMethod(t *testing.T) {
+	rule := binding.Roles(binding.RoleConfig{Required: map[string]string{"GetJob": "r", "/pkg.S/Put": "w"}})
+	c := &authn.Caller{Username: "u", Roles: []string{"r"}}
+	if v := rule(binding.Subject{Caller: c}, binding.Request{Method: "/vmafx.v1.Controller/GetJob"}, &binding.Decision{}); v != nil {
+		t.Errorf("short name: %+v", v)
+	}
+	if v := rule(binding.Subject{Caller: c}, binding.Request{Method: "/pkg.S/Put"}, &binding.Decision{}); v == nil || v.Reason != binding.ReasonRoleMissing {
+		t.Errorf("full name needing another role: %+v", v)
+	}
+}
