@@ -23,7 +23,7 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
                 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
 export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
 
-.PHONY: all test lint bench demo fuzz tidy clean kube-tools
+.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate
 
 all: lint test
 
@@ -56,6 +56,11 @@ demo:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzExpiry -fuzztime=$(FUZZTIME) ./token
 	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./credentials
+
+# Regenerates the Go code committed beside the protos (buf, protoc-gen-go and
+# protoc-gen-go-grpc pinned in tools/go.mod), and lints the protos.
+generate:
+	cd api && $(GO) tool -modfile=../tools/go.mod buf lint && $(GO) tool -modfile=../tools/go.mod buf generate
 
 tidy:
 	$(GO) mod tidy

@@ -10,16 +10,20 @@ import (
 	"github.com/callerauth/callerauth/binding"
 )
 
-// Reasons is every reason the pipeline can report, for pre-initialising
-// the violations counter so that a healthy service reports zeros.
-var Reasons = []string{
+// NodeBindingReasons are the reasons of seed 003's metrics table: what a
+// node-binding service can report.
+var NodeBindingReasons = []string{
 	binding.ReasonNodeMismatch, binding.ReasonNodeClaimMismatch, binding.ReasonUnboundCrossNodeToken,
 	binding.ReasonCrossNodeClaimAbsent, binding.ReasonTokenMissing, binding.ReasonUnboundToken,
 	binding.ReasonNodeClaimAbsent, binding.ReasonMissingNodeName,
 	string(authn.TokenInvalid), bearer.ReasonMalformed,
 	string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError),
-	binding.ReasonPrincipalCannotRepresentSystem, binding.ReasonRoleMissing, binding.ReasonTenantMissing,
 }
+
+// Reasons is every reason the pipeline can report, for pre-initialising
+// the violations counter so that a healthy service reports zeros.
+var Reasons = append(append([]string{}, NodeBindingReasons...),
+	binding.ReasonPrincipalCannotRepresentSystem, binding.ReasonRoleMissing, binding.ReasonTenantMissing)
 
 // Metrics are the guard's Prometheus counters:
 //

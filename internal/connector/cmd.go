@@ -1,0 +1,119 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+)
+
+// NewCommand is the platform-connector command line. getenv reads the
+// environment (NODE_NAME).
+func NewCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	o := Options{}
+	var role string
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "platform-connector",
+		Short: "Receive health events over gRPC, with node-binding authentication",
+		Long: `platform-connector stores health events about nodes. In the socket role it
+runs on each node (a DaemonSet), listens on a Unix socket and pins callers
+to its node; in the deployment role it listens on TCP with TLS and every
+caller needs a pod-bound token. config.json (the ConfigMap) holds the
+node-binding settings; see docs/platform-connector.md.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: %w", logLevel, err)
+			}
+			o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			o.Role = Role(role)
+			if o.NodeName == "" {
+				o.NodeName = getenv("NODE_NAME")
+			}
+			s, err := New(o)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&role, "role", string(RoleSocket), "socket (node-local DaemonSet) or deployment")
+	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")
+	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
+	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
+	f.StringVar(&o.Listen, "listen", "", "deployment role: host:port to serve gRPC over TLS on")
+	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "deployment role: serving certificate (PEM)")
+	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "deployment role: serving key (PEM)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview (default: in-cluster)")
+	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "SQLite file events are stored in")
+	f.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:2112", "address for /metrics, /healthz and /readyz (empty: off)")
+	f.DurationVar(&o.CacheTTL, "auth-cache-ttl", authn.DefaultCacheTTL, "how long a successful TokenReview verdict is reused (bounds how long a deleted pod's token still works)")
+	f.DurationVar(&o.ReviewTimeout, "auth-review-timeout", kube.DefaultTimeout, "how long one TokenReview may take, retries included")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(newEventsCommand(stdout))
+	return cmd
+}
+
+func newEventsCommand(stdout io.Writer) *cobra.Command {
+	var db, node string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the stored events, one JSON object per line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := os.Stat(db); err != nil {
+				return fmt.Errorf("--datastore: %w", err)
+			}
+			s, err := OpenStore(db)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			events, err := s.List(cmd.Context(), node, limit)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(stdout)
+			for _, e := range events {
+				ev, _ := protojson.Marshal(e.Event)
+				if err := enc.Encode(map[string]any{
+					"id": e.ID, "node": e.Node, "caller": e.Caller, "scope": e.Scope,
+					"received_at": e.ReceivedAt.UTC().Format(time.RFC3339Nano), "event": json.RawMessage(ev),
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&db, "datastore", "/var/lib/platform-connector/events.db", "SQLite file")
+	cmd.Flags().StringVar(&node, "node", "", "only events about this node")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many events")
+	return cmd
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	cmd := NewCommand(os.Stdout, os.Stderr, os.Getenv)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "platform-connector:", err)
+		return 1
+	}
+	return 0
+}

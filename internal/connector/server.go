@@ -1,0 +1,332 @@
+package connector
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+)
+
+// Role is how the connector is deployed.
+type Role string
+
+// Roles.
+const (
+	// RoleSocket is the node-local DaemonSet: a Unix socket, the node from
+	// NODE_NAME.
+	RoleSocket Role = "socket"
+	// RoleDeployment listens on TCP with TLS and has no local node.
+	RoleDeployment Role = "deployment"
+)
+
+// Options configure a connector. Flags map onto them one to one.
+type Options struct {
+	Role          Role
+	ConfigFile    string // config.json
+	NodeName      string // socket role: this node
+	Socket        string // socket role: the Unix socket path
+	Listen        string // deployment role: host:port
+	TLSCertFile   string // deployment role
+	TLSKeyFile    string // deployment role
+	Kubeconfig    string // TokenReview; empty: in-cluster
+	Datastore     string // SQLite file
+	MetricsListen string // /metrics, /healthz, /readyz
+	CacheTTL      time.Duration
+	ReviewTimeout time.Duration
+	Logger        *slog.Logger
+	// Authenticator replaces TokenReview, for tests.
+	Authenticator authn.Authenticator
+}
+
+// Validate refuses options that cannot be honoured, naming the flag. auth
+// is the loaded config.json.
+func (o *Options) Validate(auth AuthConfig) error {
+	var errs []error
+	switch o.Role {
+	case RoleSocket:
+		if o.NodeName == "" {
+			errs = append(errs, errors.New("connector: the socket role needs its node: set NODE_NAME or --node-name"))
+		}
+		if o.Socket == "" {
+			errs = append(errs, errors.New("connector: the socket role needs --socket"))
+		}
+		if o.Listen != "" || o.TLSCertFile != "" || o.TLSKeyFile != "" {
+			errs = append(errs, errors.New("connector: --listen, --tls-cert-file and --tls-key-file belong to the deployment role"))
+		}
+	case RoleDeployment:
+		if !auth.EnableNodeBindingAuth {
+			errs = append(errs, fmt.Errorf("connector: the deployment role requires %s: true; with no local node there is nothing to pin an unauthenticated caller to", KeyEnable))
+		}
+		if o.Listen == "" {
+			errs = append(errs, errors.New("connector: the deployment role needs --listen"))
+		}
+		if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+			errs = append(errs, errors.New("connector: the deployment role serves TLS only: set --tls-cert-file and --tls-key-file (bearer tokens never travel over plaintext TCP)"))
+		} else if _, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("connector: --tls-cert-file/--tls-key-file: %w", err))
+		}
+		if o.Socket != "" {
+			errs = append(errs, errors.New("connector: --socket belongs to the socket role"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
+	}
+	if o.Datastore == "" {
+		errs = append(errs, errors.New("connector: --datastore is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a running connector.
+type Server struct {
+	opts     Options
+	auth     AuthConfig
+	log      *slog.Logger
+	store    *Store
+	grpc     *grpc.Server
+	registry *prometheus.Registry
+	guard    *guard.Guard
+}
+
+// New loads config.json, validates the options against it, opens the
+// datastore and builds the guard. Anything that cannot be honoured stops
+// here, before a socket is opened.
+func New(o Options) (*Server, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	auth, err := LoadAuthConfig(o.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Validate(auth); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: o, auth: auth, log: log, registry: prometheus.NewRegistry()}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var icpt []grpc.ServerOption
+	if auth.EnableNodeBindingAuth {
+		g, err := s.newGuard()
+		if err != nil {
+			return nil, err
+		}
+		s.guard = g
+		icpt = append(icpt, grpc.ChainUnaryInterceptor(g.UnaryServerInterceptor(extract)))
+	} else {
+		log.Error("connector: enableNodeBindingAuth is false: NO AUTHENTICATION. Any caller that can reach the socket can submit an event naming any node. This is not a supported production configuration.",
+			"socket", o.Socket)
+	}
+	if o.Role == RoleDeployment {
+		cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("connector: %w", err)
+		}
+		icpt = append(icpt, grpc.Creds(grpccreds.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	if s.store, err = OpenStore(o.Datastore); err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(icpt...)
+	pcv1.RegisterPlatformConnectorServer(s.grpc, &service{s: s})
+	return s, nil
+}
+
+func (s *Server) newGuard() (*guard.Guard, error) {
+	o, a := s.opts, s.auth
+	mode, failOpen := a.Mode, a.FailOpenOnUnavailable
+	local := o.NodeName
+	if o.Role == RoleDeployment {
+		local = ""
+		if mode != guard.Enforce || failOpen {
+			s.log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
+				"AuthMode", string(mode), "AuthFailOpenOnUnavailable", failOpen)
+		}
+		mode, failOpen = guard.Enforce, false
+	}
+	authr := o.Authenticator
+	if authr == nil {
+		k, err := kube.New(kube.Config{Kubeconfig: o.Kubeconfig, Audiences: []string{a.Audience}, Timeout: o.ReviewTimeout})
+		if err != nil {
+			return nil, fmt.Errorf("connector: TokenReview: %w", err)
+		}
+		authr = k
+	}
+	m, err := guard.NewMetrics(s.registry, "platform_connector", guard.NodeBindingReasons)
+	if err != nil {
+		return nil, err
+	}
+	return guard.New(guard.Config{
+		Mode: mode, FailOpenOnUnavailable: failOpen,
+		Authenticator: authn.NewCache(authr, authn.CacheConfig{TTL: o.CacheTTL}),
+		Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: a.CrossNodeServiceAccounts}),
+		Metrics:       m,
+		Logger:        s.log,
+	})
+}
+
+// extract reads the node names of a batch for the guard.
+func extract(_ context.Context, _ string, msg any) (binding.Request, error) {
+	b, ok := msg.(*pcv1.HealthEvents)
+	if !ok {
+		return binding.Request{}, nil
+	}
+	nodes := make([]string, len(b.GetEvents()))
+	for i, e := range b.GetEvents() {
+		nodes[i] = e.GetNodeName()
+	}
+	return binding.Request{Nodes: nodes}, nil
+}
+
+// Registry returns the connector's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Store returns the datastore.
+func (s *Server) Store() *Store { return s.store }
+
+// Run serves until ctx ends, then stops gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := s.listen()
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(lis) }()
+	var metrics *http.Server
+	if s.opts.MetricsListen != "" {
+		ml, err := net.Listen("tcp", s.opts.MetricsListen)
+		if err != nil {
+			s.grpc.Stop()
+			return fmt.Errorf("connector: --metrics-listen: %w", err)
+		}
+		metrics = &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- metrics.Serve(ml) }()
+		s.log.Info("connector: metrics", "address", ml.Addr().String())
+	}
+	s.log.Info("connector: serving", "role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
+		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.auth.Mode), "failOpenOnUnavailable", s.auth.FailOpenOnUnavailable)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("connector: serving failed", "err", err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.grpc.Stop()
+	}
+	if metrics != nil {
+		_ = metrics.Close()
+	}
+	return s.store.Close()
+}
+
+func (s *Server) listen() (net.Listener, error) {
+	if s.opts.Role == RoleDeployment {
+		lis, err := net.Listen("tcp", s.opts.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("connector: --listen: %w", err)
+		}
+		return lis, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.opts.Socket), 0o755); err != nil {
+		return nil, fmt.Errorf("connector: --socket: %w", err)
+	}
+	if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("connector: --socket: removing a stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", s.opts.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("connector: --socket: %w", err)
+	}
+	if err := os.Chmod(s.opts.Socket, 0o660); err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("connector: --socket: %w", err)
+	}
+	return lis, nil
+}
+
+func (s *Server) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.store.db.PingContext(r.Context()); err != nil {
+			http.Error(w, "datastore: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+type service struct {
+	pcv1.UnimplementedPlatformConnectorServer
+	s *Server
+}
+
+// HealthEventOccurredV1 stores a batch whole, with node names stamped.
+func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEvents) (*emptypb.Empty, error) {
+	s := svc.s
+	req, _ := extract(ctx, "", in)
+	nodes := req.Nodes
+	caller, scope := "", binding.ScopeNodeLocal
+	stamped := nodes
+	if v, ok := guard.FromContext(ctx); ok {
+		stamped = v.Stamp(nodes)
+		if v.Caller != nil {
+			caller = v.Caller.Username
+		}
+		if v.Decision.Scope != "" {
+			scope = v.Decision.Scope
+		}
+	} else {
+		// Node binding disabled: blank names still get this node.
+		stamped = binding.Stamp(nodes, binding.Decision{StampNode: s.opts.NodeName})
+		scope = "unauthenticated"
+	}
+	events := make([]*pcv1.HealthEvent, len(in.GetEvents()))
+	for i, e := range in.GetEvents() {
+		if stamped[i] == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "event %d has no node name and none could be stamped", i)
+		}
+		c := proto.Clone(e).(*pcv1.HealthEvent)
+		c.NodeName = stamped[i]
+		events[i] = c
+	}
+	if len(events) == 0 {
+		return &emptypb.Empty{}, nil
+	}
+	if err := s.store.Append(ctx, caller, scope, events); err != nil {
+		s.log.Error("connector: storing a batch failed", "err", err, "events", len(events))
+		return nil, status.Error(codes.Unavailable, "datastore unavailable; the batch was not stored, retry")
+	}
+	return &emptypb.Empty{}, nil
+}

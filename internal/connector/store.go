@@ -1,0 +1,129 @@
+package connector
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+)
+
+// Store keeps accepted events in SQLite, one transaction per batch: a batch
+// is stored whole or not at all, and is durable when Append returns.
+type Store struct {
+	db *sql.DB
+}
+
+// StoredEvent is an event as stored: with the node name as stamped, and who
+// sent it under which scope.
+type StoredEvent struct {
+	ID         int64
+	Node       string
+	Caller     string
+	Scope      string
+	ReceivedAt time.Time
+	Event      *pcv1.HealthEvent
+}
+
+// OpenStore opens (creating if needed) the SQLite database at path.
+func OpenStore(path string) (*Store, error) {
+	// WAL keeps readers off the writer's back; synchronous=FULL makes every
+	// committed batch durable before the RPC returns.
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connector: datastore %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // one writer; SQLite serialises writes anyway
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS health_events (
+		id          INTEGER PRIMARY KEY AUTOINCREMENT,
+		node_name   TEXT NOT NULL,
+		caller      TEXT NOT NULL,
+		scope       TEXT NOT NULL,
+		received_at INTEGER NOT NULL,
+		event       TEXT NOT NULL
+	);
+	CREATE INDEX IF NOT EXISTS health_events_node ON health_events(node_name, id);`); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connector: datastore %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Append stores a batch in one transaction. Every event must carry a node
+// name by now.
+func (s *Store) Append(ctx context.Context, caller, scope string, events []*pcv1.HealthEvent) error {
+	for i, e := range events {
+		if e.GetNodeName() == "" {
+			return fmt.Errorf("connector: event %d has no node name", i)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer stmt.Close()
+	now := time.Now().UnixNano()
+	for _, e := range events {
+		b, err := protojson.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("connector: encoding event: %w", err)
+		}
+		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, string(b)); err != nil {
+			return fmt.Errorf("connector: datastore: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	return nil
+}
+
+// List returns stored events in order, for one node or all ("").
+func (s *Store) List(ctx context.Context, node string, limit int) ([]StoredEvent, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	q := `SELECT id, node_name, caller, scope, received_at, event FROM health_events`
+	args := []any{}
+	if node != "" {
+		q += ` WHERE node_name = ?`
+		args = append(args, node)
+	}
+	q += ` ORDER BY id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer rows.Close()
+	var out []StoredEvent
+	for rows.Next() {
+		var e StoredEvent
+		var at int64
+		var body string
+		if err := rows.Scan(&e.ID, &e.Node, &e.Caller, &e.Scope, &at, &body); err != nil {
+			return nil, fmt.Errorf("connector: datastore: %w", err)
+		}
+		e.ReceivedAt = time.Unix(0, at)
+		e.Event = &pcv1.HealthEvent{}
+		if err := protojson.Unmarshal([]byte(body), e.Event); err != nil {
+			return nil, fmt.Errorf("connector: datastore: event %d: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	return out, errors.Join(rows.Err())
+}
