@@ -232,7 +232,9 @@ func (a *Authenticator) review(ctx context.Context, token string) (*authv1.Token
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &authn.Error{Reason: authn.ValidatorTimeout, Err: fmt.Errorf("TokenReview (attempt %d): %w", attempt, ctx.Err())}
+			// Out of time between attempts: the validator's last answer is
+			// the verdict's class, not the wait.
+			return nil, &authn.Error{Reason: class, Err: fmt.Errorf("TokenReview (attempt %d, out of time to retry): %w", attempt, err)}
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, time.Second)
@@ -244,6 +246,9 @@ func (a *Authenticator) review(ctx context.Context, token string) (*authv1.Token
 func classify(ctx context.Context, err error) (authn.Reason, bool) {
 	var netErr net.Error
 	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || isDNS(err):
+		// Nothing listens: unavailable, whatever time is left.
+		return authn.ValidatorUnavailable, true
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
 		return authn.ValidatorTimeout, false
 	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
@@ -256,8 +261,7 @@ func classify(ctx context.Context, err error) (authn.Reason, bool) {
 		return authn.ValidatorError, false
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return authn.ValidatorTimeout, true
-	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || isDNS(err) || isConnectionError(err):
+	case errors.Is(err, syscall.ECONNRESET) || isConnectionError(err):
 		return authn.ValidatorUnavailable, true
 	default:
 		return authn.ValidatorError, false

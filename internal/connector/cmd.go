@@ -40,6 +40,9 @@ node-binding settings; see docs/platform-connector.md.`,
 			}
 			o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 			o.Role = Role(role)
+			if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
+				o.Socket = "" // the default socket path belongs to the socket role
+			}
 			if o.NodeName == "" {
 				o.NodeName = getenv("NODE_NAME")
 			}

@@ -256,7 +256,7 @@ func (s *Server) listen() (net.Listener, error) {
 		}
 		return lis, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(s.opts.Socket), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(s.opts.Socket), 0o750); err != nil {
 		return nil, fmt.Errorf("connector: --socket: %w", err)
 	}
 	if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -266,7 +266,9 @@ func (s *Server) listen() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connector: --socket: %w", err)
 	}
-	if err := os.Chmod(s.opts.Socket, 0o660); err != nil {
+	// Publishers on the node reach the socket through its group; reaching
+	// it grants node-local scope, so no one else may.
+	if err := os.Chmod(s.opts.Socket, 0o660); err != nil { //nolint:gosec // a socket needs group write for publishers to connect.
 		_ = lis.Close()
 		return nil, fmt.Errorf("connector: --socket: %w", err)
 	}
@@ -298,7 +300,7 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	req, _ := extract(ctx, "", in)
 	nodes := req.Nodes
 	caller, scope := "", binding.ScopeNodeLocal
-	stamped := nodes
+	var stamped []string
 	if v, ok := guard.FromContext(ctx); ok {
 		stamped = v.Stamp(nodes)
 		if v.Caller != nil {

@@ -358,3 +358,25 @@ func (s *Server) RESTAs(token string) *rest.Config {
 	c.BearerToken = token
 	return c
 }
+
+// WriteKubeconfig writes a kubeconfig for the admin user to path, for
+// binaries under test that take --kubeconfig.
+func (s *Server) WriteKubeconfig(path string) error {
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, s.URL, s.CAFile, AdminToken)
+	return os.WriteFile(path, []byte(kc), 0o600)
+}
