@@ -91,7 +91,7 @@ func TestSocketRoleDevIssuer(t *testing.T) {
 	d := startDev(t)
 	for _, mode := range []string{"enforce", "audit"} {
 		t.Run(mode, func(t *testing.T) {
-			p := startProc(t, configJSON(aud, []string{monitor}, mode, false), []string{"NODE_NAME=" + localNode},
+			p := startProc(t, configJSON([]string{monitor}, mode, false), []string{"NODE_NAME=" + localNode},
 				"--kubeconfig", d.iss.KubeconfigFile())
 			audit := mode == "audit"
 			agent := d.token(t, "gpu-health-monitor", "gpu-mon-"+mode, localNode, aud)
@@ -139,7 +139,7 @@ func TestFailOpenMidRun(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failOpen=%t", failOpen), func(t *testing.T) {
 			d := startDev(t)
-			p := startProc(t, configJSON(aud, []string{monitor}, "enforce", failOpen), []string{"NODE_NAME=" + localNode},
+			p := startProc(t, configJSON([]string{monitor}, "enforce", failOpen), []string{"NODE_NAME=" + localNode},
 				"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "500ms")
 			warm := d.token(t, "gpu-health-monitor", "gpu-warm", localNode, aud)
 			check(t, "before the outage", send(t, p, warm, ""), outcome{code: codes.OK, stored: []string{localNode},
@@ -209,7 +209,7 @@ func TestDeploymentRoleDevIssuer(t *testing.T) {
 	writeFile(t, keyFile, keyPEM)
 	caFile, _ := ca.WriteCA(filepath.Join(dir, "ca.crt"))
 	addr := freeAddr(t)
-	p := startProc(t, configJSON(aud, []string{monitor}, "audit", true), nil,
+	p := startProc(t, configJSON([]string{monitor}, "audit", true), nil,
 		"--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", d.iss.KubeconfigFile())
 	p.addr = addr
 	if log := p.stderr.String(); !strings.Contains(log, "always enforces") {
@@ -244,10 +244,10 @@ func TestStartupRefusals(t *testing.T) {
 		{"enableNodeBindingAuth missing", `{"AuthAudience": "a", "AuthCrossNodeServiceAccounts": []}`, []string{"NODE_NAME=n"}, nil, "enableNodeBindingAuth is required"},
 		{"quoted false", `{"enableNodeBindingAuth": "false"}`, []string{"NODE_NAME=n"}, nil, "real boolean"},
 		{"cross-node null", `{"enableNodeBindingAuth": true, "AuthAudience": "a", "AuthCrossNodeServiceAccounts": null}`, []string{"NODE_NAME=n"}, nil, "AuthCrossNodeServiceAccounts is null"},
-		{"socket role without NODE_NAME", configJSON(aud, nil, "", false), []string{"NODE_NAME="}, nil, "NODE_NAME"},
+		{"socket role without NODE_NAME", configJSON(nil, "", false), []string{"NODE_NAME="}, nil, "NODE_NAME"},
 		{"deployment without node binding", `{"enableNodeBindingAuth": false}`, nil, []string{"--role", "deployment", "--listen", "127.0.0.1:0", "--tls-cert-file", "x", "--tls-key-file", "y"}, "requires enableNodeBindingAuth: true"},
-		{"deployment without TLS", configJSON(aud, nil, "", false), nil, []string{"--role", "deployment", "--listen", "127.0.0.1:0"}, "TLS only"},
-		{"unknown role", configJSON(aud, nil, "", false), []string{"NODE_NAME=n"}, []string{"--role", "sidecar"}, `--role "sidecar"`},
+		{"deployment without TLS", configJSON(nil, "", false), nil, []string{"--role", "deployment", "--listen", "127.0.0.1:0"}, "TLS only"},
+		{"unknown role", configJSON(nil, "", false), []string{"NODE_NAME=n"}, []string{"--role", "sidecar"}, `--role "sidecar"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

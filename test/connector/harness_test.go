@@ -239,8 +239,8 @@ func writeToken(t *testing.T, tok string) string {
 }
 
 // configJSON is an enabled node-binding config.json.
-func configJSON(audience string, cross []string, mode string, failOpen bool) string {
-	m := map[string]any{"enableNodeBindingAuth": true, "AuthAudience": audience, "AuthCrossNodeServiceAccounts": cross}
+func configJSON(cross []string, mode string, failOpen bool) string {
+	m := map[string]any{"enableNodeBindingAuth": true, "AuthAudience": aud, "AuthCrossNodeServiceAccounts": cross}
 	if cross == nil {
 		m["AuthCrossNodeServiceAccounts"] = []string{}
 	}
