@@ -84,6 +84,7 @@ func Run(ctx context.Context) ([]Result, error) {
 		validatorForbidden,
 	}
 	scenarios = append(scenarios, nodeScenarios...)
+	scenarios = append(scenarios, connectorSocket, connectorDeployment, connectorConfigRefused)
 	results := make([]Result, 0, len(scenarios))
 	for _, s := range scenarios {
 		results = append(results, s(ctx, e))

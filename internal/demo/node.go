@@ -36,14 +36,14 @@ const (
 	crossNodeSA   = "system:serviceaccount:nvsentinel:csp-health-monitor"
 )
 
-// connector is one running socket-role connector.
-type connector struct {
+// guardedServer is a socket-role events server behind the guard.
+type guardedServer struct {
 	conn *grpc.ClientConn
 	reg  *prometheus.Registry
 	stop func()
 }
 
-func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool) (*connector, error) {
+func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool) (*guardedServer, error) {
 	var auth authn.Authenticator
 	var err error
 	if validatorDown {
@@ -89,12 +89,12 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 		srv.Stop()
 		return nil, err
 	}
-	return &connector{conn: conn, reg: reg, stop: func() { _ = conn.Close(); srv.Stop() }}, nil
+	return &guardedServer{conn: conn, reg: reg, stop: func() { _ = conn.Close(); srv.Stop() }}, nil
 }
 
 // report sends a batch and describes what happened: the code and reason,
 // or the nodes as stamped; and which counters moved.
-func (c *connector) report(ctx context.Context, tok string, nodes ...string) (code, reason string, stamped []string, moved string) {
+func (c *guardedServer) report(ctx context.Context, tok string, nodes ...string) (code, reason string, stamped []string, moved string) {
 	before := gather(c.reg)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

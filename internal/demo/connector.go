@@ -1,0 +1,172 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/pki"
+)
+
+// The platform-connector itself, in-process: its config loader, its store,
+// both roles, against the dev issuer through TokenReview.
+
+const connectorConfig = `{"enableNodeBindingAuth": true, "AuthAudience": "platform-connector",
+	"AuthCrossNodeServiceAccounts": ["system:serviceaccount:nvsentinel:csp-health-monitor"]}`
+
+// runConnector starts a connector and returns it with its stop function.
+func (e *env) runConnector(name string, o connector.Options) (*connector.Server, func(), error) {
+	dir := filepath.Join(e.dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	o.ConfigFile = filepath.Join(dir, "config.json")
+	if err := os.WriteFile(o.ConfigFile, []byte(connectorConfig), 0o600); err != nil {
+		return nil, nil, err
+	}
+	o.Datastore = filepath.Join(dir, "events.db")
+	o.Kubeconfig = e.iss.KubeconfigFile()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := connector.New(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	return s, func() { cancel(); _ = <-done }, nil
+}
+
+func waitFor(path string) error {
+	for i := 0; i < 500; i++ {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("%s never appeared", path)
+}
+
+func (e *env) tokenFile(name string, req devissuer.TokenRequest) (string, error) {
+	tok, err := e.iss.Mint(req)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(e.dir, name+".token")
+	return p, os.WriteFile(p, []byte(tok.Token), 0o600)
+}
+
+func connectorSocket(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "connector (socket): pod-bound publisher, blank node", Expected: "stored about node-a, caller named"}
+	sock := filepath.Join(e.dir, "pc-socket.sock")
+	s, stop, err := e.runConnector("socket", connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock})
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stop()
+	if err := waitFor(sock); err != nil {
+		return fail(r, err)
+	}
+	tf, err := e.tokenFile("gpu-mon", devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}, Pod: "gpu-mon-socket", Node: connectorNode})
+	if err != nil {
+		return fail(r, err)
+	}
+	pub, err := connector.NewPublisher(credentials.Config{Address: "unix://" + sock, TokenFile: tf})
+	if err != nil {
+		return fail(r, err)
+	}
+	defer pub.Close()
+	if err := pub.Publish(ctx, &pcv1.HealthEvent{CheckName: "GpuXid", Message: "xid 79"}); err != nil {
+		return fail(r, err)
+	}
+	stored, err := s.Store().List(ctx, "", 0)
+	if err != nil || len(stored) != 1 {
+		return fail(r, fmt.Errorf("stored %d events: %w", len(stored), err))
+	}
+	r.Observed = fmt.Sprintf("stored: node=%s caller=%s scope=%s", stored[0].Node, strings.TrimPrefix(stored[0].Caller, "system:serviceaccount:"), stored[0].Scope)
+	r.Pass = stored[0].Node == connectorNode && stored[0].Caller == "system:serviceaccount:nvsentinel:gpu-health-monitor"
+	return r
+}
+
+func connectorDeployment(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "connector (deployment): token bound to no pod", Expected: "PermissionDenied unbound_token; nothing stored"}
+	ca, err := pki.NewCA("demo connector")
+	if err != nil {
+		return fail(r, err)
+	}
+	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
+	if err != nil {
+		return fail(r, err)
+	}
+	certFile, keyFile := filepath.Join(e.dir, "pc.crt"), filepath.Join(e.dir, "pc.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return fail(r, err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return fail(r, err)
+	}
+	caFile, err := ca.WriteCA(filepath.Join(e.dir, "pc-ca.crt"))
+	if err != nil {
+		return fail(r, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(r, err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	s, stop, err := e.runConnector("deployment", connector.Options{Role: connector.RoleDeployment, Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile})
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stop()
+	tf, err := e.tokenFile("unbound", devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}})
+	if err != nil {
+		return fail(r, err)
+	}
+	pub, err := connector.NewPublisher(credentials.Config{Address: addr, TLS: true, CAFile: caFile, ServerName: "localhost", TokenFile: tf})
+	if err != nil {
+		return fail(r, err)
+	}
+	defer pub.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = pub.PublishRetrying(cctx, &pcv1.HealthEvent{CheckName: "GpuXid", NodeName: "node-b"})
+	st := status.Convert(err)
+	stored, _ := s.Store().List(ctx, "", 0)
+	r.Observed = fmt.Sprintf("%s %s; stored %d", st.Code(), st.Message(), len(stored))
+	r.Pass = st.Code().String() == "PermissionDenied" && st.Message() == "unbound_token" && len(stored) == 0
+	return r
+}
+
+func connectorConfigRefused(_ context.Context, e *env) Result {
+	r := Result{Scenario: "connector: config.json with a quoted \"false\"", Expected: "refuses to start, naming the key"}
+	dir := filepath.Join(e.dir, "badconfig")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(r, err)
+	}
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"enableNodeBindingAuth": "false"}`), 0o600); err != nil {
+		return fail(r, err)
+	}
+	_, err := connector.New(connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: filepath.Join(dir, "s.sock"), ConfigFile: cfg, Datastore: filepath.Join(dir, "db")})
+	if err == nil {
+		r.Observed = "started"
+		return r
+	}
+	r.Observed = "refused: " + detail(err, "")
+	r.Pass = strings.Contains(err.Error(), "enableNodeBindingAuth") && strings.Contains(err.Error(), "real boolean")
+	return r
+}
