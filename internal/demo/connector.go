@@ -44,9 +44,9 @@ func (e *env) runConnector(name string, o connector.Options) (*connector.Server,
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	return s, func() { cancel(); _ = <-done }, nil
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	return s, func() { cancel(); <-done }, nil
 }
 
 func waitFor(path string) error {
