@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/callerauth/callerauth/internal/pki"
 )
 
 // TestSocketRoleKubeAPIServer runs the socket role against a real
@@ -48,19 +50,63 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 	if err := s.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, configJSON([]string{monitor}, "enforce", false), []string{"NODE_NAME=" + localNode}, "--kubeconfig", kubeconfig)
+	for _, mode := range []string{"enforce", "audit"} {
+		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, pod, token) })
+	}
+	t.Run("deployment", func(t *testing.T) { kubeDeploymentRole(t, kubeconfig, pod, token) })
+}
 
-	agent := token("gpu-health-monitor", pod("gpu-mon-a", "gpu-health-monitor", localNode))
+func kubeSocketRole(t *testing.T, mode, kubeconfig string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
+	p := startProc(t, configJSON([]string{monitor}, mode, false), []string{"NODE_NAME=" + localNode}, "--kubeconfig", kubeconfig)
+	audit := mode == "audit"
+	refuse := func(reason, claim string, wouldStore ...string) outcome {
+		if audit {
+			return outcome{code: codes.OK, stored: wouldStore, moved: "decisions_total{node_local}+1 node_claim_total{" + claim + "}+1 violations_total{" + reason + "}+1"}
+		}
+		return outcome{code: codes.PermissionDenied, reason: reason, moved: "node_claim_total{" + claim + "}+1 violations_total{" + reason + "}+1"}
+	}
+
+	agent := token("gpu-health-monitor", pod("gpu-mon-a-"+mode, "gpu-health-monitor", localNode))
 	check(t, "own-node agent, blank stamped", send(t, p, agent, ""),
 		outcome{code: codes.OK, stored: []string{localNode}, moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
-	check(t, "own-node agent names another node", send(t, p, agent, "node-b"),
-		outcome{code: codes.PermissionDenied, reason: "node_mismatch", moved: "node_claim_total{verified}+1 violations_total{node_mismatch}+1"})
-	check(t, "a token issued on node-b presented to node-a", send(t, p, token("gpu-health-monitor", pod("gpu-mon-b", "gpu-health-monitor", "node-b")), ""),
-		outcome{code: codes.PermissionDenied, reason: "node_claim_mismatch", moved: "node_claim_total{verified}+1 violations_total{node_claim_mismatch}+1"})
-	check(t, "allowlisted monitor bound to a pod on this node names other nodes", send(t, p, token("csp-health-monitor", pod("csp-0", "csp-health-monitor", localNode)), "node-b"),
+	check(t, "own-node agent names another node", send(t, p, agent, "node-b"), refuse("node_mismatch", "verified", "node-b"))
+	check(t, "a token issued on node-b presented to node-a", send(t, p, token("gpu-health-monitor", pod("gpu-mon-b-"+mode, "gpu-health-monitor", "node-b")), ""),
+		refuse("node_claim_mismatch", "verified", localNode))
+	check(t, "allowlisted monitor bound to a pod on this node names other nodes", send(t, p, token("csp-health-monitor", pod("csp-0-"+mode, "csp-health-monitor", localNode)), "node-b"),
 		outcome{code: codes.OK, stored: []string{"node-b"}, moved: "decisions_total{cross_node}+1 node_claim_total{verified}+1"})
 	check(t, "allowlisted monitor without a bound pod (kubectl create token)", send(t, p, token("csp-health-monitor", nil), localNode),
-		outcome{code: codes.PermissionDenied, reason: "unbound_cross_node_token", moved: "node_claim_total{absent}+1 violations_total{unbound_cross_node_token}+1"})
-	check(t, "allowlisted monitor whose pod was never scheduled", send(t, p, token("csp-health-monitor", pod("csp-pending", "csp-health-monitor", "")), "node-b"),
-		outcome{code: codes.PermissionDenied, reason: "cross_node_claim_absent", moved: "node_claim_total{absent}+1 violations_total{cross_node_claim_absent}+1"})
+		refuse("unbound_cross_node_token", "absent", localNode))
+	check(t, "allowlisted monitor whose pod was never scheduled", send(t, p, token("csp-health-monitor", pod("csp-pending-"+mode, "csp-health-monitor", "")), "node-b"),
+		refuse("cross_node_claim_absent", "absent", "node-b"))
+}
+
+func kubeDeploymentRole(t *testing.T, kubeconfig string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
+	ca, err := pki.NewCA("connector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM)
+	caFile, _ := ca.WriteCA(filepath.Join(dir, "ca.crt"))
+	addr := freeAddr(t)
+	p := startProc(t, configJSON([]string{monitor}, "enforce", false), nil,
+		"--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", kubeconfig)
+	p.addr = addr
+	check(t, "deployment: no token", sendTLS(t, p, caFile, "", "node-b"),
+		outcome{code: codes.Unauthenticated, reason: "token_missing", moved: "violations_total{token_missing}+1"})
+	check(t, "deployment: a token bound to no pod", sendTLS(t, p, caFile, token("gpu-health-monitor", nil), "node-b"),
+		outcome{code: codes.PermissionDenied, reason: "unbound_token", moved: "node_claim_total{absent}+1 violations_total{unbound_token}+1"})
+	check(t, "deployment: a pod never scheduled", sendTLS(t, p, caFile, token("gpu-health-monitor", pod("gpu-pending-d", "gpu-health-monitor", "")), ""),
+		outcome{code: codes.PermissionDenied, reason: "node_claim_absent", moved: "node_claim_total{absent}+1 violations_total{node_claim_absent}+1"})
+	onB := token("gpu-health-monitor", pod("gpu-on-b-d", "gpu-health-monitor", "node-b"))
+	check(t, "deployment: the token's node is the node it reports on", sendTLS(t, p, caFile, onB, "", "node-b"),
+		outcome{code: codes.OK, stored: []string{"node-b", "node-b"}, moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
+	check(t, "deployment: another node", sendTLS(t, p, caFile, onB, localNode),
+		outcome{code: codes.PermissionDenied, reason: "node_mismatch", moved: "node_claim_total{verified}+1 violations_total{node_mismatch}+1"})
 }
