@@ -207,7 +207,7 @@ func TestSuspiciousAnswers(t *testing.T) {
 // the cache keeps serving earlier successful verdicts.
 func TestFaults(t *testing.T) {
 	e := start(t, nil)
-	cache := authn.NewCache(e.authenticator(t, kube.Config{Timeout: 400 * time.Millisecond}), authn.CacheConfig{})
+	cache := authn.NewCache(e.authenticator(t, kube.Config{Timeout: 1500 * time.Millisecond}), authn.CacheConfig{})
 	earlier := e.mint(t, devissuer.TokenRequest{})
 	if _, err := cache.Authenticate(context.Background(), earlier.Token); err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestUnreachable(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close() // nothing listens here now
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, BearerToken: "x", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
-		Audiences: []string{aud}, Timeout: 500 * time.Millisecond})
+		Audiences: []string{aud}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

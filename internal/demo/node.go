@@ -54,7 +54,7 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 		addr := lis.Addr().String()
 		_ = lis.Close()
 		auth, err = kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
-			Audiences: []string{connectorAud}, Timeout: 300 * time.Millisecond})
+			Audiences: []string{connectorAud}, Timeout: time.Second})
 	} else {
 		auth, err = kube.New(kube.Config{Kubeconfig: e.iss.KubeconfigFile(), Audiences: []string{connectorAud}})
 	}

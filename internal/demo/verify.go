@@ -207,7 +207,7 @@ func validatorUnavailable(ctx context.Context, e *env) Result {
 	addr := lis.Addr().String()
 	_ = lis.Close() // nothing listens there now
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
-		Audiences: []string{demoAudience}, Timeout: 300 * time.Millisecond})
+		Audiences: []string{demoAudience}, Timeout: time.Second})
 	if err != nil {
 		return fail(r, err)
 	}

@@ -140,7 +140,7 @@ func TestFailOpenMidRun(t *testing.T) {
 		t.Run(fmt.Sprintf("failOpen=%t", failOpen), func(t *testing.T) {
 			d := startDev(t)
 			p := startProc(t, configJSON([]string{monitor}, "enforce", failOpen), []string{"NODE_NAME=" + localNode},
-				"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "500ms")
+				"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "2s")
 			warm := d.token(t, "gpu-health-monitor", "gpu-warm", localNode, aud)
 			check(t, "before the outage", send(t, p, warm, ""), outcome{code: codes.OK, stored: []string{localNode},
 				moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
