@@ -3,6 +3,8 @@ package binding
 import (
 	"fmt"
 	"slices"
+
+	"github.com/callerauth/callerauth/authn"
 )
 
 // Node binding reasons (seed 003).
@@ -103,6 +105,12 @@ func socketNode(local string, cross []string, s Subject, r Request, d *Decision)
 		return &Violation{Reason: ReasonCrossNodeClaimAbsent, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s is on the cross-node list but its pod %q was never scheduled", c.Username, c.PodName)}
 	}
+	return grantCrossNode(c, r, d)
+}
+
+// grantCrossNode gives a verified, allowlisted, pod-bound caller cross-node
+// scope: its events may name any node, and so must name one.
+func grantCrossNode(c *authn.Caller, r Request, d *Decision) *Violation {
 	d.Scope, d.StampNode = ScopeCrossNode, ""
 	if slices.Contains(r.Nodes, "") {
 		return &Violation{Reason: ReasonMissingNodeName, Code: PermissionDenied, Always: true,
@@ -130,12 +138,7 @@ func deploymentNode(cross []string, s Subject, r Request, d *Decision) *Violatio
 			Detail: fmt.Sprintf("%s presented a token bound to pod %q, which was never scheduled", c.Username, c.PodName)}
 	}
 	if slices.Contains(cross, c.Username) {
-		d.Scope, d.StampNode = ScopeCrossNode, ""
-		if slices.Contains(r.Nodes, "") {
-			return &Violation{Reason: ReasonMissingNodeName, Code: PermissionDenied, Always: true,
-				Detail: fmt.Sprintf("%s has cross-node scope and sent an event with no node name", c.Username)}
-		}
-		return nil
+		return grantCrossNode(c, r, d)
 	}
 	d.Scope, d.StampNode = ScopeNodeLocal, c.NodeName
 	if other := otherNode(r.Nodes, c.NodeName); other != "" {

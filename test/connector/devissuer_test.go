@@ -3,7 +3,6 @@ package connector_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/pki"
 )
 
 const (
@@ -195,23 +193,7 @@ func TestFailOpenMidRun(t *testing.T) {
 // fail-open in config.json are warned about and ignored.
 func TestDeploymentRoleDevIssuer(t *testing.T) {
 	d := startDev(t)
-	ca, err := pki.NewCA("connector")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeFile(t, certFile, certPEM)
-	writeFile(t, keyFile, keyPEM)
-	caFile, _ := ca.WriteCA(filepath.Join(dir, "ca.crt"))
-	addr := freeAddr(t)
-	p := startProc(t, configJSON([]string{monitor}, "audit", true), nil,
-		"--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", d.iss.KubeconfigFile())
-	p.addr = addr
+	p, caFile := startDeployment(t, configJSON([]string{monitor}, "audit", true), d.iss.KubeconfigFile())
 	if log := p.stderr.String(); !strings.Contains(log, "always enforces") {
 		t.Errorf("no warning about audit/fail-open in the deployment role:\n%s", log)
 	}

@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"google.golang.org/grpc/codes"
-
-	"github.com/callerauth/callerauth/internal/pki"
 )
 
 // TestSocketRoleKubeAPIServer runs the socket role against a real
@@ -81,23 +79,7 @@ func kubeSocketRole(t *testing.T, mode, kubeconfig string, pod func(name, sa, no
 }
 
 func kubeDeploymentRole(t *testing.T, kubeconfig string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
-	ca, err := pki.NewCA("connector")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeFile(t, certFile, certPEM)
-	writeFile(t, keyFile, keyPEM)
-	caFile, _ := ca.WriteCA(filepath.Join(dir, "ca.crt"))
-	addr := freeAddr(t)
-	p := startProc(t, configJSON([]string{monitor}, "enforce", false), nil,
-		"--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", kubeconfig)
-	p.addr = addr
+	p, caFile := startDeployment(t, configJSON([]string{monitor}, "enforce", false), kubeconfig)
 	check(t, "deployment: no token", sendTLS(t, p, caFile, "", "node-b"),
 		outcome{code: codes.Unauthenticated, reason: "token_missing", moved: "violations_total{token_missing}+1"})
 	check(t, "deployment: a token bound to no pod", sendTLS(t, p, caFile, token("gpu-health-monitor", nil), "node-b"),

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/pki"
 )
 
 func writeFile(t *testing.T, path string, b []byte) {
@@ -18,6 +20,39 @@ func writeFile(t *testing.T, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deploymentTLS writes a serving key pair for the loopback names and the CA
+// that signed it: certFile, keyFile, caFile.
+func deploymentTLS(t *testing.T) (string, string, string) {
+	t.Helper()
+	ca, err := pki.NewCA("connector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM)
+	caFile, err := ca.WriteCA(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, caFile
+}
+
+// startDeployment runs the deployment role on a free loopback port.
+func startDeployment(t *testing.T, config, kubeconfig string) (*proc, string) {
+	t.Helper()
+	certFile, keyFile, caFile := deploymentTLS(t)
+	addr := freeAddr(t)
+	p := startProc(t, config, nil, "--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", kubeconfig)
+	p.addr = addr
+	return p, caFile
 }
 
 // sendTLS publishes to the deployment role over TLS.
