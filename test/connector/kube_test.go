@@ -2,10 +2,13 @@ package connector_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"google.golang.org/grpc/codes"
 )
@@ -16,7 +19,10 @@ import (
 func TestSocketRoleKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
 	s := apiserver
-	const ns = "nvsentinel"
+	// A namespace of its own per run: without a controller-manager, deleted
+	// namespaces are never cleaned up.
+	ns := fmt.Sprintf("nvsentinel-%d", time.Now().UnixNano()%1e9)
+	crossNode := []string{"system:serviceaccount:" + ns + ":csp-health-monitor"}
 	if err := s.Namespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +32,7 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 		}
 	}
 	for _, n := range []string{localNode, "node-b"} {
-		if _, err := s.Node(ctx, n); err != nil {
+		if _, err := s.Node(ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -49,13 +55,13 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{"enforce", "audit"} {
-		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, pod, token) })
+		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, crossNode, pod, token) })
 	}
-	t.Run("deployment", func(t *testing.T) { kubeDeploymentRole(t, kubeconfig, pod, token) })
+	t.Run("deployment", func(t *testing.T) { kubeDeploymentRole(t, kubeconfig, crossNode, pod, token) })
 }
 
-func kubeSocketRole(t *testing.T, mode, kubeconfig string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
-	p := startProc(t, configJSON([]string{monitor}, mode, false), []string{"NODE_NAME=" + localNode}, "--kubeconfig", kubeconfig)
+func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
+	p := startProc(t, configJSON(crossNode, mode, false), []string{"NODE_NAME=" + localNode}, "--kubeconfig", kubeconfig)
 	audit := mode == "audit"
 	refuse := func(reason, claim string, wouldStore ...string) outcome {
 		if audit {
@@ -78,8 +84,8 @@ func kubeSocketRole(t *testing.T, mode, kubeconfig string, pod func(name, sa, no
 		refuse("cross_node_claim_absent", "absent", "node-b"))
 }
 
-func kubeDeploymentRole(t *testing.T, kubeconfig string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
-	p, caFile := startDeployment(t, configJSON([]string{monitor}, "enforce", false), kubeconfig)
+func kubeDeploymentRole(t *testing.T, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
+	p, caFile := startDeployment(t, configJSON(crossNode, "enforce", false), kubeconfig)
 	check(t, "deployment: no token", sendTLS(t, p, caFile, "", "node-b"),
 		outcome{code: codes.Unauthenticated, reason: "token_missing", moved: "violations_total{token_missing}+1"})
 	check(t, "deployment: a token bound to no pod", sendTLS(t, p, caFile, token("gpu-health-monitor", nil), "node-b"),
