@@ -1,0 +1,174 @@
+package decision
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// JWSType is the typ header of a signed record.
+const JWSType = "flex-auth-decision+jwt"
+
+// Algorithms a record may be signed with.
+var Algorithms = []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}
+
+// Signed is the PDP's response: the record and its signature.
+type Signed struct {
+	Record    json.RawMessage `json:"record"`
+	RecordJWS string          `json:"record_jws"`
+}
+
+// Signer signs records with the newest of its keys and publishes all of
+// them, so that keys can rotate without breaking consumers that hold the
+// previous JWKS.
+type Signer struct {
+	keys    []jose.JSONWebKey // private, oldest first
+	signer  jose.Signer
+	current jose.JSONWebKey
+}
+
+// NewSigner takes keys oldest first; the last one signs. Each must be an
+// ECDSA P-256 or Ed25519 private key.
+func NewSigner(keys ...crypto.Signer) (*Signer, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("decision: at least one signing key is required")
+	}
+	s := &Signer{}
+	for i, k := range keys {
+		alg, err := algorithmOf(k)
+		if err != nil {
+			return nil, fmt.Errorf("decision: key %d: %w", i, err)
+		}
+		jwk := jose.JSONWebKey{Key: k, Algorithm: string(alg), Use: "sig"}
+		pub := jwk.Public()
+		tp, err := pub.Thumbprint(crypto.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("decision: key %d: %w", i, err)
+		}
+		jwk.KeyID = base64url(tp)
+		s.keys = append(s.keys, jwk)
+	}
+	s.current = s.keys[len(s.keys)-1]
+	opts := (&jose.SignerOptions{}).WithType(JWSType).WithHeader("kid", s.current.KeyID)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.SignatureAlgorithm(s.current.Algorithm), Key: s.current.Key}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("decision: %w", err)
+	}
+	s.signer = signer
+	return s, nil
+}
+
+func algorithmOf(k crypto.Signer) (jose.SignatureAlgorithm, error) {
+	switch k := k.(type) {
+	case *ecdsa.PrivateKey:
+		if k.Curve != elliptic.P256() {
+			return "", errors.New("an ECDSA key must be on P-256 (ES256)")
+		}
+		return jose.ES256, nil
+	case ed25519.PrivateKey:
+		return jose.EdDSA, nil
+	default:
+		return "", fmt.Errorf("unsupported key type %T (want ECDSA P-256 or Ed25519)", k)
+	}
+}
+
+// KeyID returns the kid of the signing key.
+func (s *Signer) KeyID() string { return s.current.KeyID }
+
+// JWKS returns the public keys, newest last.
+func (s *Signer) JWKS() jose.JSONWebKeySet {
+	var set jose.JSONWebKeySet
+	for _, k := range s.keys {
+		set.Keys = append(set.Keys, k.Public())
+	}
+	return set
+}
+
+// Sign completes and signs a record: the schema is set, and the payload is
+// the record's canonical JSON.
+func (s *Signer) Sign(r *Record) (*Signed, error) {
+	r.Schema = Schema
+	payload, err := CanonicalJSON(r)
+	if err != nil {
+		return nil, err
+	}
+	jws, err := s.signer.Sign(payload)
+	if err != nil {
+		return nil, fmt.Errorf("decision: signing: %w", err)
+	}
+	compact, err := jws.CompactSerialize()
+	if err != nil {
+		return nil, fmt.Errorf("decision: %w", err)
+	}
+	return &Signed{Record: payload, RecordJWS: compact}, nil
+}
+
+// GenerateKeyFile writes a new ECDSA P-256 private key, PKCS#8 PEM, mode
+// 0600, to path; it refuses to overwrite an existing file.
+func GenerateKeyFile(path string) error {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("decision: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return fmt.Errorf("decision: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("decision: %w", err)
+	}
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("decision: %w", err)
+	}
+	return f.Close()
+}
+
+// LoadKeyFile reads every PEM private key in path, oldest first: a file may
+// hold several keys during a rotation, and the last one signs.
+func LoadKeyFile(path string) ([]crypto.Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("decision: signing key file: %w", err)
+	}
+	var keys []crypto.Signer
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "PRIVATE KEY" && blk.Type != "EC PRIVATE KEY" {
+			continue
+		}
+		var k any
+		if blk.Type == "EC PRIVATE KEY" {
+			k, err = x509.ParseECPrivateKey(blk.Bytes)
+		} else {
+			k, err = x509.ParsePKCS8PrivateKey(blk.Bytes)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decision: signing key file %s: %w", path, err)
+		}
+		s, ok := k.(crypto.Signer)
+		if !ok {
+			return nil, fmt.Errorf("decision: signing key file %s: %T cannot sign", path, k)
+		}
+		keys = append(keys, s)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("decision: signing key file %s holds no PEM private key", path)
+	}
+	return keys, nil
+}

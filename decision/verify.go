@@ -1,0 +1,124 @@
+package decision
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// Verification failures, for errors.Is. Every one of them means: deny.
+var (
+	ErrUnsigned        = errors.New("decision: the response carries no signed record")
+	ErrSignature       = errors.New("decision: the record's signature does not verify")
+	ErrUnknownKey      = errors.New("decision: the record is signed by a key not in the JWKS")
+	ErrSchema          = errors.New("decision: the record is not a " + Schema)
+	ErrRequestMismatch = errors.New("decision: the record is not for this request")
+	ErrStale           = errors.New("decision: the record is too old, or from the future")
+)
+
+// VerifyOptions says what a consumer checks.
+type VerifyOptions struct {
+	// Keys are the PDP's published verification keys. Required.
+	Keys jose.JSONWebKeySet
+	// Request, when set, is the request the consumer sent (its JSON); the
+	// record's request_digest must be its digest.
+	Request []byte
+	// MaxAge is how old a record may be. Default 5 minutes.
+	MaxAge time.Duration
+	// Skew is how far in the future decided_at may be. Default 30 s.
+	Skew time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// base64url is base64url without padding.
+func base64url(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// Verify checks a PDP response and returns the record it signed. It fails
+// closed: anything short of a fresh record, signed by a published key under
+// an allowed algorithm with the right typ, binding the request the consumer
+// sent, is an error.
+func Verify(response []byte, o VerifyOptions) (*Record, error) {
+	var s Signed
+	if err := json.Unmarshal(response, &s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
+	}
+	if s.RecordJWS == "" {
+		return nil, ErrUnsigned
+	}
+	jws, err := jose.ParseSignedCompact(s.RecordJWS, Algorithms)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	hdr := jws.Signatures[0].Protected
+	if typ, _ := hdr.ExtraHeaders[jose.HeaderType].(string); typ != JWSType {
+		return nil, fmt.Errorf("%w: typ %q, want %q", ErrSignature, typ, JWSType)
+	}
+	keys := o.Keys.Key(hdr.KeyID)
+	if hdr.KeyID == "" || len(keys) != 1 {
+		return nil, fmt.Errorf("%w: kid %q", ErrUnknownKey, hdr.KeyID)
+	}
+	key := keys[0]
+	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
+		return nil, fmt.Errorf("%w: key %s is for %s, the record says %s", ErrSignature, hdr.KeyID, key.Algorithm, hdr.Algorithm)
+	}
+	payload, err := jws.Verify(key.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	// The unsigned copy, if any, must say exactly what was signed.
+	if len(s.Record) > 0 && string(s.Record) != "null" {
+		c, err := Canonicalize(s.Record)
+		if err != nil || !bytes.Equal(c, payload) {
+			return nil, fmt.Errorf("%w: the unsigned record differs from the signed one", ErrSignature)
+		}
+	}
+	var r Record
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	if r.Schema != Schema || !slices.Contains([]string{Allow, Deny}, r.Effect) {
+		return nil, fmt.Errorf("%w: schema %q, effect %q", ErrSchema, r.Schema, r.Effect)
+	}
+	bound, err := Digest(r.Binding)
+	if err != nil || bound != r.RequestDigest {
+		return nil, fmt.Errorf("%w: request_digest does not match the record's own binding", ErrRequestMismatch)
+	}
+	if o.Request != nil {
+		want, err := digestOfRequest(o.Request)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the request sent: %w", ErrRequestMismatch, err)
+		}
+		if want != r.RequestDigest {
+			return nil, fmt.Errorf("%w: request_digest %s, the request sent digests to %s", ErrRequestMismatch, r.RequestDigest, want)
+		}
+	}
+	now, maxAge, skew := time.Now, o.MaxAge, o.Skew
+	if o.Now != nil {
+		now = o.Now
+	}
+	if maxAge <= 0 {
+		maxAge = 5 * time.Minute
+	}
+	if skew <= 0 {
+		skew = 30 * time.Second
+	}
+	t := now()
+	if at := r.Provenance.DecidedAt; at.IsZero() || t.Sub(at) > maxAge || at.Sub(t) > skew {
+		return nil, fmt.Errorf("%w: decided at %s, now %s, max age %s", ErrStale, at.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), maxAge)
+	}
+	return &r, nil
+}
+
+// digestOfRequest digests the normalized form of a request the consumer
+// sent: the PDP binds the request as it decoded it, so the consumer's JSON
+// is canonicalized the same way.
+func digestOfRequest(req []byte) (string, error) {
+	return Digest(req)
+}
