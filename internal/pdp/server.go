@@ -1,0 +1,462 @@
+// Package pdp is the policy decision point of seed 002: POST /v1/check
+// with caller authentication, Cedar policies, and signed decision records
+// that name the caller.
+package pdp
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/pdp/policy"
+)
+
+// Caller authentication modes.
+const (
+	ModeEnforce = "enforce"
+	ModeWarn    = "warn"
+	ModeOff     = "off"
+)
+
+// MaxBody is the largest check request accepted.
+const MaxBody = 64 << 10
+
+// Options are the PDP's flags.
+type Options struct {
+	Listen          string
+	InsecureHTTP    bool
+	TLSCertFile     string
+	TLSKeyFile      string
+	PolicyDir       string
+	Registry        string
+	Kubeconfig      string
+	CallerAuthMode  string
+	AllowAuthOff    bool
+	CallerAudience  string
+	CallerBindings  []string
+	SigningKeyFile  string
+	MetricsListen   string
+	CacheTTL        time.Duration
+	ReloadInterval  time.Duration
+	Logger          *slog.Logger
+	Authenticator   authn.Authenticator // replaces TokenReview, for tests
+	bindings        map[string]string
+}
+
+// Validate refuses flags that cannot be honoured, naming them.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("pdp: --listen is required"))
+	} else if o.InsecureHTTP {
+		host, _, err := net.SplitHostPort(o.Listen)
+		ip := net.ParseIP(host)
+		if err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			errs = append(errs, fmt.Errorf("pdp: --insecure-http serves plain HTTP only on a loopback address; --listen %q is not one", o.Listen))
+		}
+	} else if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		errs = append(errs, errors.New("pdp: --tls-cert-file and --tls-key-file are required (or --insecure-http on a loopback --listen)"))
+	} else if _, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile); err != nil {
+		errs = append(errs, fmt.Errorf("pdp: --tls-cert-file/--tls-key-file: %w", err))
+	}
+	if o.PolicyDir == "" {
+		errs = append(errs, errors.New("pdp: --policy-dir is required"))
+	}
+	if o.Registry == "" {
+		errs = append(errs, errors.New("pdp: --registry is required"))
+	}
+	if o.SigningKeyFile == "" {
+		errs = append(errs, errors.New("pdp: --signing-key-file is required (callerauth decision keygen --out FILE makes one): records must be signed"))
+	}
+	switch o.CallerAuthMode {
+	case ModeEnforce, ModeWarn:
+	case ModeOff:
+		if !o.AllowAuthOff {
+			errs = append(errs, errors.New("pdp: --caller-auth-mode off needs --insecure-caller-auth-off: without it anyone who reaches the PDP obtains decisions"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("pdp: --caller-auth-mode %q: want enforce, warn or off", o.CallerAuthMode))
+	}
+	if o.CallerAudience == "" {
+		errs = append(errs, errors.New("pdp: --caller-audience may not be empty"))
+	}
+	o.bindings = map[string]string{}
+	for _, b := range o.CallerBindings {
+		sys, principal, ok := strings.Cut(b, "=")
+		if !ok || sys == "" || principal == "" || strings.TrimSpace(b) != b {
+			errs = append(errs, fmt.Errorf("pdp: --caller-binding %q: want SYSTEM=PRINCIPAL", b))
+			continue
+		}
+		if _, dup := o.bindings[sys]; dup {
+			errs = append(errs, fmt.Errorf("pdp: --caller-binding: system %q is bound twice", sys))
+		}
+		o.bindings[sys] = principal
+	}
+	if o.CallerAuthMode != ModeOff && len(o.bindings) == 0 {
+		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
+	}
+	return errors.Join(errs...)
+}
+
+// state is what a reload replaces.
+type state struct {
+	pkg *policy.Package
+	reg *policy.Registry
+	sig string // file signature, to see changes
+}
+
+// Server is a running PDP.
+type Server struct {
+	o        Options
+	log      *slog.Logger
+	guard    *guard.Guard
+	signer   *decision.Signer
+	state    atomic.Pointer[state]
+	failed   atomic.Value // the file signature of the last failed reload
+	registry *prometheus.Registry
+	checks   *prometheus.CounterVec
+	authViol *prometheus.CounterVec
+	latency  prometheus.Histogram
+	now      func() time.Time
+}
+
+// New validates the options, loads and validates the policy package and the
+// registry, the signing keys, and builds the caller authentication.
+func New(o Options) (*Server, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, log: o.Logger, registry: prometheus.NewRegistry(), now: time.Now}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	st, err := load(o.PolicyDir, o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.state.Store(st)
+	keys, err := decision.LoadKeyFile(o.SigningKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
+	}
+	if s.signer, err = decision.NewSigner(keys...); err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
+	}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
+	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
+	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	s.registry.MustRegister(s.checks, s.authViol, s.latency)
+	if o.CallerAuthMode == ModeOff {
+		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
+		return s, nil
+	}
+	auth := o.Authenticator
+	if auth == nil {
+		k, err := kube.New(kube.Config{Kubeconfig: o.Kubeconfig, Audiences: []string{o.CallerAudience}})
+		if err != nil {
+			return nil, fmt.Errorf("pdp: caller authentication: %w", err)
+		}
+		auth = k
+	}
+	m, err := guard.NewMetrics(s.registry, "pdp", []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
+		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem})
+	if err != nil {
+		return nil, err
+	}
+	mode := guard.Enforce
+	if o.CallerAuthMode == ModeWarn {
+		mode = guard.Audit
+	}
+	s.guard, err = guard.New(guard.Config{Mode: mode, Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: o.CacheTTL}),
+		Rule: binding.SystemBinding(o.bindings), Metrics: m, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func load(dir, registry string) (*state, error) {
+	pkg, err := policy.LoadPackage(dir)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := pkg.LoadRegistry(registry)
+	if err != nil {
+		return nil, err
+	}
+	return &state{pkg: pkg, reg: reg, sig: signature(dir, registry)}, nil
+}
+
+// signature summarises the files' sizes and times, to notice a change.
+func signature(dir, registry string) string {
+	var b strings.Builder
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			fmt.Fprintf(&b, "%s:%d:%d;", e.Name(), info.Size(), info.ModTime().UnixNano())
+		}
+	}
+	if info, err := os.Stat(registry); err == nil {
+		fmt.Fprintf(&b, "registry:%d:%d", info.Size(), info.ModTime().UnixNano())
+	}
+	return b.String()
+}
+
+// Reload loads the package and registry again; on failure the previous
+// version keeps serving and the error says why.
+func (s *Server) Reload() error {
+	st, err := load(s.o.PolicyDir, s.o.Registry)
+	if err != nil {
+		s.log.Error("pdp: reload failed; the previous policy keeps serving", "err", err, "policy_version", s.state.Load().pkg.Version)
+		return err
+	}
+	s.state.Store(st)
+	s.log.Info("pdp: reloaded", "package", st.pkg.ID, "policy_version", st.pkg.Version, "digest", st.pkg.Digest)
+	return nil
+}
+
+// Signer returns the record signer.
+func (s *Server) Signer() *decision.Signer { return s.signer }
+
+// Registry returns the metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Handler serves the PDP's API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.check)
+	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		_ = json.NewEncoder(w).Encode(s.signer.JWKS())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := s.state.Load()
+		_, _ = fmt.Fprintf(w, "ok %s %s\n", st.pkg.ID, st.pkg.Version)
+	})
+	return mux
+}
+
+func writeError(w http.ResponseWriter, code int, reason, field string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	body := map[string]string{"error": reason}
+	if field != "" {
+		body["field"] = field
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
+	req, field, err := decodeRequest(w, r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), field)
+		return
+	}
+	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
+	mode := s.o.CallerAuthMode
+	if s.guard != nil {
+		v := s.guard.Check(r.Context(), bearer.FromHeader(r.Header), binding.Request{System: req.System, Method: "POST /v1/check"})
+		if v.Reason != "" {
+			s.authViol.WithLabelValues(v.Reason, mode).Inc()
+		}
+		if !v.Allowed {
+			code := guard.HTTPStatus(v.Code)
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+			}
+			msg := v.Reason
+			if v.Reason == binding.ReasonPrincipalCannotRepresentSystem {
+				msg = "principal cannot represent system"
+			}
+			writeError(w, code, msg, "")
+			return
+		}
+		caller = callerBlock(v)
+	}
+	st := s.state.Load()
+	d := st.pkg.Evaluate(st.reg, *req)
+	rec := &decision.Record{DecisionID: uuid.NewString(), Reason: d.Reason, PolicyVersion: st.pkg.Version, Caller: caller,
+		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
+			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
+	rec.Effect = decision.Deny
+	if d.Allow {
+		rec.Effect = decision.Allow
+	}
+	if err := rec.Bind(req); err != nil {
+		writeError(w, http.StatusInternalServerError, "record", "")
+		return
+	}
+	signed, err := s.signer.Sign(rec)
+	if err != nil {
+		s.log.Error("pdp: signing failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "signing failed", "")
+		return
+	}
+	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(signed)
+}
+
+// callerBlock is the record's caller: who asked, or, under warn, that the
+// caller was not authenticated and what enforce would have said.
+func callerBlock(v *guard.Verdict) decision.Caller {
+	if v.Reason != "" || v.Caller == nil {
+		return decision.Caller{Authenticated: false, Reason: v.Reason}
+	}
+	c := v.Caller
+	out := decision.Caller{Authenticated: true, Principal: c.Username, UID: c.UID, CredentialID: c.CredentialID,
+		PodName: c.PodName, PodUID: c.PodUID, Audiences: c.Audiences, AuthenticatedBy: "TokenReview"}
+	if !c.IssuedAt.IsZero() {
+		t := c.IssuedAt.UTC()
+		out.TokenIssuedAt = &t
+	}
+	if !c.Expiry.IsZero() {
+		t := c.Expiry.UTC()
+		out.TokenExpiresAt = &t
+	}
+	return out
+}
+
+// decodeRequest reads a check request strictly: JSON only, at most MaxBody
+// bytes, no unknown fields, every field present with its type. The error
+// names the field.
+func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, string, error) {
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || ct != "application/json" {
+		return nil, "Content-Type", fmt.Errorf("Content-Type must be application/json, got %q", r.Header.Get("Content-Type"))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		return nil, "body", fmt.Errorf("body larger than %d bytes", MaxBody)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, "body", fmt.Errorf("body is not a JSON object: %v", err)
+	}
+	var req policy.Request
+	fields := []struct {
+		name string
+		dst  any
+	}{
+		{"system", &req.System}, {"subject", &req.Subject}, {"tenant", &req.Tenant}, {"lane", &req.Lane},
+		{"resource", &req.Resource}, {"stage", &req.Stage}, {"fields", &req.Fields}, {"purpose", &req.Purpose},
+	}
+	known := map[string]bool{}
+	for _, f := range fields {
+		known[f.name] = true
+		v, ok := raw[f.name]
+		if !ok || string(v) == "null" {
+			return nil, f.name, fmt.Errorf("field %q is required", f.name)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			want := "a string"
+			if f.name == "fields" {
+				want = "a list of strings"
+			}
+			return nil, f.name, fmt.Errorf("field %q must be %s", f.name, want)
+		}
+	}
+	for k := range raw {
+		if !known[k] {
+			return nil, k, fmt.Errorf("unknown field %q", k)
+		}
+	}
+	for _, f := range fields[:6] {
+		if *(f.dst.(*string)) == "" {
+			return nil, f.name, fmt.Errorf("field %q may not be empty", f.name)
+		}
+	}
+	return &req, "", nil
+}
+
+// Run serves until ctx ends. SIGHUP, or a change to the policy or registry
+// files (polled), reloads them.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.o.Listen)
+	if err != nil {
+		return fmt.Errorf("pdp: --listen: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() {
+		if s.o.InsecureHTTP {
+			errc <- srv.Serve(lis)
+		} else {
+			errc <- srv.ServeTLS(lis, s.o.TLSCertFile, s.o.TLSKeyFile)
+		}
+	}()
+	var msrv *http.Server
+	if s.o.MetricsListen != "" {
+		ml, err := net.Listen("tcp", s.o.MetricsListen)
+		if err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("pdp: --metrics-listen: %w", err)
+		}
+		msrv = &http.Server{Handler: promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- msrv.Serve(ml) }()
+	}
+	st := s.state.Load()
+	s.log.Info("pdp: serving", "address", lis.Addr().String(), "tls", !s.o.InsecureHTTP, "caller_auth_mode", s.o.CallerAuthMode,
+		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", s.signer.KeyID())
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	interval := s.o.ReloadInterval
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			if msrv != nil {
+				_ = msrv.Close()
+			}
+			return nil
+		case err := <-errc:
+			return fmt.Errorf("pdp: %w", err)
+		case <-hup:
+			_ = s.Reload()
+		case <-tick.C:
+			sig := signature(s.o.PolicyDir, s.o.Registry)
+			if failed, _ := s.failed.Load().(string); sig != s.state.Load().sig && sig != failed {
+				if err := s.Reload(); err != nil {
+					s.failed.Store(sig) // say it once, not every tick
+				}
+			}
+		}
+	}
+}
