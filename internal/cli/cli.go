@@ -77,7 +77,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDemoCmd(o))
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDemoCmd(o))
 	return root
 }
 
