@@ -47,24 +47,24 @@ const MaxBody = 64 << 10
 
 // Options are the PDP's flags.
 type Options struct {
-	Listen          string
-	InsecureHTTP    bool
-	TLSCertFile     string
-	TLSKeyFile      string
-	PolicyDir       string
-	Registry        string
-	Kubeconfig      string
-	CallerAuthMode  string
-	AllowAuthOff    bool
-	CallerAudience  string
-	CallerBindings  []string
-	SigningKeyFile  string
-	MetricsListen   string
-	CacheTTL        time.Duration
-	ReloadInterval  time.Duration
-	Logger          *slog.Logger
-	Authenticator   authn.Authenticator // replaces TokenReview, for tests
-	bindings        map[string]string
+	Listen         string
+	InsecureHTTP   bool
+	TLSCertFile    string
+	TLSKeyFile     string
+	PolicyDir      string
+	Registry       string
+	Kubeconfig     string
+	CallerAuthMode string
+	AllowAuthOff   bool
+	CallerAudience string
+	CallerBindings []string
+	SigningKeyFile string
+	MetricsListen  string
+	CacheTTL       time.Duration
+	ReloadInterval time.Duration
+	Logger         *slog.Logger
+	Authenticator  authn.Authenticator // replaces TokenReview, for tests
+	bindings       map[string]string
 }
 
 // Validate refuses flags that cannot be honoured, naming them.
@@ -360,7 +360,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, str
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, "body", fmt.Errorf("body is not a JSON object: %v", err)
+		return nil, "body", fmt.Errorf("body is not a JSON object: %w", err)
 	}
 	var req policy.Request
 	fields := []struct {

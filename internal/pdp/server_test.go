@@ -1,0 +1,367 @@
+package pdp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/pdp"
+)
+
+const example = "../../examples/secrets-engine"
+
+type env struct {
+	iss    *devissuer.Issuer
+	srv    *pdp.Server
+	url    string
+	client *http.Client
+	keys   jose.JSONWebKeySet
+}
+
+func start(t *testing.T, mode string, edit func(*pdp.Options)) *env {
+	t.Helper()
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := iss.Serve("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = is.Close() })
+	auth, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{"flex-auth"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		t.Fatal(err)
+	}
+	o := pdp.Options{
+		Listen: "127.0.0.1:0", InsecureHTTP: true,
+		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
+		CallerAuthMode: mode, CallerAudience: "flex-auth",
+		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},
+		SigningKeyFile: key, Authenticator: auth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	s, err := pdp.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return &env{iss: iss, srv: s, url: hs.URL, client: hs.Client(), keys: s.Signer().JWKS()}
+}
+
+// token mints a token for a service account in the secrets-engine namespace.
+func (e *env) token(t *testing.T, sa, aud string, issuedAt time.Time) string {
+	t.Helper()
+	tok, err := e.iss.Mint(devissuer.TokenRequest{Namespace: "secrets-engine", ServiceAccount: sa, Audiences: []string{aud}, Lifetime: 10 * time.Minute, IssuedAt: issuedAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Token
+}
+
+func readExample(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(example, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (e *env) post(t *testing.T, token string, body []byte, contentType string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/check", bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestSeedPositiveAndN1N4 runs the seed's positive test and its four
+// negatives in enforce and in warn.
+func TestSeedPositiveAndN1N4(t *testing.T) {
+	allow := readExample(t, "check_request_allow_rotate.json")
+	for _, mode := range []string{"enforce", "warn"} {
+		t.Run(mode, func(t *testing.T) {
+			e := start(t, mode, nil)
+			good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+			rows := []struct {
+				name, token string
+				enforce     int
+				reason      string
+			}{
+				{"positive", good, 200, ""},
+				{"N1 no Authorization header", "", 401, "token_missing"},
+				{"N2 a token for secrets-engine:default", e.token(t, "default", "flex-auth", time.Time{}), 403, "principal_cannot_represent_system"},
+				{"N3 a token minted without --audience=flex-auth", e.token(t, "secrets-engine", "https://kubernetes.default.svc", time.Time{}), 401, "token_invalid"},
+				{"N4 a token past exp", e.token(t, "secrets-engine", "flex-auth", time.Now().Add(-20*time.Minute)), 401, "token_invalid"},
+			}
+			for _, r := range rows {
+				before := e.counters(t)
+				code, body := e.post(t, r.token, allow, "application/json")
+				after := e.counters(t)
+				reached := after["pdp_checks_total"] - before["pdp_checks_total"]
+				viol := after["pdp_caller_auth_violations_total{"+r.reason+","+mode+"}"] - before["pdp_caller_auth_violations_total{"+r.reason+","+mode+"}"]
+				if (reached == 1) != (r.enforce == 200 || mode == "warn") {
+					t.Errorf("%s: reached policy %v times", r.name, reached)
+				}
+				if r.reason != "" && viol != 1 {
+					t.Errorf("%s: pdp_caller_auth_violations_total{%s,%s} moved by %v", r.name, r.reason, mode, viol)
+				}
+				want := r.enforce
+				if mode == "warn" {
+					want = 200
+				}
+				if code != want {
+					t.Errorf("%s: status %d (%s); want %d", r.name, code, body, want)
+					continue
+				}
+				if code != 200 {
+					var eb map[string]string
+					_ = json.Unmarshal(body, &eb)
+					wantMsg := r.reason
+					if r.enforce == 403 {
+						wantMsg = "principal cannot represent system"
+					}
+					if eb["error"] != wantMsg {
+						t.Errorf("%s: error %q; want %q", r.name, eb["error"], wantMsg)
+					}
+					continue
+				}
+				rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys, Request: allow})
+				if err != nil {
+					t.Errorf("%s: the record does not verify: %v", r.name, err)
+					continue
+				}
+				if rec.Effect != "allow" || rec.Reason != "catalog_lane_policy_matched" || rec.PolicyVersion != "v2" || rec.Provenance.Mode != mode {
+					t.Errorf("%s: record %+v", r.name, rec)
+				}
+				if r.reason == "" {
+					c := rec.Caller
+					if !c.Authenticated || c.Principal != "system:serviceaccount:secrets-engine:secrets-engine" || c.AuthenticatedBy != "TokenReview" ||
+						len(c.Audiences) != 1 || c.Audiences[0] != "flex-auth" || c.TokenExpiresAt == nil || c.CredentialID == "" {
+						t.Errorf("%s: caller %+v", r.name, c)
+					}
+				} else if rec.Caller.Authenticated || rec.Caller.Reason != r.reason {
+					t.Errorf("%s: under warn the record says %+v; want authenticated false, reason %s", r.name, rec.Caller, r.reason)
+				}
+			}
+		})
+	}
+}
+
+// counters sums pdp_checks_total and reads the violations by reason and mode.
+func (e *env) counters(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := e.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "pdp_checks_total":
+			for _, m := range mf.GetMetric() {
+				out["pdp_checks_total"] += m.GetCounter().GetValue()
+			}
+		case "pdp_caller_auth_violations_total":
+			for _, m := range mf.GetMetric() {
+				var reason, mode string
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						reason = l.GetValue()
+					} else {
+						mode = l.GetValue()
+					}
+				}
+				out["pdp_caller_auth_violations_total{"+reason+","+mode+"}"] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestBadRequestsNameTheField(t *testing.T) {
+	e := start(t, "enforce", nil)
+	good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	allow := string(readExample(t, "check_request_allow_rotate.json"))
+	tests := []struct {
+		name, body, contentType, field string
+	}{
+		{"not JSON content", allow, "text/plain", "Content-Type"},
+		{"unknown field", strings.Replace(allow, `"purpose"`, `"colour": "red", "purpose"`, 1), "application/json", "colour"},
+		{"missing field", strings.Replace(allow, `"lane": "catalog",`, ``, 1), "application/json", "lane"},
+		{"wrong type", strings.Replace(allow, `["password"]`, `"password"`, 1), "application/json", "fields"},
+		{"empty subject", strings.Replace(allow, `"svc-rotator"`, `""`, 1), "application/json", "subject"},
+		{"oversize", `{"system":"` + strings.Repeat("x", pdp.MaxBody) + `"}`, "application/json", "body"},
+		{"not an object", `[1]`, "application/json", "body"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := e.post(t, good, []byte(tt.body), tt.contentType)
+			var eb map[string]string
+			_ = json.Unmarshal(body, &eb)
+			if code != 400 || eb["field"] != tt.field {
+				t.Fatalf("status %d body %s; want 400 naming %q", code, body, tt.field)
+			}
+		})
+	}
+	code, body := e.post(t, good, readExample(t, "check_request_deny_private_key.json"), "application/json; charset=utf-8")
+	rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys})
+	if code != 200 || err != nil || rec.Effect != "deny" || rec.Reason != "private_key_fields_forbidden" {
+		t.Fatalf("the denied example: %d %v %+v", code, err, rec)
+	}
+}
+
+func TestJWKSEndpointAndForgedAllow(t *testing.T) {
+	e := start(t, "enforce", nil)
+	resp, err := e.client.Get(e.url + "/.well-known/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set jose.JSONWebKeySet
+	_ = json.NewDecoder(resp.Body).Decode(&set)
+	resp.Body.Close()
+	if len(set.Keys) != 1 || set.Keys[0].KeyID != e.srv.Signer().KeyID() || !strings.Contains(resp.Header.Get("Cache-Control"), "max-age") {
+		t.Fatalf("JWKS %+v, Cache-Control %q", set, resp.Header.Get("Cache-Control"))
+	}
+	// A responder that knows the package id and version, but not the key.
+	forger, _ := decision.NewSigner(mustKey(t))
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req map[string]any
+		_ = json.Unmarshal(body, &req)
+		rec := &decision.Record{DecisionID: "forged", Effect: "allow", Reason: "catalog_lane_policy_matched", PolicyVersion: "v2",
+			Provenance: decision.Provenance{Evaluator: "cedar-go v1.9.1", Mode: "enforce", PolicyPackageID: "secrets-engine", DecidedAt: time.Now().UTC()},
+			Caller:     decision.Caller{Authenticated: true, Principal: "system:serviceaccount:secrets-engine:secrets-engine"}}
+		_ = rec.Bind(req)
+		signed, _ := forger.Sign(rec)
+		if r.URL.Query().Get("unsigned") != "" {
+			signed.RecordJWS = ""
+		}
+		_ = json.NewEncoder(w).Encode(signed)
+	}))
+	defer fake.Close()
+	var req map[string]any
+	_ = json.Unmarshal(readExample(t, "check_request_allow_rotate.json"), &req)
+	for _, url := range []string{fake.URL + "/v1/check", fake.URL + "/v1/check?unsigned=1"} {
+		c := &decision.Client{URL: url, Keys: set}
+		rec, err := c.Check(context.Background(), req)
+		if decision.Allowed(rec, err) || err == nil {
+			t.Fatalf("a forged allow from %s was believed: %+v", url, rec)
+		}
+	}
+	// The real PDP, through the same client, is believed.
+	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	c := &decision.Client{URL: e.url + "/v1/check", Keys: set, HTTP: &http.Client{Transport: bearerTransport{tok}}}
+	if rec, err := c.Check(context.Background(), req); !decision.Allowed(rec, err) {
+		t.Fatalf("the real PDP's allow was refused: %v", err)
+	}
+}
+
+type bearerTransport struct{ tok string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestReloadKeepsThePreviousVersionOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"manifest.json", "schema.cedarschema", "catalog.cedar"} {
+		b, _ := os.ReadFile(filepath.Join(example, "policy", f))
+		_ = os.WriteFile(filepath.Join(dir, f), b, 0o600)
+	}
+	e := start(t, "enforce", func(o *pdp.Options) { o.PolicyDir = dir })
+	_ = os.WriteFile(filepath.Join(dir, "broken.cedar"), []byte(`permit (principal == Robot::"r", action, resource);`), 0o600)
+	if err := e.srv.Reload(); err == nil || !strings.Contains(err.Error(), "broken.cedar") {
+		t.Fatalf("Reload = %v; want the broken file named", err)
+	}
+	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	code, body := e.post(t, tok, readExample(t, "check_request_allow_rotate.json"), "application/json")
+	if code != 200 || !strings.Contains(string(body), "catalog_lane_policy_matched") {
+		t.Fatalf("after a failed reload: %d %s", code, body)
+	}
+	_ = os.Remove(filepath.Join(dir, "broken.cedar"))
+	_ = os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"package_id":"secrets-engine","policy_version":"v3"}`), 0o600)
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	_, body = e.post(t, tok, readExample(t, "check_request_allow_rotate.json"), "application/json")
+	if !strings.Contains(string(body), `"policy_version":"v3"`) {
+		t.Fatalf("reload did not take: %s", body)
+	}
+}
+
+func TestOptionsRefusals(t *testing.T) {
+	base := func() pdp.Options {
+		return pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: "p", Registry: "r", SigningKeyFile: "k",
+			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}}
+	}
+	tests := []struct {
+		name string
+		edit func(*pdp.Options)
+		want string
+	}{
+		{"plain HTTP off loopback", func(o *pdp.Options) { o.Listen = "0.0.0.0:8080" }, "--insecure-http serves plain HTTP only on a loopback"},
+		{"no TLS files", func(o *pdp.Options) { o.InsecureHTTP = false }, "--tls-cert-file and --tls-key-file are required"},
+		{"off without the flag", func(o *pdp.Options) { o.CallerAuthMode = "off" }, "--insecure-caller-auth-off"},
+		{"unknown mode", func(o *pdp.Options) { o.CallerAuthMode = "lenient" }, `--caller-auth-mode "lenient"`},
+		{"binding without =", func(o *pdp.Options) { o.CallerBindings = []string{"secrets-engine"} }, `--caller-binding "secrets-engine"`},
+		{"no binding", func(o *pdp.Options) { o.CallerBindings = nil }, "at least one --caller-binding"},
+		{"no signing key", func(o *pdp.Options) { o.SigningKeyFile = "" }, "--signing-key-file is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base()
+			tt.edit(&o)
+			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v; want %q", err, tt.want)
+			}
+		})
+	}
+	o := base()
+	if err := o.Validate(); err != nil {
+		t.Fatalf("the base options: %v", err)
+	}
+}
+
+func mustKey(t *testing.T) *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
