@@ -23,6 +23,8 @@ type Options struct {
 	Now    func() time.Time
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
+	// Lookup resolves host names; default net.DefaultResolver.LookupHost.
+	Lookup Lookup
 }
 
 func (o *Options) defaults() {
@@ -77,7 +79,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDemoCmd(o))
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newDemoCmd(o))
 	return root
 }
 
