@@ -83,7 +83,7 @@ func (e *env) token(t *testing.T, sa, aud string, issuedAt time.Time) string {
 	return tok.Token
 }
 
-func readExample(t *testing.T, name string) []byte {
+func readExample(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(example, name))
 	if err != nil {

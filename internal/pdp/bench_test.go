@@ -1,0 +1,54 @@
+package pdp_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/pdp"
+)
+
+// BenchmarkCheck is one POST /v1/check through the in-process handler: the
+// strict decode, caller authentication on a cached verdict, the system
+// binding, Cedar evaluation, the record's canonical digest and its ES256
+// signature.
+func BenchmarkCheck(b *testing.B) {
+	key := filepath.Join(b.TempDir(), "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		b.Fatal(err)
+	}
+	caller := &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Audiences: []string{"flex-auth"},
+		CredentialID: "JTI=x", IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
+	s, err := pdp.New(pdp.Options{
+		Listen: "127.0.0.1:0", InsecureHTTP: true,
+		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
+		CallerAuthMode: "enforce", CallerAudience: "flex-auth",
+		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},
+		SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := s.Handler()
+	body := readExample(b, "check_request_allow_rotate.json")
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer token")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	}
+}
