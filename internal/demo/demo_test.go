@@ -14,8 +14,8 @@ func TestDemoAllScenariosPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) < 25 {
-		t.Fatalf("%d scenarios; want at least 25", len(results))
+	if len(results) < 32 {
+		t.Fatalf("%d scenarios; want at least 32", len(results))
 	}
 	for _, r := range results {
 		if !r.Pass {
