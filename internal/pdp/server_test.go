@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -364,4 +365,52 @@ func mustKey(t *testing.T) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+func TestCallerAuthOff(t *testing.T) {
+	e := start(t, "off", func(o *pdp.Options) { o.AllowAuthOff = true })
+	code, body := e.post(t, "", readExample(t, "check_request_allow_rotate.json"), "application/json")
+	rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys})
+	if code != 200 || err != nil || rec.Caller.Authenticated || rec.Caller.Reason != "caller_auth_off" || rec.Provenance.Mode != "off" {
+		t.Fatalf("off: %d %v %+v", code, err, rec)
+	}
+}
+
+// TestRunReloadsOnFileChange: a changed manifest is picked up by the
+// running server without a signal.
+func TestRunReloadsOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"manifest.json", "schema.cedarschema", "catalog.cedar"} {
+		b, _ := os.ReadFile(filepath.Join(example, "policy", f))
+		_ = os.WriteFile(filepath.Join(dir, f), b, 0o600)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	e := start(t, "enforce", func(o *pdp.Options) { o.PolicyDir, o.Listen, o.ReloadInterval = dir, addr, 50*time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	readyz := func() string {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(readyz(), want); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("readyz %q never said %q", readyz(), want)
+			}
+		}
+	}
+	waitFor("secrets-engine v2")
+	time.Sleep(20 * time.Millisecond) // a new mtime
+	_ = os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"package_id":"secrets-engine","policy_version":"v3"}`), 0o600)
+	waitFor("secrets-engine v3")
 }
