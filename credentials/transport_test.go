@@ -64,7 +64,9 @@ type tlsServer struct {
 
 func startGRPC(t *testing.T) *tlsServer { return startGRPCB(t) }
 
-func startGRPCB(t testing.TB) *tlsServer {
+// loopbackTLS makes a CA, writes it to a file, and returns a serving TLS
+// configuration for the loopback names signed by it.
+func loopbackTLS(t testing.TB) (*pki.CA, string, *tls.Config) {
 	t.Helper()
 	ca, err := pki.NewCA("test-ca")
 	if err != nil {
@@ -78,6 +80,12 @@ func startGRPCB(t testing.TB) *tlsServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca, caFile, tc
+}
+
+func startGRPCB(t testing.TB) *tlsServer {
+	t.Helper()
+	ca, caFile, tc := loopbackTLS(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,18 +99,7 @@ func startGRPCB(t testing.TB) *tlsServer {
 
 func startHTTPS(t *testing.T) *tlsServer {
 	t.Helper()
-	ca, err := pki.NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, err := ca.WriteCA(filepath.Join(t.TempDir(), "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := ca.ServerTLS(pki.LoopbackHosts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, caFile, tc := loopbackTLS(t)
 	rec := &recorder.Recorder{}
 	srv := httptest.NewUnstartedServer(rec)
 	srv.TLS = tc
