@@ -134,57 +134,68 @@ func TestSocketRoleDevIssuer(t *testing.T) {
 // stamped degraded and another node is Unavailable; a publisher that
 // retries delivers every event once the validator is back, none twice.
 func TestFailOpenMidRun(t *testing.T) {
-	for _, failOpen := range []bool{false, true} {
-		t.Run(fmt.Sprintf("failOpen=%t", failOpen), func(t *testing.T) {
-			d := startDev(t)
-			p := startProc(t, configJSON([]string{monitor}, "enforce", failOpen), []string{"NODE_NAME=" + localNode},
-				"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "2s")
-			warm := d.token(t, "gpu-health-monitor", "gpu-warm", localNode, aud)
-			check(t, "before the outage", send(t, p, warm, ""), outcome{code: codes.OK, stored: []string{localNode},
-				moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
+	for _, mode := range []string{"enforce", "audit"} {
+		for _, failOpen := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/failOpen=%t", mode, failOpen), func(t *testing.T) { failOpenMidRun(t, mode, failOpen) })
+		}
+	}
+}
 
-			_ = d.srv.Close() // the validator goes away
-			fresh := d.token(t, "gpu-health-monitor", "gpu-fresh", localNode, aud)
-			blank := outcome{code: codes.Unavailable, reason: "validator_unavailable", moved: "violations_total{validator_unavailable}+1"}
-			if failOpen {
-				blank = outcome{code: codes.OK, stored: []string{localNode}, moved: "decisions_total{node_local}+1 violations_total{validator_unavailable}+1"}
-			}
-			check(t, "validator down, blank name", send(t, p, fresh, ""), blank)
-			check(t, "validator down, another node: retryable Unavailable, not node_mismatch", send(t, p, d.token(t, "csp-health-monitor", "csp-x", localNode, aud), "node-b"),
-				outcome{code: codes.Unavailable, reason: "validator_unavailable", moved: "violations_total{validator_unavailable}+1"})
-			check(t, "the verdict cached before the outage still serves", send(t, p, warm, localNode), outcome{code: codes.OK, stored: []string{localNode},
-				moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
+func failOpenMidRun(t *testing.T, mode string, failOpen bool) {
+	audit := mode == "audit"
+	d := startDev(t)
+	p := startProc(t, configJSON([]string{monitor}, mode, failOpen), []string{"NODE_NAME=" + localNode},
+		"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "2s")
+	warm := d.token(t, "gpu-health-monitor", "gpu-warm", localNode, aud)
+	check(t, "before the outage", send(t, p, warm, ""), outcome{code: codes.OK, stored: []string{localNode},
+		moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
 
-			// A retrying publisher, started during the outage.
-			mon := d.token(t, "csp-health-monitor", "csp-retry", localNode, aud)
-			n := len(p.stored(t))
-			var wg sync.WaitGroup
-			var err error
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				pub := p.publisher(t, mon)
-				pub.Backoff = 100 * time.Millisecond
-				err = pub.PublishRetrying(ctx, events("node-b", "node-c")...)
-			})
-			time.Sleep(time.Second)
-			srv, serr := d.iss.Serve(d.addr, nil) // the validator is back, same address
-			if serr != nil {
-				t.Fatal(serr)
-			}
-			d.srv = srv
-			wg.Wait()
-			if err != nil {
-				t.Fatalf("retrying publisher: %v", err)
-			}
-			var got []string
-			for _, e := range p.stored(t)[n:] {
-				got = append(got, e.Node)
-			}
-			if fmt.Sprint(got) != "[node-b node-c]" {
-				t.Fatalf("after recovery stored %q; want [node-b node-c] exactly once", got)
-			}
-		})
+	_ = d.srv.Close() // the validator goes away
+	fresh := d.token(t, "gpu-health-monitor", "gpu-fresh", localNode, aud)
+	// Unavailable under enforce without fail-open; otherwise stored, degraded
+	// or audited, and counted either way.
+	blank := outcome{code: codes.OK, stored: []string{localNode}, moved: "decisions_total{node_local}+1 violations_total{validator_unavailable}+1"}
+	if !audit && !failOpen {
+		blank = outcome{code: codes.Unavailable, reason: "validator_unavailable", moved: "violations_total{validator_unavailable}+1"}
+	}
+	check(t, "validator down, blank name", send(t, p, fresh, ""), blank)
+	other := outcome{code: codes.Unavailable, reason: "validator_unavailable", moved: "violations_total{validator_unavailable}+1"}
+	if audit {
+		// "that same Unavailable is what gets recorded and then let through"
+		other = outcome{code: codes.OK, stored: []string{"node-b"}, moved: "decisions_total{node_local}+1 violations_total{validator_unavailable}+1"}
+	}
+	check(t, "validator down, another node: Unavailable, never node_mismatch", send(t, p, d.token(t, "csp-health-monitor", "csp-x", localNode, aud), "node-b"), other)
+	check(t, "the verdict cached before the outage still serves", send(t, p, warm, localNode), outcome{code: codes.OK, stored: []string{localNode},
+		moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
+
+	// A retrying publisher, started during the outage.
+	mon := d.token(t, "csp-health-monitor", "csp-retry", localNode, aud)
+	n := len(p.stored(t))
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pub := p.publisher(t, mon)
+		pub.Backoff = 100 * time.Millisecond
+		err = pub.PublishRetrying(ctx, events("node-b", "node-c")...)
+	})
+	time.Sleep(time.Second)
+	srv, serr := d.iss.Serve(d.addr, nil) // the validator is back, same address
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	d.srv = srv
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("retrying publisher: %v", err)
+	}
+	var got []string
+	for _, e := range p.stored(t)[n:] {
+		got = append(got, e.Node)
+	}
+	if fmt.Sprint(got) != "[node-b node-c]" {
+		t.Fatalf("after recovery stored %q; want [node-b node-c] exactly once", got)
 	}
 }
 
