@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -74,7 +75,7 @@ func ParseAuthConfig(b []byte) (AuthConfig, error) {
 	}
 	var errs []error
 	for k := range raw {
-		if !contains(knownKeys, k) {
+		if !slices.Contains(knownKeys, k) {
 			errs = append(errs, fmt.Errorf("connector: config.json: unknown key %q (known: %s)", k, strings.Join(knownKeys, ", ")))
 		}
 	}
@@ -172,13 +173,4 @@ func ValidateServiceAccountUsername(u string) error {
 		return fmt.Errorf("name %q: %s", m[2], msgs[0])
 	}
 	return nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
