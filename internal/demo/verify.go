@@ -198,6 +198,20 @@ func refuseMalformed(ctx context.Context, e *env) Result {
 	return refusal(r, bearer.ReasonMalformed, reason, err)
 }
 
+// refuses verifies a fresh, valid token with a, which must refuse it with
+// the class want: the validator, not the token, is at fault.
+func (e *env) refuses(ctx context.Context, r Result, a authn.Authenticator, newErr error, want string) Result {
+	if newErr != nil {
+		return fail(r, newErr)
+	}
+	tok, err := e.mintFor(devissuer.TokenRequest{})
+	if err != nil {
+		return fail(r, err)
+	}
+	_, reason, err := outcome(ctx, a, []string{"Bearer " + tok})
+	return refusal(r, want, reason, err)
+}
+
 func validatorUnavailable(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: validator unreachable", Expected: "validator_unavailable"}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -208,15 +222,7 @@ func validatorUnavailable(ctx context.Context, e *env) Result {
 	_ = lis.Close() // nothing listens there now
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
 		Audiences: []string{demoAudience}, Timeout: time.Second})
-	if err != nil {
-		return fail(r, err)
-	}
-	tok, err := e.mintFor(devissuer.TokenRequest{})
-	if err != nil {
-		return fail(r, err)
-	}
-	_, reason, err := outcome(ctx, a, []string{"Bearer " + tok})
-	return refusal(r, "validator_unavailable", reason, err)
+	return e.refuses(ctx, r, a, err, "validator_unavailable")
 }
 
 func validatorTimeout(ctx context.Context, e *env) Result {
@@ -231,15 +237,7 @@ func validatorTimeout(ctx context.Context, e *env) Result {
 	}
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: srv.URL, BearerToken: strings.TrimSpace(string(reviewer)), TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
 		Audiences: []string{demoAudience}, Timeout: 200 * time.Millisecond})
-	if err != nil {
-		return fail(r, err)
-	}
-	tok, err := e.mintFor(devissuer.TokenRequest{})
-	if err != nil {
-		return fail(r, err)
-	}
-	_, reason, err := outcome(ctx, a, []string{"Bearer " + tok})
-	return refusal(r, "validator_timeout", reason, err)
+	return e.refuses(ctx, r, a, err, "validator_timeout")
 }
 
 func validatorForbidden(ctx context.Context, e *env) Result {
@@ -251,13 +249,5 @@ func validatorForbidden(ctx context.Context, e *env) Result {
 	}
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: e.issURL, BearerToken: sa, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
 		Audiences: []string{demoAudience}})
-	if err != nil {
-		return fail(r, err)
-	}
-	tok, err := e.mintFor(devissuer.TokenRequest{})
-	if err != nil {
-		return fail(r, err)
-	}
-	_, reason, err := outcome(ctx, a, []string{"Bearer " + tok})
-	return refusal(r, "validator_error", reason, err)
+	return e.refuses(ctx, r, a, err, "validator_error")
 }
