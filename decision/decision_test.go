@@ -127,6 +127,9 @@ func TestVerifyFailsClosed(t *testing.T) {
 	algNone, _ := json.Marshal(decision.Signed{RecordJWS: forge.AlgNone(map[string]any{"effect": "allow"}, s.KeyID())})
 	hs256, _ := json.Marshal(decision.Signed{RecordJWS: forge.HS256WithPublicKey(map[string]any{"effect": "allow"}, s.JWKS().Keys[0].Key, s.KeyID())})
 	unsigned, _ := json.Marshal(map[string]any{"record": json.RawMessage(parts.Record)})
+	// Two record_jws members: a reader keeping the first and one keeping
+	// the last would verify different records.
+	twoJWS := []byte(`{"record_jws":"` + parts.RecordJWS + `","record_jws":"` + parts.RecordJWS + `"}`)
 
 	tests := []struct {
 		name string
@@ -136,6 +139,7 @@ func TestVerifyFailsClosed(t *testing.T) {
 	}{
 		{"unsigned: the record alone", unsigned, now, decision.ErrUnsigned},
 		{"not JSON", []byte("<html>"), now, decision.ErrUnsigned},
+		{"a member name twice in the response", twoJWS, now, decision.ErrUnsigned},
 		{"the unsigned copy was changed", []byte(tamperedCopy), now, decision.ErrSignature},
 		{"the signed payload was changed", forgedPayload, now, decision.ErrSignature},
 		{"signed by a key not published", otherKey, now, decision.ErrUnknownKey},
@@ -157,6 +161,19 @@ func TestVerifyFailsClosed(t *testing.T) {
 	}
 	if _, err := decision.Verify(good, decision.VerifyOptions{Keys: s.JWKS(), Request: request, Now: clock}); err != nil {
 		t.Fatalf("the good record: %v", err)
+	}
+	// The request the consumer holds must be I-JSON too: with a member
+	// twice, or a character rewritten on the way, it is not the request the
+	// record binds, whichever duplicate the PDP kept.
+	for name, req := range map[string]string{
+		"system twice":                 `{"system":"secrets-engine",` + string(request[1:len(request)-1]) + `}`,
+		"fields twice, the last bound": strings.Replace(string(request), `"fields":["password"]`, `"fields":["private_key"],"fields":["password"]`, 1),
+		"a lone surrogate":             strings.Replace(string(request), `scheduled rotation`, `scheduled rotation\ud800`, 1),
+		"invalid UTF-8":                strings.Replace(string(request), `scheduled rotation`, "scheduled rotation\xff", 1),
+	} {
+		if _, err := decision.Verify(good, decision.VerifyOptions{Keys: s.JWKS(), Request: []byte(req), Now: clock}); !errors.Is(err, decision.ErrRequestMismatch) {
+			t.Errorf("%s: Verify = %v, want ErrRequestMismatch", name, err)
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/callerauth/callerauth/internal/ijson"
 )
 
 // Canonicalize returns the RFC 8785 (JSON Canonicalization Scheme) form of a
@@ -19,7 +21,16 @@ import (
 // ECMAScript's JSON.stringify, and numbers in ECMAScript's shortest
 // round-trip form. The same document always yields the same bytes, which is
 // what makes a digest of it reproducible by anyone, in any language.
+//
+// The document must be I-JSON (RFC 7493), as RFC 8785 §3.1 requires: a
+// member name used twice, invalid UTF-8 or an unpaired surrogate escape is
+// refused, never resolved (encoding/json would keep the last duplicate and
+// replace the rest with U+FFFD, so two readers would disagree on what was
+// digested).
 func Canonicalize(doc []byte) ([]byte, error) {
+	if err := ijson.Check(doc); err != nil {
+		return nil, fmt.Errorf("decision: canonical JSON: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var v any

@@ -33,7 +33,11 @@ func TestCanonicalizeRFC8785(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{`{`, `{"a":1} {"b":2}`, ``} {
+	for _, bad := range []string{`{`, `{"a":1} {"b":2}`, ``,
+		// Not I-JSON (RFC 8785 §3.1 requires it): refused, not resolved.
+		`{"system":"a","system":"b"}`, `{"fields":["private_key"],"fields":["password"]}`,
+		`{"s":"\ud800"}`, "{\"s\":\"\xff\"}", `{"s":"\udc00x"}`,
+	} {
 		if _, err := decision.Canonicalize([]byte(bad)); err == nil {
 			t.Errorf("Canonicalize(%q) accepted", bad)
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/internal/ijson"
 )
 
 // Verification failures, for errors.Is. Every one of them means: deny.
@@ -46,6 +48,9 @@ func base64url(b []byte) string { return base64.RawURLEncoding.EncodeToString(b)
 // sent, is an error.
 func Verify(response []byte, o VerifyOptions) (*Record, error) {
 	var s Signed
+	if err := ijson.Check(response); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
+	}
 	if err := json.Unmarshal(response, &s); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
 	}
@@ -80,6 +85,9 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		}
 	}
 	var r Record
+	if err := ijson.Check(payload); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
 	if err := json.Unmarshal(payload, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/ijson"
 )
 
 // AuthConfig is the node-binding part of config.json, the ConfigMap the
@@ -62,9 +63,16 @@ func LoadAuthConfig(path string) (AuthConfig, error) {
 // non-empty string and AuthCrossNodeServiceAccounts an explicit list ([] for
 // none, null refused) of canonical service-account usernames; AuthMode is
 // enforce or audit; AuthFailOpenOnUnavailable a real boolean. Unknown keys
-// are refused. Every refusal names the key and the offending value; all of
+// and keys written twice (RFC 7493 I-JSON) are refused. Every refusal names the key and the offending value; all of
 // them are reported at once.
 func ParseAuthConfig(b []byte) (AuthConfig, error) {
+	if err := ijson.Check(b); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return AuthConfig{}, fmt.Errorf("connector: config.json: key %q: %s; write each key once", e.Member(), e.Problem)
+		}
+		return AuthConfig{}, fmt.Errorf("connector: config.json is not a JSON object: %w", err)
+	}
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&raw); err != nil {

@@ -55,6 +55,10 @@ func TestParseAuthConfigRefusals(t *testing.T) {
 		{"mode warn", `{"enableNodeBindingAuth": true, ` + base + `, "AuthMode": "warn"}`, []string{`AuthMode is "warn"`}},
 		{"fail-open quoted", `{"enableNodeBindingAuth": true, ` + base + `, "AuthFailOpenOnUnavailable": "true"}`, []string{"AuthFailOpenOnUnavailable", "real boolean"}},
 		{"unknown key", `{"enableNodeBindingAuth": true, ` + base + `, "AuthMdoe": "audit"}`, []string{`unknown key "AuthMdoe"`}},
+		// The probe's case: the second value switched authentication off.
+		{"key written twice", `{"enableNodeBindingAuth": true, ` + base + `, "enableNodeBindingAuth": false}`, []string{`key "enableNodeBindingAuth"`, "more than once"}},
+		{"key written twice, escaped", `{"enableNodeBindingAuth": true, ` + base + `, "AuthMode": "enforce", "Auth\u004dode": "audit"}`, []string{`key "AuthMode"`, "more than once"}},
+		{"invalid UTF-8 in a value", "{\"enableNodeBindingAuth\": true, \"AuthAudience\": \"a\xff\", \"AuthCrossNodeServiceAccounts\": []}", []string{`key "AuthAudience"`, "UTF-8"}},
 		{"not an object", `[]`, []string{"not a JSON object"}},
 		{"null document", `null`, []string{"null"}},
 		{"two problems at once", `{"enableNodeBindingAuth": "yes", "AuthCrossNodeServiceAccounts": null}`, []string{"enableNodeBindingAuth", "AuthCrossNodeServiceAccounts is null"}},

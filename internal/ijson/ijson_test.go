@@ -1,0 +1,91 @@
+package ijson
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc   string
+		ptr, detail string // "" detail: valid; "*" ptr: any pointer
+	}{
+		{name: "object", doc: `{"a":1,"b":[true,false,null,"x"],"c":{"d":-1.5e3}}`},
+		{name: "white space around", doc: " \n\t[1] \r\n"},
+		{name: "escaped pair", doc: `"\ud83d\ude00"`},
+		{name: "raw astral", doc: `"😀"`},
+		{name: "escapes", doc: `"\"\\\/\b\f\n\r\t\u00e9"`},
+		{name: "same name in sibling objects", doc: `[{"a":1},{"a":2}]`},
+		{name: "empty containers", doc: `{"a":{},"b":[]}`},
+
+		{name: "duplicate top-level member", doc: `{"system":"a","system":"b"}`, ptr: "/system", detail: `member "system" appears more than once`},
+		{name: "duplicate after escape", doc: `{"fields":[1],"f\u0069elds":[2]}`, ptr: "/fields", detail: "more than once"},
+		{name: "duplicate nested", doc: `{"a":[{"x":1,"x":1}]}`, ptr: "/a/0/x", detail: "more than once"},
+		{name: "lone high surrogate", doc: `{"s":"\ud800"}`, ptr: "/s", detail: "unpaired surrogate"},
+		{name: "high then not low", doc: `{"s":"\ud800\u0041"}`, ptr: "/s", detail: "unpaired surrogate"},
+		{name: "lone low surrogate", doc: `["\udc00"]`, ptr: "/0", detail: "unpaired surrogate"},
+		{name: "invalid UTF-8", doc: "{\"s\":\"\xff\"}", ptr: "/s", detail: "invalid UTF-8"},
+		{name: "encoded surrogate bytes", doc: "\"\xed\xa0\x80\"", detail: "invalid UTF-8"},
+		{name: "invalid UTF-8 in a name", doc: "{\"\xc3\":1}", detail: "invalid UTF-8"},
+		{name: "number overflow", doc: `[1e400]`, ptr: "/0", detail: "IEEE 754"},
+		{name: "trailing data", doc: `{} {}`, detail: "data after"},
+		{name: "leading zero", doc: `[01]`, detail: "expected ','"},
+		{name: "bare word", doc: `[nul]`, ptr: "/0", detail: "invalid character"},
+		{name: "unterminated", doc: `{"a":"b`, ptr: "/a", detail: "unterminated"},
+		{name: "raw control", doc: "\"a\nb\"", detail: "control character"},
+		{name: "bad escape", doc: `"\x41"`, detail: "invalid escape"},
+		{name: "short unicode escape", doc: `"\u12"`, detail: `\u escape`},
+		{name: "empty", doc: ``, detail: "end of the document"},
+		{name: "too deep", doc: strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), ptr: "*", detail: "nested deeper"},
+		{name: "pointer escaping", doc: `{"a/b~":{"c":1,"c":2}}`, ptr: "/a~1b~0/c", detail: "more than once"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check([]byte(tc.doc))
+			if tc.detail == "" {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Check = %v, want an *Error", err)
+			}
+			if (tc.ptr != "*" && e.Pointer != tc.ptr) || !strings.Contains(e.Problem, tc.detail) {
+				t.Fatalf("Check = %v (pointer %q), want pointer %q and %q", err, e.Pointer, tc.ptr, tc.detail)
+			}
+		})
+	}
+}
+
+func TestErrorMember(t *testing.T) {
+	for ptr, want := range map[string]string{"": "", "/fields": "fields", "/fields/0": "fields", "/a~1b~0/c": "a/b~"} {
+		if got := (&Error{Pointer: ptr}).Member(); got != want {
+			t.Errorf("Member of %q = %q, want %q", ptr, got, want)
+		}
+	}
+}
+
+// FuzzCheck holds Check to encoding/json: what Check accepts, encoding/json
+// accepts; what encoding/json accepts and Check refuses is refused for one
+// of the I-JSON rules, never for syntax.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[1e400]`, `[1,{"b":[null]}]`, `"\ud83d\ude00"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		err := Check(doc)
+		valid := json.Valid(doc)
+		if err == nil && !valid {
+			t.Fatalf("Check accepted %q, which encoding/json refuses", doc)
+		}
+		if err != nil && valid {
+			p := err.(*Error).Problem
+			if !strings.Contains(p, "RFC 7493") && !strings.Contains(p, "nested deeper") {
+				t.Fatalf("Check refused valid JSON %q for %q, which is no I-JSON rule", doc, p)
+			}
+		}
+	})
+}
