@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/bearer"
@@ -130,38 +132,75 @@ type Verdict struct {
 func (v *Verdict) Stamp(nodes []string) []string { return binding.Stamp(nodes, v.Decision) }
 
 // Check judges one request: the credential as bearer read it, and what the
-// request asks to say.
+// request asks to say. It is [Guard.Authenticate] followed by
+// [Guard.Decide].
 func (g *Guard) Check(ctx context.Context, cred bearer.Credential, req binding.Request) *Verdict {
-	v := &Verdict{Mode: g.cfg.Mode}
-	var viol *binding.Violation
-	var subject binding.Subject
+	return g.Decide(ctx, g.Authenticate(ctx, cred), req)
+}
+
+// Authentication is what a credential proved, before any rule looked at
+// the request: the first half of [Guard.Check]. A service that must read
+// the request to judge it (an HTTP body) authenticates first, from the
+// header alone, and refuses a caller with no identity before it reads a
+// byte of the body.
+type Authentication struct {
+	subject  binding.Subject
+	viol     *binding.Violation
+	cached   bool
+	degraded bool
+}
+
+// Caller is the verified identity, nil when the credential proved none.
+func (a *Authentication) Caller() *authn.Caller { return a.subject.Caller }
+
+// Authenticate verifies the credential. Nothing is counted or logged until
+// [Guard.Decide], which must follow (also for a refusal), so that every
+// request is counted and logged exactly once.
+func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authentication {
+	a := &Authentication{}
 	switch cred.Kind {
 	case bearer.Absent:
 		// Rules decide: the node-local socket pins a tokenless caller,
 		// everything else refuses it as token_missing.
 	case bearer.Malformed:
-		viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
+		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
 	case bearer.Token:
 		ctx, report := authn.WithCacheReport(ctx)
 		caller, err := g.cfg.Authenticator.Authenticate(ctx, cred.Token)
-		v.Cached = report.Hit
+		a.cached = report.Hit
 		if err != nil {
 			reason := authn.ReasonOf(err)
 			if reason.SaysNothingAboutCaller() && g.cfg.FailOpenOnUnavailable {
-				// Counted now, as the violation it is; the request goes
-				// on as a degraded subject.
-				g.cfg.Metrics.violation(string(reason))
-				subject = binding.Subject{Degraded: true, DegradedReason: reason}
-				v.Degraded, v.Reason, v.Code, v.Detail = true, string(reason), binding.Unavailable, err.Error()
+				// The request goes on as a degraded subject; Decide counts
+				// the validator's reason as the violation it is.
+				a.subject = binding.Subject{Degraded: true, DegradedReason: reason}
+				a.degraded = true
+				a.viol = &binding.Violation{Reason: string(reason), Code: binding.Unavailable, Detail: err.Error()}
 			} else {
-				viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
+				a.viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
 			}
 		} else {
-			subject.Caller, v.Caller = caller, caller
+			a.subject.Caller = caller
 		}
 	}
+	return a
+}
+
+// Decide judges the request of an authenticated credential: the rules, the
+// mode, the metrics and the log line. It is the second half of
+// [Guard.Check].
+func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Request) *Verdict {
+	v := &Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller}
+	viol := a.viol
+	if a.degraded {
+		// Counted now, as the violation it is; the rules then judge the
+		// degraded subject.
+		g.cfg.Metrics.violation(viol.Reason)
+		v.Degraded, v.Reason, v.Code, v.Detail = true, viol.Reason, viol.Code, viol.Detail
+		viol = nil
+	}
 	if viol == nil {
-		viol = g.cfg.Rule(subject, req, &v.Decision)
+		viol = g.cfg.Rule(a.subject, req, &v.Decision)
 	} else if g.cfg.Mode == Audit {
 		// The credential failed before the rules could grant a scope. Under
 		// audit the request goes through, with the scope a caller with no
@@ -215,16 +254,17 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 	}
 	attrs := make([]slog.Attr, 0, 14)
 	attrs = append(attrs, slog.Bool("allowed", v.Allowed), slog.String("mode", string(v.Mode)), slog.Bool("cached", v.Cached))
+	str := func(k, v string) slog.Attr { return slog.String(k, LogValue(v)) }
 	if c := v.Caller; c != nil {
-		attrs = append(attrs, slog.String("caller", c.Username))
+		attrs = append(attrs, str("caller", c.Username))
 		if c.PodName != "" {
-			attrs = append(attrs, slog.String("pod", c.PodName))
+			attrs = append(attrs, str("pod", c.PodName))
 		}
 		if c.NodeName != "" {
-			attrs = append(attrs, slog.String("node_claim", c.NodeName))
+			attrs = append(attrs, str("node_claim", c.NodeName))
 		}
 		if c.Tenant != "" {
-			attrs = append(attrs, slog.String("tenant", c.Tenant))
+			attrs = append(attrs, str("tenant", c.Tenant))
 		}
 	}
 	if v.Degraded {
@@ -234,15 +274,34 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 		attrs = append(attrs, slog.String("scope", v.Decision.Scope))
 	}
 	if req.Method != "" {
-		attrs = append(attrs, slog.String("method", req.Method))
+		attrs = append(attrs, str("method", req.Method))
 	}
 	if req.System != "" {
-		attrs = append(attrs, slog.String("system", req.System))
+		attrs = append(attrs, str("system", req.System))
 	}
 	if v.Reason != "" {
-		attrs = append(attrs, slog.String("reason", v.Reason), slog.String("code", v.Code.String()), slog.String("detail", v.Detail))
+		attrs = append(attrs, slog.String("reason", v.Reason), slog.String("code", v.Code.String()), str("detail", v.Detail))
 	}
 	g.log.LogAttrs(ctx, level, "callerauth: "+msg, attrs...)
+}
+
+// MaxLogValue is how many bytes of one request-supplied value a log line
+// carries. Requests come from callers who may not be authenticated: a
+// 60 KB "system" must not become a 60 KB log line.
+const MaxLogValue = 256
+
+// LogValue bounds a request-supplied string for a log line: longer than
+// MaxLogValue bytes, it is cut at a character boundary and marked with the
+// length it had.
+func LogValue(s string) string {
+	if len(s) <= MaxLogValue {
+		return s
+	}
+	cut := MaxLogValue
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…[truncated, " + strconv.Itoa(len(s)) + " bytes]"
 }
 
 type verdictKey struct{}

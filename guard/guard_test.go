@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,43 @@ func TestLogLine(t *testing.T) {
 	}
 	if second["cached"] != true {
 		t.Errorf("second decision not marked as cached: %v", second)
+	}
+}
+
+// TestLogLineIsBounded: a request-supplied value is cut, with a marker, so
+// an unauthenticated caller cannot write 60 KB log lines.
+func TestLogLineIsBounded(t *testing.T) {
+	var buf bytes.Buffer
+	g, _ := newGuard(t, guard.Config{
+		Authenticator: fakeAuth(nil),
+		Rule:          binding.SystemBinding(map[string]string{"secrets-engine": "system:serviceaccount:a:b"}),
+		Logger:        slog.New(slog.NewJSONHandler(&buf, nil)),
+	})
+	huge := strings.Repeat("s", 60<<10)
+	g.Check(context.Background(), bearer.Parse(nil), binding.Request{System: huge, Method: "POST /" + huge})
+	g.Check(context.Background(), bearer.Parse([]string{"Bearer unknown"}), binding.Request{System: "é" + huge})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines:\n%.500s", len(lines), buf.String())
+	}
+	for _, l := range lines {
+		if len(l) > 4*guard.MaxLogValue+1024 {
+			t.Errorf("a log line of %d bytes", len(l))
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		sys, _ := m["system"].(string)
+		if !strings.HasSuffix(sys, "…[truncated, 61440 bytes]") && !strings.HasSuffix(sys, "…[truncated, 61442 bytes]") {
+			t.Errorf("system logged as %.80q…", sys)
+		}
+		if !utf8.ValidString(sys) {
+			t.Errorf("the cut split a character: %q", sys[len(sys)-40:])
+		}
+	}
+	if got := guard.LogValue("short"); got != "short" {
+		t.Errorf("LogValue(short) = %q", got)
 	}
 }
 

@@ -201,12 +201,15 @@ func (h *httpTransport) send(t *testing.T, header []string, nodes []string) resu
 		t.Fatalf("status %s", resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
+		var e struct{ Reason, Error string }
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		if resp.StatusCode == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("401 without WWW-Authenticate: Bearer")
 		}
-		return result{code: code, reason: e.Error}
+		if e.Error != guard.Sentence(e.Reason) {
+			t.Errorf("body: error %q is not the sentence for %q", e.Error, e.Reason)
+		}
+		return result{code: code, reason: e.Reason}
 	}
 	var out struct{ Nodes []string }
 	_ = json.NewDecoder(resp.Body).Decode(&out)

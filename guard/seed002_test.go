@@ -103,8 +103,8 @@ func TestSeed002(t *testing.T) {
 					t.Errorf("%s: status %d, reached policy %v; want %d", r.name, resp.StatusCode, reached > n, want)
 					continue
 				}
-				if want != 200 && body["error"] != r.violation {
-					t.Errorf("%s: reason %q; want %q", r.name, body["error"], r.violation)
+				if want != 200 && (body["reason"] != r.violation || body["error"] != guard.Sentence(r.violation) || len(body) != 2) {
+					t.Errorf("%s: body %v; want reason %q and its sentence, nothing else", r.name, body, r.violation)
 				}
 				if want == 200 && body["caller_auth"] != r.violation {
 					t.Errorf("%s: warn records %q; want %q", r.name, body["caller_auth"], r.violation)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -108,9 +109,8 @@ func (s *guardedStream) Context() context.Context { return s.ctx }
 // the method and path alone.
 type HTTPRequest func(r *http.Request) (binding.Request, error)
 
-// Middleware guards an HTTP handler. A refusal is answered with 401, 403
-// or 503 and a JSON body {"error": "<reason>"}; a 401 carries
-// WWW-Authenticate: Bearer.
+// Middleware guards an HTTP handler. A refusal is answered as
+// [WriteRefusal] answers it.
 func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,7 +118,7 @@ func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler 
 			if extract != nil {
 				x, err := extract(r)
 				if err != nil {
-					writeError(w, http.StatusBadRequest, err.Error())
+					WriteHTTPError(w, http.StatusBadRequest, ReasonBadRequest, err.Error())
 					return
 				}
 				if x.Method == "" {
@@ -128,11 +128,7 @@ func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler 
 			}
 			v := g.Check(r.Context(), bearer.FromHeader(r.Header), req)
 			if !v.Allowed {
-				code := HTTPStatus(v.Code)
-				if code == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-				}
-				writeError(w, code, v.Reason)
+				WriteRefusal(w, v)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), v)))
@@ -140,8 +136,50 @@ func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler 
 	}
 }
 
-func writeError(w http.ResponseWriter, code int, reason string) {
+// ReasonBadRequest is the reason of a request the service could not read.
+const ReasonBadRequest = "bad_request"
+
+// sentences say what a reason means, for a person reading a response body.
+var sentences = map[string]string{
+	binding.ReasonTokenMissing:                   "no bearer token: send Authorization: Bearer <token>",
+	bearer.ReasonMalformed:                       "the Authorization header is not exactly one Bearer credential",
+	"token_invalid":                              "the token was not accepted (signature, audience, expiry or issuer)",
+	"validator_unavailable":                      "the token validator is unavailable; retry",
+	"validator_timeout":                          "the token validator did not answer in time; retry",
+	"validator_error":                            "the token validator gave no identity; retry later",
+	binding.ReasonPrincipalCannotRepresentSystem: "principal cannot represent system",
+}
+
+// Sentence is the human form of a reason: a sentence for the reasons the
+// pipeline gives, the reason with spaces for others.
+func Sentence(reason string) string {
+	if s, ok := sentences[reason]; ok {
+		return s
+	}
+	return strings.ReplaceAll(reason, "_", " ")
+}
+
+// WriteRefusal answers a refused verdict over HTTP: 401, 403 or 503, and
+// the JSON body {"reason": "<reason>", "error": "<sentence>"} — the stable
+// reason for programs, the sentence for people, and nothing else (not the
+// token, not the detail). A 401 carries WWW-Authenticate: Bearer.
+func WriteRefusal(w http.ResponseWriter, v *Verdict) {
+	code := HTTPStatus(v.Code)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
+	WriteHTTPError(w, code, v.Reason, Sentence(v.Reason))
+}
+
+// WriteHTTPError writes a JSON error body {"reason": ..., "error": ...}
+// with extra members (such as "field") beside them.
+func WriteHTTPError(w http.ResponseWriter, code int, reason, sentence string, extra ...string) {
+	body := map[string]string{"reason": reason, "error": sentence}
+	for i := 0; i+1 < len(extra); i += 2 {
+		body[extra[i]] = extra[i+1]
+	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": reason})
+	_ = json.NewEncoder(w).Encode(body)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/internal/pdp"
 )
 
@@ -25,23 +26,7 @@ import (
 const sePrincipal = "system:serviceaccount:secrets-engine:secrets-engine"
 
 // seRequest is examples/secrets-engine/check_request_allow_rotate.json.
-var seRequest = []byte(`{"system":"secrets-engine","subject":"svc-rotator","tenant":"acme","lane":"catalog","resource":"db-password","stage":"rotate","fields":["password"],"purpose":"scheduled rotation"}`)
-
-// The example package, written out so that the demo needs no checkout.
-var sePackage = map[string]string{
-	"manifest.json": `{"package_id": "secrets-engine", "policy_version": "v2"}`,
-	"schema.cedarschema": `entity Tenant; entity Lane in [Tenant]; entity Resource in [Lane]; entity Subject in [Lane];
-type CheckContext = { system: String, purpose: String, fields: Set<String> };
-action rotate, read appliesTo { principal: Subject, resource: Resource, context: CheckContext };`,
-	"catalog.cedar": `@id("catalog-lane-rotate") @reason("catalog_lane_policy_matched")
-permit (principal in Lane::"catalog", action == Action::"rotate", resource in Lane::"catalog")
-when { context.system == "secrets-engine" && ["password"].containsAll(context.fields) };`,
-}
-
-const seRegistry = `[{"uid":{"type":"Tenant","id":"acme"},"attrs":{},"parents":[]},
-{"uid":{"type":"Lane","id":"catalog"},"attrs":{},"parents":[{"type":"Tenant","id":"acme"}]},
-{"uid":{"type":"Resource","id":"db-password"},"attrs":{},"parents":[{"type":"Lane","id":"catalog"}]},
-{"uid":{"type":"Subject","id":"svc-rotator"},"attrs":{},"parents":[{"type":"Lane","id":"catalog"}]}]`
+var seRequest = secretsengine.AllowRequest()
 
 type pdpEnv struct {
 	url  string
@@ -54,22 +39,15 @@ func (e *env) startPDP(mode string) (*pdpEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "policy"), 0o700); err != nil {
-		return nil, err
-	}
-	for name, body := range sePackage {
-		if err := os.WriteFile(filepath.Join(dir, "policy", name), []byte(body), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "registry.json"), []byte(seRegistry), 0o600); err != nil {
+	policyDir, registry, err := secretsengine.WriteTo(dir)
+	if err != nil {
 		return nil, err
 	}
 	key := filepath.Join(dir, "signing.pem")
 	if err := decision.GenerateKeyFile(key); err != nil {
 		return nil, err
 	}
-	s, err := pdp.New(pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: filepath.Join(dir, "policy"), Registry: filepath.Join(dir, "registry.json"),
+	s, err := pdp.New(pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
 		Kubeconfig: e.iss.KubeconfigFile(), CallerAuthMode: mode, CallerAudience: "flex-auth",
 		CallerBindings: []string{"secrets-engine=" + sePrincipal}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -80,7 +58,11 @@ func (e *env) startPDP(mode string) (*pdpEnv, error) {
 }
 
 func (p *pdpEnv) check(ctx context.Context, token string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/v1/check", bytes.NewReader(seRequest))
+	return p.checkBody(ctx, token, seRequest)
+}
+
+func (p *pdpEnv) checkBody(ctx context.Context, token string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/v1/check", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -223,12 +205,46 @@ func pdpForged(ctx context.Context, e *env) Result {
 	return r
 }
 
+// pdpOtherTenant is the check that once came back a signed allow: a valid
+// caller naming a tenant and lane the policy never looked at.
+func pdpOtherTenant(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "pdp: a check naming another tenant", Expected: "200 deny tenant_unknown, signed record"}
+	p, err := e.startPDP(pdp.ModeEnforce)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer p.stop()
+	toks, err := e.seTokens()
+	if err != nil {
+		return fail(r, err)
+	}
+	req := bytes.Replace(seRequest, []byte(`"tenant": "acme"`), []byte(`"tenant": "evil-corp"`), 1)
+	req = bytes.Replace(req, []byte(`"lane": "catalog"`), []byte(`"lane": "billing"`), 1)
+	if bytes.Equal(req, seRequest) {
+		return fail(r, fmt.Errorf("the example request names no tenant acme"))
+	}
+	code, body, err := p.checkBody(ctx, toks["positive"], req)
+	if err != nil {
+		return fail(r, err)
+	}
+	opts := p.keys
+	opts.Request = req
+	rec, err := decision.Verify(body, opts)
+	if err != nil {
+		return fail(r, fmt.Errorf("%d: %w", code, err))
+	}
+	r.Observed = fmt.Sprintf("%d %s %s; record verified", code, rec.Effect, rec.Reason)
+	r.Pass = code == 200 && rec.Effect == decision.Deny && rec.Reason == "tenant_unknown"
+	return r
+}
+
 var pdpScenarios = []func(context.Context, *env) Result{
 	pdpEnforce(pdpCase{"pdp enforce: positive", "200 allow, signed record names the caller", "positive", 200}),
 	pdpEnforce(pdpCase{"pdp enforce: N1 no Authorization", "401", "N1", 401}),
 	pdpEnforce(pdpCase{"pdp enforce: N2 wrong service account", "403 principal cannot represent system", "N2", 403}),
 	pdpEnforce(pdpCase{"pdp enforce: N3 another audience", "401", "N3", 401}),
 	pdpEnforce(pdpCase{"pdp enforce: N4 past exp", "401", "N4", 401}),
+	pdpOtherTenant,
 	pdpWarn,
 	pdpForged,
 }

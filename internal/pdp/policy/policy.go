@@ -11,13 +11,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/callerauth/callerauth/internal/ijson"
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
+	"github.com/cedar-policy/cedar-go/x/exp/schema/resolved"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
 )
 
@@ -30,6 +34,36 @@ const (
 	ReasonUnannotated     = "policy_without_reason"
 )
 
+// Reasons for a request that names something the registry does not hold, or
+// relations it does not record. They are decided before any policy runs:
+// every field a record binds is either checked against the registry here or
+// handed to the policies, so a record never vouches for a tenant, lane,
+// subject or resource nothing looked at.
+const (
+	ReasonTenantUnknown     = "tenant_unknown"
+	ReasonLaneUnknown       = "lane_unknown"
+	ReasonLaneNotInTenant   = "lane_not_in_tenant"
+	ReasonSubjectUnknown    = "subject_unknown"
+	ReasonResourceUnknown   = "resource_unknown"
+	ReasonResourceNotInLane = "resource_not_in_lane"
+	ReasonStageUnknown      = "stage_unknown"
+)
+
+// RegistryReasons are the reasons decided against the registry, in the
+// order they are checked.
+var RegistryReasons = []string{ReasonTenantUnknown, ReasonLaneUnknown, ReasonLaneNotInTenant,
+	ReasonSubjectUnknown, ReasonResourceUnknown, ReasonResourceNotInLane, ReasonStageUnknown}
+
+// The entity types a check request maps onto; a package's schema declares
+// all four.
+const (
+	TypeTenant   = "Tenant"
+	TypeLane     = "Lane"
+	TypeSubject  = "Subject"
+	TypeResource = "Resource"
+	TypeAction   = "Action"
+)
+
 // Package is a validated policy package.
 type Package struct {
 	ID       string
@@ -38,6 +72,7 @@ type Package struct {
 	policies *cedar.PolicySet
 	ids      []cedar.PolicyID
 	validate *validate.Validator
+	schema   *resolved.Schema
 }
 
 // Manifest is manifest.json.
@@ -107,11 +142,14 @@ func LoadPackage(dir string) (*Package, error) {
 	if err := s.UnmarshalCedar(sb); err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
 	}
-	resolved, err := s.Resolve()
+	res, err := s.Resolve()
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
 	}
-	p := &Package{ID: manifest.PackageID, Version: manifest.PolicyVersion, policies: cedar.NewPolicySet(), validate: validate.New(resolved)}
+	if err := checkSchema(res); err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
+	}
+	p := &Package{ID: manifest.PackageID, Version: manifest.PolicyVersion, policies: cedar.NewPolicySet(), validate: validate.New(res), schema: res}
 	sort.Strings(policyFiles)
 	var errs []error
 	for _, f := range policyFiles {
@@ -146,6 +184,65 @@ func LoadPackage(dir string) (*Package, error) {
 	return p, nil
 }
 
+// contextAttrs is the context every check hands to the policies, by name
+// and the type the schema must give it.
+type contextAttr struct {
+	name string
+	typ  resolved.IsType
+	decl string
+}
+
+var contextAttrs = []contextAttr{
+	{"system", resolved.StringType{}, "system: String"},
+	{"purpose", resolved.StringType{}, "purpose: String"},
+	{"fields", resolved.SetType{Element: resolved.StringType{}}, "fields: Set<String>"},
+	{"tenant", resolved.EntityType(TypeTenant), "tenant: Tenant"},
+	{"lane", resolved.EntityType(TypeLane), "lane: Lane"},
+}
+
+// checkSchema insists that the schema can describe every check request:
+// the four entity types, and for every action a context with exactly the
+// members the PDP passes, so that no request field reaches a policy the
+// schema does not know of, and none is dropped on the way.
+func checkSchema(s *resolved.Schema) error {
+	var errs []error
+	for _, et := range []string{TypeTenant, TypeLane, TypeSubject, TypeResource} {
+		if _, ok := s.Entities[types.EntityType(et)]; !ok {
+			errs = append(errs, fmt.Errorf("entity type %s is not declared; a check request names a %s", et, strings.ToLower(et)))
+		}
+	}
+	if len(s.Actions) == 0 {
+		errs = append(errs, errors.New("no action is declared; a check request's stage is an action"))
+	}
+	uids := make([]types.EntityUID, 0, len(s.Actions))
+	for uid := range s.Actions {
+		uids = append(uids, uid)
+	}
+	sort.Slice(uids, func(i, j int) bool { return uids[i].String() < uids[j].String() })
+	for _, uid := range uids {
+		a := s.Actions[uid]
+		if a.AppliesTo == nil {
+			errs = append(errs, fmt.Errorf("action %s applies to nothing; declare appliesTo { principal: Subject, resource: Resource, context: ... }", uid.ID))
+			continue
+		}
+		if !slices.Contains(a.AppliesTo.Principals, types.EntityType(TypeSubject)) || !slices.Contains(a.AppliesTo.Resources, types.EntityType(TypeResource)) {
+			errs = append(errs, fmt.Errorf("action %s must apply to principal Subject and resource Resource", uid.ID))
+		}
+		for _, want := range contextAttrs {
+			got, ok := a.AppliesTo.Context[types.String(want.name)]
+			if !ok || got.Optional || !reflect.DeepEqual(got.Type, want.typ) {
+				errs = append(errs, fmt.Errorf("action %s: the context must declare %s (the PDP passes the request's %s to every policy)", uid.ID, want.decl, want.name))
+			}
+		}
+		for name := range a.AppliesTo.Context {
+			if !slices.ContainsFunc(contextAttrs, func(c contextAttr) bool { return c.name == string(name) }) {
+				errs = append(errs, fmt.Errorf("action %s: context member %s is not one the PDP passes", uid.ID, name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Registry is a validated registry snapshot.
 type Registry struct {
 	Entities types.EntityMap
@@ -159,12 +256,27 @@ func (p *Package) LoadRegistry(path string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: --registry: %w", err)
 	}
-	var m types.EntityMap
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := ijson.Check(b); err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", path, err)
 	}
-	if err := p.validate.Entities(m); err != nil {
-		return nil, fmt.Errorf("policy: %s does not match the schema of package %s %s: %w", path, p.ID, p.Version, err)
+	var list []types.Entity
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("policy: %s: want a JSON array of Cedar entities: %w", path, err)
+	}
+	m := make(types.EntityMap, len(list))
+	var errs []error
+	for i, e := range list {
+		if _, dup := m[e.UID]; dup {
+			errs = append(errs, fmt.Errorf("policy: %s: entity %d, %s, is listed twice", path, i, e.UID))
+			continue
+		}
+		m[e.UID] = e
+		if err := p.validate.Entity(e); err != nil {
+			errs = append(errs, fmt.Errorf("policy: %s: entity %d, %s, does not match the schema of package %s %s: %w", path, i, e.UID, p.ID, p.Version, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	sum := sha256.Sum256(b)
 	return &Registry{Entities: m, Digest: "sha256:" + hex.EncodeToString(sum[:])}, nil
@@ -186,30 +298,110 @@ type Request struct {
 type Decision struct {
 	Allow  bool
 	Reason string
+	// Detail explains a registry refusal, for the log.
+	Detail string
 	// Policies that determined it.
 	Policies []string
 }
 
-// Evaluate maps the request to Cedar (principal Subject::subject, action
-// Action::stage, resource Resource::resource — in its lane and tenant as
-// the registry says — and context {system, purpose, fields}) and decides.
-// The reason is the determining policy's @reason annotation: the first
-// forbid's when one matches, else the first permit's; with neither, deny
-// with no_policy_matched.
-func (p *Package) Evaluate(reg *Registry, r Request) Decision {
+// CedarRequest maps a check request to Cedar: principal Subject::subject,
+// action Action::stage, resource Resource::resource, and context {system,
+// purpose, fields, tenant: Tenant::tenant, lane: Lane::lane}. Every field of
+// the check request is in it.
+func CedarRequest(r Request) cedar.Request {
 	fields := make([]types.Value, len(r.Fields))
 	for i, f := range r.Fields {
 		fields[i] = types.String(f)
 	}
-	req := cedar.Request{
-		Principal: types.NewEntityUID("Subject", types.String(r.Subject)),
-		Action:    types.NewEntityUID("Action", types.String(r.Stage)),
-		Resource:  types.NewEntityUID("Resource", types.String(r.Resource)),
+	return cedar.Request{
+		Principal: types.NewEntityUID(TypeSubject, types.String(r.Subject)),
+		Action:    types.NewEntityUID(TypeAction, types.String(r.Stage)),
+		Resource:  types.NewEntityUID(TypeResource, types.String(r.Resource)),
 		Context: types.NewRecord(types.RecordMap{
 			"system":  types.String(r.System),
 			"purpose": types.String(r.Purpose),
 			"fields":  types.NewSet(fields...),
+			"tenant":  types.NewEntityUID(TypeTenant, types.String(r.Tenant)),
+			"lane":    types.NewEntityUID(TypeLane, types.String(r.Lane)),
 		}),
+	}
+}
+
+// Relations checks what the request names against the registry, which is
+// the source of truth for entity relations: the tenant, the lane, the
+// subject and the resource exist, the lane belongs to the tenant and the
+// resource to the lane, and the stage is an action of the schema. It
+// returns "" or the first failing check's reason (in [RegistryReasons]
+// order) with a sentence for the log.
+func (p *Package) Relations(reg *Registry, r Request) (reason, detail string) {
+	tenant := types.NewEntityUID(TypeTenant, types.String(r.Tenant))
+	lane := types.NewEntityUID(TypeLane, types.String(r.Lane))
+	subject := types.NewEntityUID(TypeSubject, types.String(r.Subject))
+	resource := types.NewEntityUID(TypeResource, types.String(r.Resource))
+	_, hasTenant := reg.Entities[tenant]
+	_, hasLane := reg.Entities[lane]
+	_, hasSubject := reg.Entities[subject]
+	_, hasResource := reg.Entities[resource]
+	switch {
+	case !hasTenant:
+		return ReasonTenantUnknown, fmt.Sprintf("tenant %q is not in the registry", r.Tenant)
+	case !hasLane:
+		return ReasonLaneUnknown, fmt.Sprintf("lane %q is not in the registry", r.Lane)
+	case !reg.in(lane, tenant):
+		return ReasonLaneNotInTenant, fmt.Sprintf("lane %q does not belong to tenant %q", r.Lane, r.Tenant)
+	case !hasSubject:
+		return ReasonSubjectUnknown, fmt.Sprintf("subject %q is not in the registry", r.Subject)
+	case !hasResource:
+		return ReasonResourceUnknown, fmt.Sprintf("resource %q is not in the registry", r.Resource)
+	case !reg.in(resource, lane):
+		return ReasonResourceNotInLane, fmt.Sprintf("resource %q is not in lane %q", r.Resource, r.Lane)
+	}
+	if _, ok := p.schema.Actions[types.NewEntityUID(TypeAction, types.String(r.Stage))]; !ok {
+		return ReasonStageUnknown, fmt.Sprintf("stage %q is not an action of package %s", r.Stage, p.ID)
+	}
+	return "", ""
+}
+
+// in reports whether child is ancestor itself or has it among its
+// ancestors, transitively, as Cedar's `in` does.
+func (reg *Registry) in(child, ancestor types.EntityUID) bool {
+	seen := map[types.EntityUID]bool{}
+	queue := []types.EntityUID{child}
+	for len(queue) > 0 {
+		e := queue[0]
+		queue = queue[1:]
+		if e == ancestor {
+			return true
+		}
+		if seen[e] {
+			continue
+		}
+		seen[e] = true
+		if ent, ok := reg.Entities[e]; ok {
+			for parent := range ent.Parents.All() {
+				queue = append(queue, parent)
+			}
+		}
+	}
+	return false
+}
+
+// Evaluate decides a check request. First the registry relations
+// ([Package.Relations]): a request naming what the registry does not hold,
+// or relations it does not record, is denied with that reason before any
+// policy runs. Then the request as [CedarRequest] maps it is authorized
+// against the policies. The reason is the determining policy's @reason
+// annotation: the first forbid's when one matches, else the first
+// permit's; with neither, deny with no_policy_matched.
+func (p *Package) Evaluate(reg *Registry, r Request) Decision {
+	if reason, detail := p.Relations(reg, r); reason != "" {
+		return Decision{Reason: reason, Detail: detail}
+	}
+	req := CedarRequest(r)
+	if err := p.validate.Request(types.Request(req)); err != nil {
+		// checkSchema makes this unreachable for the request shape the PDP
+		// builds; should it ever happen, nothing unvalidated is allowed.
+		return Decision{Reason: ReasonStageUnknown, Detail: err.Error()}
 	}
 	ok, diag := cedar.Authorize(p.policies, reg.Entities, req)
 	d := Decision{Allow: ok == cedar.Allow}

@@ -53,9 +53,23 @@ func TestExamplePackage(t *testing.T) {
 		{"the seed's positive request", func(*policy.Request) {}, true, "catalog_lane_policy_matched"},
 		{"a forbidden field: the forbid names its reason", func(r *policy.Request) { r.Fields = append(r.Fields, "private_key") }, false, "private_key_fields_forbidden"},
 		{"another system", func(r *policy.Request) { r.System = "ops-warden" }, false, "no_policy_matched"},
-		{"a resource in another lane", func(r *policy.Request) { r.Resource = "invoice-db" }, false, "no_policy_matched"},
-		{"a subject outside the lane", func(r *policy.Request) { r.Subject = "intruder" }, false, "no_policy_matched"},
+		{"a known subject outside the lane", func(r *policy.Request) { r.Subject = "svc-payroll" }, false, "no_policy_matched"},
 		{"another action", func(r *policy.Request) { r.Stage = "read" }, false, "no_policy_matched"},
+		// The probe that found the hole: a tenant and lane the policy never
+		// looked at were signed into an allow.
+		{"a tenant not in the registry", func(r *policy.Request) { r.Tenant, r.Lane = "evil-corp", "billing" }, false, "tenant_unknown"},
+		{"another tenant's name on this lane", func(r *policy.Request) { r.Tenant = "globex" }, false, "lane_not_in_tenant"},
+		{"another lane of the tenant, the resource not in it", func(r *policy.Request) { r.Lane = "billing" }, false, "resource_not_in_lane"},
+		{"a lane not in the registry", func(r *policy.Request) { r.Lane = "shadow" }, false, "lane_unknown"},
+		{"a resource in another lane", func(r *policy.Request) { r.Resource = "invoice-db" }, false, "resource_not_in_lane"},
+		{"a resource not in the registry", func(r *policy.Request) { r.Resource = "root-ca-key" }, false, "resource_unknown"},
+		{"a subject not in the registry", func(r *policy.Request) { r.Subject = "intruder" }, false, "subject_unknown"},
+		{"a stage that is no action", func(r *policy.Request) { r.Stage = "exfiltrate" }, false, "stage_unknown"},
+		// Consistent, known, and another tenant's: the policy decides (and
+		// names tenant acme).
+		{"another tenant's lane, resource and member", func(r *policy.Request) {
+			r.Tenant, r.Lane, r.Resource, r.Subject = "globex", "payroll", "payroll-db", "svc-payroll"
+		}, false, "no_policy_matched"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,12 +135,49 @@ func TestPackageRefusals(t *testing.T) {
 			}
 		})
 	}
-	t.Run("registry entity of an unknown type", func(t *testing.T) {
-		p, _ := load(t)
-		reg := filepath.Join(t.TempDir(), "registry.json")
-		_ = os.WriteFile(reg, []byte(`[{"uid":{"type":"Robot","id":"r"},"attrs":{},"parents":[]}]`), 0o600)
-		if _, err := p.LoadRegistry(reg); err == nil || !strings.Contains(err.Error(), "does not match the schema") {
-			t.Fatalf("err = %v", err)
-		}
-	})
+	for _, tt := range []struct{ name, registry, want string }{
+		{"registry entity of an unknown type", `[{"uid":{"type":"Tenant","id":"t"},"attrs":{},"parents":[]},{"uid":{"type":"Robot","id":"r"},"attrs":{},"parents":[]}]`,
+			`entity 1, Robot::"r", does not match the schema of package secrets-engine v2: entity type "Robot" not found in schema`},
+		{"registry entity listed twice", `[{"uid":{"type":"Tenant","id":"t"},"attrs":{},"parents":[]},{"uid":{"type":"Tenant","id":"t"},"attrs":{},"parents":[{"type":"Tenant","id":"u"}]}]`,
+			`entity 1, Tenant::"t", is listed twice`},
+		{"registry with a member twice", `[{"uid":{"type":"Tenant","id":"t"},"uid":{"type":"Tenant","id":"u"},"attrs":{},"parents":[]}]`, `"uid" appears more than once`},
+		{"registry not a list", `{}`, "want a JSON array of Cedar entities"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := load(t)
+			reg := filepath.Join(t.TempDir(), "registry.json")
+			_ = os.WriteFile(reg, []byte(tt.registry), 0o600)
+			if _, err := p.LoadRegistry(reg); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSchemaMustDescribeEveryRequest(t *testing.T) {
+	for _, tt := range []struct{ name, from, to, want string }{
+		{"context without the tenant", "  tenant: Tenant,\n", "", "action rotate: the context must declare tenant: Tenant"},
+		{"lane as a string", "lane: Lane,", "lane: String,", "action read: the context must declare lane: Lane"},
+		{"an optional member", "purpose: String,", "purpose?: String,", "must declare purpose: String"},
+		{"a member the PDP does not pass", "system: String,", "system: String, colour: String,", "context member colour is not one the PDP passes"},
+		{"no Tenant type", "entity Tenant;\n", "", "entity type Tenant is not declared"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyDir(t, filepath.Join(example, "policy"))
+			path := filepath.Join(dir, "schema.cedarschema")
+			b, _ := os.ReadFile(path)
+			edited := strings.Replace(string(b), tt.from, tt.to, 1)
+			if edited == string(b) {
+				t.Fatalf("the schema has no %q", tt.from)
+			}
+			if tt.name == "no Tenant type" {
+				edited = strings.ReplaceAll(edited, "entity Lane in [Tenant];", "entity Lane;")
+				edited = strings.ReplaceAll(edited, "tenant: Tenant,", "tenant: Lane,")
+			}
+			_ = os.WriteFile(path, []byte(edited), 0o600)
+			if _, err := policy.LoadPackage(dir); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v; want %q", err, tt.want)
+			}
+		})
+	}
 }

@@ -1,0 +1,59 @@
+// Package secretsengine carries the secrets-engine example — the policy
+// package, the registry snapshot and the two check requests of this folder
+// — so that `callerauth demo` and the tests use these very files, with no
+// checkout and no copy to drift from them.
+package secretsengine
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Files are the example's files: policy/ (manifest.json, catalog.cedar,
+// schema.cedarschema), registry.json, check_request_allow_rotate.json and
+// check_request_deny_private_key.json.
+//
+//go:embed policy registry.json check_request_allow_rotate.json check_request_deny_private_key.json
+var Files embed.FS
+
+// AllowRequest is check_request_allow_rotate.json: 200 allow
+// catalog_lane_policy_matched under the example package.
+func AllowRequest() []byte { return mustRead("check_request_allow_rotate.json") }
+
+// DenyRequest is check_request_deny_private_key.json: 200 deny
+// private_key_fields_forbidden.
+func DenyRequest() []byte { return mustRead("check_request_deny_private_key.json") }
+
+func mustRead(name string) []byte {
+	b, err := Files.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	return b
+}
+
+// WriteTo writes the policy package and the registry under dir and returns
+// the paths to give the pdp as --policy-dir and --registry.
+func WriteTo(dir string) (policyDir, registry string, err error) {
+	err = fs.WalkDir(Files, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(path))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		b, err := Files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o600)
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("secretsengine: %w", err)
+	}
+	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil
+}
