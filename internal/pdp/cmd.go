@@ -10,11 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the pdp command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{}
+	o := Options{HTTP: serve.DefaultHTTPLimits()}
 	cmd := &cobra.Command{
 		Use:   "pdp",
 		Short: "Policy decision point: POST /v1/check with caller authentication and signed decision records",
@@ -49,6 +50,7 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9090", "address for /metrics (empty: off)")
 	f.DurationVar(&o.CacheTTL, "caller-cache-ttl", authn.DefaultCacheTTL, "how long a successful TokenReview verdict is reused")
+	o.HTTP.AddFlags(f)
 	return cmd
 }
 

@@ -32,7 +32,9 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/ijson"
 	"github.com/callerauth/callerauth/internal/pdp/policy"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // Caller authentication modes.
@@ -63,8 +65,9 @@ type Options struct {
 	CacheTTL       time.Duration
 	ReloadInterval time.Duration
 	Logger         *slog.Logger
-	Authenticator  authn.Authenticator // replaces TokenReview, for tests
-	bindings       map[string]string
+	// HTTP bounds what one client may hold of the server (both listeners).
+	HTTP          serve.HTTPLimits
+	Authenticator authn.Authenticator // replaces TokenReview, for tests
 }
 
 // Validate refuses flags that cannot be honoured, naming them.
@@ -104,22 +107,48 @@ func (o *Options) Validate() error {
 	if o.CallerAudience == "" {
 		errs = append(errs, errors.New("pdp: --caller-audience may not be empty"))
 	}
-	o.bindings = map[string]string{}
-	for _, b := range o.CallerBindings {
+	bindings, _, err := parseBindings(o.CallerBindings)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if o.CallerAuthMode != ModeOff && len(bindings) == 0 {
+		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
+	}
+	if err := o.HTTP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// parseBindings reads --caller-binding SYSTEM=PRINCIPAL values. A principal
+// in the service-account form must be a well-formed one (it is compared by
+// exact string with what TokenReview returns); any other principal is
+// allowed, since a TokenReview backed by another authenticator can return
+// other usernames, but comes back in warnings: a ServiceAccount token never
+// matches it.
+func parseBindings(values []string) (map[string]string, []string, error) {
+	bindings := map[string]string{}
+	var errs []error
+	var warnings []string
+	for _, b := range values {
 		sys, principal, ok := strings.Cut(b, "=")
 		if !ok || sys == "" || principal == "" || strings.TrimSpace(b) != b {
 			errs = append(errs, fmt.Errorf("pdp: --caller-binding %q: want SYSTEM=PRINCIPAL", b))
 			continue
 		}
-		if _, dup := o.bindings[sys]; dup {
+		if _, dup := bindings[sys]; dup {
 			errs = append(errs, fmt.Errorf("pdp: --caller-binding: system %q is bound twice", sys))
 		}
-		o.bindings[sys] = principal
+		bindings[sys] = principal
+		if strings.HasPrefix(principal, binding.ServiceAccountPrefix) {
+			if err := binding.ValidateServiceAccountUsername(principal); err != nil {
+				errs = append(errs, fmt.Errorf("pdp: --caller-binding %q: principal %q: %w", b, principal, err))
+			}
+		} else {
+			warnings = append(warnings, fmt.Sprintf("--caller-binding %q: principal %q is not a service-account username (%s<namespace>:<name>); a ServiceAccount token will never match it", b, principal, binding.ServiceAccountPrefix))
+		}
 	}
-	if o.CallerAuthMode != ModeOff && len(o.bindings) == 0 {
-		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
-	}
-	return errors.Join(errs...)
+	return bindings, warnings, errors.Join(errs...)
 }
 
 // state is what a reload replaces.
@@ -147,6 +176,9 @@ type Server struct {
 // New validates the options, loads and validates the policy package and the
 // registry, the signing keys, and builds the caller authentication.
 func New(o Options) (*Server, error) {
+	if o.HTTP == (serve.HTTPLimits{}) {
+		o.HTTP = serve.DefaultHTTPLimits() // not set at all: a library caller
+	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -171,6 +203,10 @@ func New(o Options) (*Server, error) {
 	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
 	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	s.registry.MustRegister(s.checks, s.authViol, s.latency)
+	bindings, warnings, _ := parseBindings(o.CallerBindings)
+	for _, w := range warnings {
+		s.log.Warn("pdp: " + w)
+	}
 	if o.CallerAuthMode == ModeOff {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
 		return s, nil
@@ -193,7 +229,7 @@ func New(o Options) (*Server, error) {
 		mode = guard.Audit
 	}
 	s.guard, err = guard.New(guard.Config{Mode: mode, Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: o.CacheTTL}),
-		Rule: binding.SystemBinding(o.bindings), Metrics: m, Logger: s.log})
+		Rule: binding.SystemBinding(bindings), Metrics: m, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -263,47 +299,44 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func writeError(w http.ResponseWriter, code int, reason, field string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	body := map[string]string{"error": reason}
-	if field != "" {
-		body["field"] = field
-	}
-	_ = json.NewEncoder(w).Encode(body)
-}
-
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
+	const method = "POST /v1/check"
+	// The caller first, from the header alone: under enforce a caller with
+	// no identity is refused before a byte of the body is read, so it
+	// learns nothing about the request format and holds nothing open.
+	var auth *guard.Authentication
+	if s.guard != nil {
+		auth = s.guard.Authenticate(r.Context(), bearer.FromHeader(r.Header))
+		if s.guard.Mode() == guard.Enforce && auth.Caller() == nil {
+			s.refuse(w, s.guard.Decide(r.Context(), auth, binding.Request{Method: method}))
+			return
+		}
+	}
 	req, field, err := decodeRequest(w, r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), field)
+		guard.WriteHTTPError(w, http.StatusBadRequest, guard.ReasonBadRequest, err.Error(), "field", field)
 		return
 	}
 	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
 	mode := s.o.CallerAuthMode
 	if s.guard != nil {
-		v := s.guard.Check(r.Context(), bearer.FromHeader(r.Header), binding.Request{System: req.System, Method: "POST /v1/check"})
+		v := s.guard.Decide(r.Context(), auth, binding.Request{System: req.System, Method: method})
+		if !v.Allowed {
+			s.refuse(w, v)
+			return
+		}
 		if v.Reason != "" {
 			s.authViol.WithLabelValues(v.Reason, mode).Inc()
-		}
-		if !v.Allowed {
-			code := guard.HTTPStatus(v.Code)
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-			}
-			msg := v.Reason
-			if v.Reason == binding.ReasonPrincipalCannotRepresentSystem {
-				msg = "principal cannot represent system"
-			}
-			writeError(w, code, msg, "")
-			return
 		}
 		caller = callerBlock(v)
 	}
 	st := s.state.Load()
 	d := st.pkg.Evaluate(st.reg, *req)
+	if d.Detail != "" {
+		s.log.Info("pdp: denied against the registry", "reason", d.Reason, "detail", guard.LogValue(d.Detail))
+	}
 	rec := &decision.Record{DecisionID: uuid.NewString(), Reason: d.Reason, PolicyVersion: st.pkg.Version, Caller: caller,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
@@ -312,18 +345,25 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		rec.Effect = decision.Allow
 	}
 	if err := rec.Bind(req); err != nil {
-		writeError(w, http.StatusInternalServerError, "record", "")
+		s.log.Error("pdp: binding the request failed", "err", err)
+		guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
 		return
 	}
 	signed, err := s.signer.Sign(rec)
 	if err != nil {
 		s.log.Error("pdp: signing failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "signing failed", "")
+		guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
 		return
 	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(signed)
+}
+
+// refuse answers a refused caller and counts it.
+func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
+	s.authViol.WithLabelValues(v.Reason, s.o.CallerAuthMode).Inc()
+	guard.WriteRefusal(w, v)
 }
 
 // callerBlock is the record's caller: who asked, or, under warn, that the
@@ -347,52 +387,72 @@ func callerBlock(v *guard.Verdict) decision.Caller {
 }
 
 // decodeRequest reads a check request strictly: JSON only, at most MaxBody
-// bytes, no unknown fields, every field present with its type. The error
-// names the field.
+// bytes, I-JSON (RFC 7493: no member twice, UTF-8 only, no unpaired
+// surrogate — each would let the PDP and a consumer read different
+// requests under one digest), no unknown fields, every field present with
+// its type and no null anywhere. The error names the field.
 func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, string, error) {
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "application/json" {
-		return nil, "Content-Type", fmt.Errorf("Content-Type must be application/json, got %q", r.Header.Get("Content-Type"))
+		return nil, "Content-Type", fmt.Errorf("Content-Type must be application/json, got %q", guard.LogValue(r.Header.Get("Content-Type")))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
-		return nil, "body", fmt.Errorf("body larger than %d bytes", MaxBody)
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, "body", fmt.Errorf("body larger than %d bytes", MaxBody)
+		}
+		return nil, "body", errors.New("the body could not be read")
+	}
+	if err := ijson.Check(body); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return nil, e.Member(), fmt.Errorf("field %q: %s", e.Member(), e.Problem)
+		}
+		return nil, "body", fmt.Errorf("body is not a JSON object: %w", err)
 	}
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, "body", fmt.Errorf("body is not a JSON object: %w", err)
+	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
+		return nil, "body", errors.New("body is not a JSON object")
 	}
 	var req policy.Request
 	fields := []struct {
 		name string
-		dst  any
+		dst  *string
 	}{
 		{"system", &req.System}, {"subject", &req.Subject}, {"tenant", &req.Tenant}, {"lane", &req.Lane},
-		{"resource", &req.Resource}, {"stage", &req.Stage}, {"fields", &req.Fields}, {"purpose", &req.Purpose},
+		{"resource", &req.Resource}, {"stage", &req.Stage}, {"purpose", &req.Purpose},
 	}
-	known := map[string]bool{}
+	known := map[string]bool{"fields": true}
 	for _, f := range fields {
 		known[f.name] = true
 		v, ok := raw[f.name]
 		if !ok || string(v) == "null" {
 			return nil, f.name, fmt.Errorf("field %q is required", f.name)
 		}
-		if err := json.Unmarshal(v, f.dst); err != nil {
-			want := "a string"
-			if f.name == "fields" {
-				want = "a list of strings"
-			}
-			return nil, f.name, fmt.Errorf("field %q must be %s", f.name, want)
+		if v[0] != '"' || json.Unmarshal(v, f.dst) != nil {
+			return nil, f.name, fmt.Errorf("field %q must be a string", f.name)
+		}
+		if *f.dst == "" && f.name != "purpose" {
+			return nil, f.name, fmt.Errorf("field %q may not be empty", f.name)
+		}
+	}
+	var list []json.RawMessage
+	if v, ok := raw["fields"]; !ok || string(v) == "null" {
+		return nil, "fields", errors.New(`field "fields" is required`)
+	} else if v[0] != '[' || json.Unmarshal(v, &list) != nil {
+		return nil, "fields", errors.New(`field "fields" must be a list of strings`)
+	}
+	req.Fields = make([]string, len(list))
+	for i, e := range list {
+		// A null element would otherwise become "" in the record.
+		if e[0] != '"' || json.Unmarshal(e, &req.Fields[i]) != nil {
+			return nil, "fields", fmt.Errorf(`field "fields": element %d must be a string, not %s`, i, guard.LogValue(string(e)))
 		}
 	}
 	for k := range raw {
 		if !known[k] {
-			return nil, k, fmt.Errorf("unknown field %q", k)
-		}
-	}
-	for _, f := range fields[:6] {
-		if *(f.dst.(*string)) == "" {
-			return nil, f.name, fmt.Errorf("field %q may not be empty", f.name)
+			return nil, k, fmt.Errorf("unknown field %q", guard.LogValue(k))
 		}
 	}
 	return &req, "", nil
@@ -405,7 +465,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pdp: --listen: %w", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := s.o.HTTP.Server(s.Handler())
 	errc := make(chan error, 2)
 	go func() {
 		if s.o.InsecureHTTP {
@@ -421,7 +481,7 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = srv.Close()
 			return fmt.Errorf("pdp: --metrics-listen: %w", err)
 		}
-		msrv = &http.Server{Handler: promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		msrv = s.o.HTTP.Server(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 		go func() { errc <- msrv.Serve(ml) }()
 	}
 	st := s.state.Load()

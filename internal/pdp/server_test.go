@@ -23,7 +23,9 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/pdp"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 const example = "../../examples/secrets-engine"
@@ -151,12 +153,11 @@ func TestSeedPositiveAndN1N4(t *testing.T) {
 				if code != 200 {
 					var eb map[string]string
 					_ = json.Unmarshal(body, &eb)
-					wantMsg := r.reason
-					if r.enforce == 403 {
-						wantMsg = "principal cannot represent system"
+					if eb["reason"] != r.reason || eb["error"] != guard.Sentence(r.reason) {
+						t.Errorf("%s: body %s; want reason %q and its sentence", r.name, body, r.reason)
 					}
-					if eb["error"] != wantMsg {
-						t.Errorf("%s: error %q; want %q", r.name, eb["error"], wantMsg)
+					if r.enforce == 403 && eb["error"] != "principal cannot represent system" {
+						t.Errorf("%s: N2 says %q; the seed's words are %q", r.name, eb["error"], "principal cannot represent system")
 					}
 					continue
 				}
@@ -329,7 +330,7 @@ func TestReloadKeepsThePreviousVersionOnFailure(t *testing.T) {
 func TestOptionsRefusals(t *testing.T) {
 	base := func() pdp.Options {
 		return pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: "p", Registry: "r", SigningKeyFile: "k",
-			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}}
+			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}, HTTP: serve.DefaultHTTPLimits()}
 	}
 	tests := []struct {
 		name string
@@ -343,6 +344,14 @@ func TestOptionsRefusals(t *testing.T) {
 		{"binding without =", func(o *pdp.Options) { o.CallerBindings = []string{"secrets-engine"} }, `--caller-binding "secrets-engine"`},
 		{"no binding", func(o *pdp.Options) { o.CallerBindings = nil }, "at least one --caller-binding"},
 		{"no signing key", func(o *pdp.Options) { o.SigningKeyFile = "" }, "--signing-key-file is required"},
+		{"a malformed service-account principal", func(o *pdp.Options) {
+			o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine"}
+		}, `principal "system:serviceaccount:secrets-engine": want system:serviceaccount:<namespace>:<name>`},
+		{"a service-account principal in uppercase", func(o *pdp.Options) {
+			o.CallerBindings = []string{"s=system:serviceaccount:Secrets:engine"}
+		}, "uppercase"},
+		{"no read timeout", func(o *pdp.Options) { o.HTTP.ReadTimeout = 0 }, "--http-read-timeout 0s: want a positive duration"},
+		{"tiny header limit", func(o *pdp.Options) { o.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes 100"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
