@@ -14,12 +14,13 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the platform-connector command line. getenv reads the
 // environment (NODE_NAME).
 func NewCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
-	o := Options{}
+	o := Options{HTTP: serve.DefaultHTTPLimits()}
 	var role string
 	var logLevel string
 	cmd := &cobra.Command{
@@ -66,6 +67,9 @@ node-binding settings; see docs/platform-connector.md.`,
 	f.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:2112", "address for /metrics, /healthz and /readyz (empty: off)")
 	f.DurationVar(&o.CacheTTL, "auth-cache-ttl", authn.DefaultCacheTTL, "how long a successful TokenReview verdict is reused (bounds how long a deleted pod's token still works)")
 	f.DurationVar(&o.ReviewTimeout, "auth-review-timeout", kube.DefaultTimeout, "how long one TokenReview may take, retries included")
+	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
+	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
+	o.HTTP.AddFlags(f)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(newEventsCommand(stdout))
 	return cmd

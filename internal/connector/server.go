@@ -10,7 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -28,6 +30,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // Role is how the connector is deployed.
@@ -56,15 +59,39 @@ type Options struct {
 	MetricsListen string // /metrics, /healthz, /readyz
 	CacheTTL      time.Duration
 	ReviewTimeout time.Duration
-	Logger        *slog.Logger
+	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
+	// carry; a larger batch is refused whole (InvalidArgument). Default
+	// DefaultMaxBatchEvents.
+	MaxBatchEvents int
+	// MaxMessageBytes is the largest request message accepted; gRPC refuses
+	// a larger one whole (ResourceExhausted). Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// HTTP bounds the clients of the metrics listener.
+	HTTP   serve.HTTPLimits
+	Logger *slog.Logger
 	// Authenticator replaces TokenReview, for tests.
 	Authenticator authn.Authenticator
 }
+
+// Defaults of the batch limits.
+const (
+	DefaultMaxBatchEvents  = 1000
+	DefaultMaxMessageBytes = 4 << 20
+)
 
 // Validate refuses options that cannot be honoured, naming the flag. auth
 // is the loaded config.json.
 func (o *Options) Validate(auth AuthConfig) error {
 	var errs []error
+	if o.MaxBatchEvents < 1 {
+		errs = append(errs, fmt.Errorf("connector: --max-batch-events %d: want at least 1", o.MaxBatchEvents))
+	}
+	if o.MaxMessageBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("connector: --max-message-bytes %d: want at least 1024", o.MaxMessageBytes))
+	}
+	if err := o.HTTP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	switch o.Role {
 	case RoleSocket:
 		if o.NodeName == "" {
@@ -109,6 +136,11 @@ type Server struct {
 	grpc     *grpc.Server
 	registry *prometheus.Registry
 	guard    *guard.Guard
+	refused  *prometheus.CounterVec
+	// The node-binding settings in force: the deployment role always
+	// enforces and never fails open, whatever config.json says.
+	mode     guard.Mode
+	failOpen bool
 }
 
 // New loads config.json, validates the options against it, opens the
@@ -123,12 +155,34 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.MaxBatchEvents == 0 {
+		o.MaxBatchEvents = DefaultMaxBatchEvents
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.HTTP == (serve.HTTPLimits{}) {
+		o.HTTP = serve.DefaultHTTPLimits()
+	}
 	if err := o.Validate(auth); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, auth: auth, log: log, registry: prometheus.NewRegistry()}
+	s := &Server{opts: o, auth: auth, log: log, registry: prometheus.NewRegistry(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var icpt []grpc.ServerOption
+	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",
+		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
+	s.refused.WithLabelValues("events")
+	s.refused.WithLabelValues("bytes")
+	s.registry.MustRegister(s.refused)
+	if o.Role == RoleDeployment {
+		if s.mode != guard.Enforce || s.failOpen {
+			log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
+				"configured_AuthMode", string(s.mode), "configured_AuthFailOpenOnUnavailable", s.failOpen)
+		}
+		s.mode, s.failOpen = guard.Enforce, false
+	}
+	icpt := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
+		grpc.ChainUnaryInterceptor(s.limitBatch)}
 	if auth.EnableNodeBindingAuth {
 		g, err := s.newGuard()
 		if err != nil {
@@ -157,15 +211,10 @@ func New(o Options) (*Server, error) {
 
 func (s *Server) newGuard() (*guard.Guard, error) {
 	o, a := s.opts, s.auth
-	mode, failOpen := a.Mode, a.FailOpenOnUnavailable
+	mode, failOpen := s.mode, s.failOpen
 	local := o.NodeName
 	if o.Role == RoleDeployment {
 		local = ""
-		if mode != guard.Enforce || failOpen {
-			s.log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
-				"AuthMode", string(mode), "AuthFailOpenOnUnavailable", failOpen)
-		}
-		mode, failOpen = guard.Enforce, false
 	}
 	authr := o.Authenticator
 	if authr == nil {
@@ -186,6 +235,33 @@ func (s *Server) newGuard() (*guard.Guard, error) {
 		Metrics:       m,
 		Logger:        s.log,
 	})
+}
+
+// limitBatch refuses a batch of more than MaxBatchEvents events whole,
+// before the guard or the store spends anything on it.
+func (s *Server) limitBatch(ctx context.Context, msg any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if b, ok := msg.(*pcv1.HealthEvents); ok && len(b.GetEvents()) > s.opts.MaxBatchEvents {
+		s.refused.WithLabelValues("events").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "a batch of %d events is over the limit of %d (--max-batch-events); nothing was stored: split it", len(b.GetEvents()), s.opts.MaxBatchEvents)
+	}
+	return handler(ctx, msg)
+}
+
+// sizeRefusals counts the RPCs gRPC refused for a message over
+// MaxRecvMsgSize: they end with ResourceExhausted before any handler or
+// interceptor runs, so only a stats handler sees them.
+type sizeRefusals struct{ c *prometheus.CounterVec }
+
+func (sizeRefusals) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (sizeRefusals) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (sizeRefusals) HandleConn(context.Context, stats.ConnStats) {}
+func (r sizeRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
+	if end, ok := st.(*stats.End); ok && end.Error != nil && status.Code(end.Error) == codes.ResourceExhausted &&
+		strings.Contains(status.Convert(end.Error).Message(), "larger than max") {
+		r.c.WithLabelValues("bytes").Inc()
+	}
 }
 
 // extract reads the node names of a batch for the guard.
@@ -222,16 +298,20 @@ func (s *Server) Run(ctx context.Context) error {
 			s.grpc.Stop()
 			return fmt.Errorf("connector: --metrics-listen: %w", err)
 		}
-		metrics = &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		metrics = s.opts.HTTP.Server(s.metricsHandler())
 		go func() { errc <- metrics.Serve(ml) }()
 		s.log.Info("connector: metrics", "address", ml.Addr().String())
 	}
 	s.log.Info("connector: serving", "role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
-		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.auth.Mode), "failOpenOnUnavailable", s.auth.FailOpenOnUnavailable)
+		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode), "failOpenOnUnavailable", s.failOpen,
+		"maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes)
+	var serveErr error
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// A listener that died is a failed service: non-zero exit.
+			serveErr = fmt.Errorf("connector: serving failed: %w", err)
 			s.log.Error("connector: serving failed", "err", err)
 		}
 	}
@@ -245,7 +325,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if metrics != nil {
 		_ = metrics.Close()
 	}
-	return s.store.Close()
+	return errors.Join(serveErr, s.store.Close())
 }
 
 func (s *Server) listen() (net.Listener, error) {
@@ -259,8 +339,8 @@ func (s *Server) listen() (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(s.opts.Socket), 0o750); err != nil {
 		return nil, fmt.Errorf("connector: --socket: %w", err)
 	}
-	if err := os.Remove(s.opts.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("connector: --socket: removing a stale socket: %w", err)
+	if err := removeStaleSocket(s.opts.Socket); err != nil {
+		return nil, err
 	}
 	lis, err := net.Listen("unix", s.opts.Socket)
 	if err != nil {
@@ -273,6 +353,36 @@ func (s *Server) listen() (net.Listener, error) {
 		return nil, fmt.Errorf("connector: --socket: %w", err)
 	}
 	return lis, nil
+}
+
+// removeStaleSocket clears the way for a new socket at path: nothing there
+// is fine; a socket nobody listens on (connection refused: a previous
+// connector died) is removed; anything else is refused, naming it — a
+// regular file is not ours to delete, and a socket that still answers
+// belongs to a live process whose publishers would lose it.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("connector: --socket %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("connector: --socket %s exists and is not a socket (%s); refusing to remove it: choose another path or remove it yourself", path, fi.Mode().Type())
+	}
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err == nil {
+		_ = c.Close()
+		return fmt.Errorf("connector: --socket %s: another process is listening on it (it accepted a connection); refusing to take it over: stop that connector first", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("connector: --socket %s: cannot tell whether the socket is stale: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("connector: --socket %s: removing a stale socket: %w", path, err)
+	}
+	return nil
 }
 
 func (s *Server) metricsHandler() http.Handler {
