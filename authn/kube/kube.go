@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -246,6 +247,11 @@ func (a *Authenticator) review(ctx context.Context, token string) (*authv1.Token
 func classify(ctx context.Context, err error) (authn.Reason, bool) {
 	var netErr net.Error
 	switch {
+	case isClientThrottled(err):
+		// Our own client-side rate limiter (QPS/Burst) would not let the
+		// review out in time: the validator was never asked, so this says
+		// nothing about the caller — unavailable, not the validator's error.
+		return authn.ValidatorUnavailable, false
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || isDNS(err):
 		// Nothing listens: unavailable, whatever time is left.
 		return authn.ValidatorUnavailable, true
@@ -266,6 +272,14 @@ func classify(ctx context.Context, err error) (authn.Reason, bool) {
 	default:
 		return authn.ValidatorError, false
 	}
+}
+
+// isClientThrottled reports client-go's refusal to send a request its rate
+// limiter holds back ("client rate limiter Wait returned an error: rate:
+// Wait(n=1) would exceed context deadline"). client-go wraps the limiter's
+// error, which wraps nothing, so the text is all there is to go on.
+func isClientThrottled(err error) bool {
+	return strings.Contains(err.Error(), "client rate limiter Wait returned an error")
 }
 
 func isStatus(err error, codes ...int32) bool {

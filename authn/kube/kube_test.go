@@ -387,3 +387,23 @@ func TestKubeconfigFromServedIssuer(t *testing.T) {
 		t.Fatalf("caller %+v err %v", c, err)
 	}
 }
+
+// TestClientThrottlingIsUnavailable: when the client's own rate limiter
+// holds a review back past the deadline (a flood of junk tokens uses up
+// QPS/Burst), the verdict is validator_unavailable — the validator was never
+// asked — so fail-open rules apply and the metric tells the truth. It was
+// validator_error.
+func TestClientThrottlingIsUnavailable(t *testing.T) {
+	e := start(t, nil)
+	a := e.authenticator(t, kube.Config{QPS: 0.5, Burst: 1, Timeout: 300 * time.Millisecond})
+	if _, err := a.Authenticate(context.Background(), e.mint(t, devissuer.TokenRequest{}).Token); err != nil {
+		t.Fatal(err) // the burst's one review
+	}
+	_, err := a.Authenticate(context.Background(), e.mint(t, devissuer.TokenRequest{}).Token)
+	if authn.ReasonOf(err) != authn.ValidatorUnavailable || !strings.Contains(err.Error(), "rate limiter") {
+		t.Fatalf("throttled: %v (%s); want validator_unavailable", err, authn.ReasonOf(err))
+	}
+	if n := e.faults.Count(reviews); n != 1 {
+		t.Fatalf("%d reviews reached the server; the throttled one must not", n)
+	}
+}
