@@ -2,6 +2,9 @@ package devissuer_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -308,7 +311,8 @@ func TestTokenReviewOverHTTPS(t *testing.T) {
 	}{
 		{"wrong audience", bound.Token, []string{"flex-auth"}, `token audiences ["platform-connector","other"] is invalid for the target audiences ["flex-auth"]`},
 		{"no audiences: the API audience is used", bound.Token, nil, "is invalid for the target audiences"},
-		{"signature from another key", forged.Token, []string{"platform-connector"}, "cryptographic"},
+		{"signature from another key", forged.Token, []string{"platform-connector"}, `signed by a key this validator does not know: kid "` + other.KeyID() + `" (this issuer signs with kid "` + iss.KeyID() + `"; was it minted with another --state-dir?)`},
+		{"another key under this issuer's kid", resignedWithKid(t, forged.Token, iss.KeyID()), []string{"platform-connector"}, `signature does not verify with this issuer's key (kid "` + iss.KeyID() + `")`},
 		{"another issuer", foreign.Token, []string{"platform-connector"}, "elsewhere.example"},
 		{"not a JWT", "opaque", []string{"platform-connector"}, "not a JWT"},
 		{"alg none", "eyJhbGciOiJub25lIn0." + strings.Split(bound.Token, ".")[1] + ".", []string{"platform-connector"}, "not a JWT"},
@@ -503,4 +507,30 @@ func TestServeWritesKubeconfig(t *testing.T) {
 		len(kc.Users) != 1 || kc.Users[0].User.TokenFile != iss.ReviewerTokenFile() || kc.CurrentContext == "" {
 		t.Fatalf("kubeconfig:\n%s", b)
 	}
+}
+
+// resignedWithKid signs tok's payload with a new key under kid.
+func resignedWithKid(t *testing.T, tok string, kid string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jws.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

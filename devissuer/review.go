@@ -71,9 +71,14 @@ func (i *Issuer) verify(tok string, audiences []string) (*Claims, []string, erro
 	if unverified.Issuer != i.issuer {
 		return nil, nil, fmt.Errorf("token issuer %q is not %q", unverified.Issuer, i.issuer)
 	}
+	// Two dev issuers share the default issuer name, so a token minted
+	// with another --state-dir gets this far: say which key signed it.
+	if kid := parsed.Headers[0].KeyID; kid != i.kid {
+		return nil, nil, fmt.Errorf("token is signed by a key this validator does not know: kid %q (this issuer signs with kid %q; was it minted with another --state-dir?)", kid, i.kid)
+	}
 	var c Claims
 	if err := parsed.Claims(i.key.Public(), &c); err != nil {
-		return nil, nil, errors.New("square/go-jose: error in cryptographic primitive")
+		return nil, nil, fmt.Errorf("token signature does not verify with this issuer's key (kid %q)", i.kid)
 	}
 	now := i.now()
 	std := jwt.Claims{Expiry: c.Expiry, NotBefore: c.NotBefore, IssuedAt: c.IssuedAt}
