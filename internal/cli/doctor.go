@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -50,6 +51,9 @@ to the wrong place. The exit status is non-zero when the hazard is found.`,
 var ErrWildcard = errors.New("doctor: the name resolves through a wildcard search suffix")
 
 func doctorDNS(ctx context.Context, w io.Writer, lookup Lookup, name string) error {
+	if _, err := netip.ParseAddr(strings.Trim(name, "[].")); err == nil {
+		return fmt.Errorf("doctor: %q is an IP address, not a DNS name: no search suffix expands it, so there is nothing to probe; give the name the client is configured with", name)
+	}
 	absolute := strings.HasSuffix(name, ".")
 	labels := strings.Split(strings.TrimSuffix(name, "."), ".")
 	if len(labels) < 2 {

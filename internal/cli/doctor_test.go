@@ -42,6 +42,13 @@ func TestDoctorDNS(t *testing.T) {
 		{"the trailing dot fails closed there", wildcardResolver, name + ".", false, []string{"does not resolve", "fails closed"}},
 		{"a real cluster", clusterResolver, name, false, []string{"10.96.12.34", "is a real record"}},
 	}
+	for _, ip := range []string{"127.0.0.1", "10.0.0.1.", "::1", "[::1]"} {
+		var out bytes.Buffer
+		err := cli.Execute(context.Background(), &cli.Options{Stdout: &out, Stderr: &out, Lookup: wildcardResolver, Getenv: func(string) string { return "" }}, []string{"doctor", "dns", ip})
+		if err == nil || !strings.Contains(err.Error(), "is an IP address, not a DNS name") || strings.Contains(out.String(), "callerauth-probe") {
+			t.Errorf("doctor dns %s: %v\n%s", ip, err, out.String())
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,7 +49,7 @@ func newPublishCmd(o *Options) *cobra.Command {
 				err = p.Publish(ctx, ev)
 			}
 			if err != nil {
-				return err
+				return explainPublishError(cfg, err)
 			}
 			where := node
 			if where == "" {
@@ -72,4 +73,14 @@ func newPublishCmd(o *Options) *cobra.Command {
 	f.BoolVar(&healthy, "healthy", false, "mark the event healthy")
 	f.DurationVar(&retry, "retry", 0, "keep retrying while the connector answers Unavailable, for up to this long")
 	return cmd
+}
+
+// explainPublishError adds what gRPC's words leave out: a server that
+// closes the connection before its HTTP/2 preface, reached over TCP without
+// TLS, is almost always a TLS server.
+func explainPublishError(cfg credentials.Config, err error) error {
+	if !cfg.TLS && !strings.HasPrefix(cfg.Address, "unix:") && strings.Contains(err.Error(), "server preface") {
+		return fmt.Errorf("%w\nthe connector at %s closed the connection before speaking gRPC in the clear: it serves TLS; pass --tls (and --ca-file with its CA)", err, cfg.Address)
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"os"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/pki"
 )
 
 func TestPublish(t *testing.T) {
@@ -48,6 +52,27 @@ func TestPublish(t *testing.T) {
 	r = execute(context.Background(), t, "", time.Time{}, "publish", "--address", "unix://"+filepath.Join(dir, "none.sock"), "--retry", "500ms")
 	if r.err == nil || !strings.Contains(r.err.Error(), "gave up retrying") {
 		t.Fatalf("retry: %v", r.err)
+	}
+	// A TLS connector reached without --tls: the error says to pass it.
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := ca.ServerTLS("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := tls.Listen("tcp", "127.0.0.1:0", tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	tlsServer := grpc.NewServer()
+	go func() { _ = tlsServer.Serve(tl) }()
+	defer tlsServer.Stop()
+	r = execute(context.Background(), t, "", time.Time{}, "publish", "--address", tl.Addr().String())
+	if r.err == nil || !strings.Contains(r.err.Error(), "it serves TLS; pass --tls") {
+		t.Fatalf("TLS server, no --tls: %v", r.err)
 	}
 	// A token over plaintext TCP is refused before anything is sent.
 	r = execute(context.Background(), t, "", time.Time{}, "publish", "--address", "127.0.0.1:1", "--token-file", "/dev/null")

@@ -106,6 +106,7 @@ func (e *env) seTokens() (map[string]string, error) {
 type pdpCase struct {
 	scenario, expected, token string
 	wantCode                  int
+	wantReason                string
 }
 
 func pdpEnforce(c pdpCase) func(context.Context, *env) Result {
@@ -127,8 +128,8 @@ func pdpEnforce(c pdpCase) func(context.Context, *env) Result {
 		if code != 200 {
 			var eb map[string]string
 			_ = json.Unmarshal(body, &eb)
-			r.Observed = fmt.Sprintf("%d %s", code, eb["error"])
-			r.Pass = code == c.wantCode
+			r.Observed = fmt.Sprintf("%d %s (%s)", code, eb["reason"], eb["error"])
+			r.Pass = code == c.wantCode && eb["reason"] == c.wantReason
 			return r
 		}
 		rec, err := decision.Verify(body, p.keys)
@@ -239,11 +240,11 @@ func pdpOtherTenant(ctx context.Context, e *env) Result {
 }
 
 var pdpScenarios = []func(context.Context, *env) Result{
-	pdpEnforce(pdpCase{"pdp enforce: positive", "200 allow, signed record names the caller", "positive", 200}),
-	pdpEnforce(pdpCase{"pdp enforce: N1 no Authorization", "401", "N1", 401}),
-	pdpEnforce(pdpCase{"pdp enforce: N2 wrong service account", "403 principal cannot represent system", "N2", 403}),
-	pdpEnforce(pdpCase{"pdp enforce: N3 another audience", "401", "N3", 401}),
-	pdpEnforce(pdpCase{"pdp enforce: N4 past exp", "401", "N4", 401}),
+	pdpEnforce(pdpCase{"pdp enforce: positive", "200 allow, signed record names the caller", "positive", 200, ""}),
+	pdpEnforce(pdpCase{"pdp enforce: N1 no Authorization", "401 token_missing", "N1", 401, "token_missing"}),
+	pdpEnforce(pdpCase{"pdp enforce: N2 wrong service account", "403 principal cannot represent system", "N2", 403, "principal_cannot_represent_system"}),
+	pdpEnforce(pdpCase{"pdp enforce: N3 another audience", "401 token_invalid", "N3", 401, "token_invalid"}),
+	pdpEnforce(pdpCase{"pdp enforce: N4 past exp", "401 token_invalid", "N4", 401, "token_invalid"}),
 	pdpOtherTenant,
 	pdpWarn,
 	pdpForged,
