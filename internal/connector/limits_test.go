@@ -28,8 +28,12 @@ type logBuffer struct {
 	b  bytes.Buffer
 }
 
-func (l *logBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *logBuffer) String() string               { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // running is a connector serving in the background.
 type running struct {
@@ -222,7 +226,9 @@ func TestDeploymentRoleLogsEffectiveSettings(t *testing.T) {
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	r := run(t, connector.Options{Role: connector.RoleDeployment, Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key,
-		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return nil, authn.Fail(authn.TokenInvalid, "test") })},
+		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+			return nil, authn.Fail(authn.TokenInvalid, "test")
+		})},
 		`{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": [], "AuthMode": "audit", "AuthFailOpenOnUnavailable": true}`)
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(r.log.String(), "connector: serving"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
