@@ -60,9 +60,9 @@ func (c *Client) Check(ctx context.Context, request any) (*Record, error) {
 		return nil, fmt.Errorf("decision: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
+		var e struct{ Reason, Error string }
 		_ = json.Unmarshal(b, &e)
-		return nil, fmt.Errorf("%w: %s %s", ErrRefused, resp.Status, e.Error)
+		return nil, fmt.Errorf("%w: %s %s (%s)", ErrRefused, resp.Status, e.Reason, e.Error)
 	}
 	return Verify(b, VerifyOptions{Keys: c.Keys, Request: body, MaxAge: c.MaxAge})
 }

@@ -299,3 +299,29 @@ func (i *Issuer) JWKS() jose.JSONWebKeySet {
 func (i *Issuer) isReviewer(tok string) bool {
 	return subtle.ConstantTimeCompare([]byte(tok), []byte(i.reviewer)) == 1
 }
+
+// IssueServingCert signs a serving certificate for hosts (DNS names or IP
+// addresses) with the issuer's CA — the CA in CAFile, which the dev
+// issuer's own HTTPS listener also uses — and writes it to dir as tls.crt
+// and tls.key (mode 0600). It is for the services of a local walk: a pdp or
+// a platform-connector serving TLS that clients trust through CAFile.
+func (i *Issuer) IssueServingCert(dir string, hosts ...string) (certFile, keyFile string, err error) {
+	if len(hosts) == 0 {
+		return "", "", errors.New("devissuer: a serving certificate needs at least one host")
+	}
+	certPEM, keyPEM, err := i.ca.Issue(hosts[0], hosts...)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("devissuer: %w", err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := pki.WriteFileAtomic(certFile, certPEM, 0o600); err != nil {
+		return "", "", err
+	}
+	if err := pki.WriteFileAtomic(keyFile, keyPEM, 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}

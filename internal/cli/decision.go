@@ -2,8 +2,10 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -12,13 +14,102 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/cobra"
 
+	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/decision"
 )
 
 func newDecisionCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "decision", Short: "Signed PDP decision records"}
-	cmd.AddCommand(newDecisionVerifyCmd(o), newDecisionKeygenCmd(o))
+	cmd.AddCommand(newDecisionCheckCmd(o), newDecisionVerifyCmd(o), newDecisionKeygenCmd(o))
 	return cmd
+}
+
+func newDecisionCheckCmd(o *Options) *cobra.Command {
+	var cfg credentials.Config
+	var url, jwks, request string
+	var maxAge, retry time.Duration
+	cmd := &cobra.Command{
+		Use:   "check --url URL --jwks FILE|URL --request FILE [--token-file FILE] [--ca-file FILE]",
+		Short: "Ask a PDP for a decision, as a fail-closed consumer does",
+		Long: `check posts the request to the PDP with the caller's token (re-read from
+--token-file), verifies the signed record it answers (signature, key, typ,
+request digest, freshness) and prints it. It exits 0 only for a verified
+allow; a verified deny, a refusal and anything unverified exit non-zero, which
+a consumer reads as deny.`,
+		Example: `  callerauth decision check --url https://127.0.0.1:8443/v1/check --ca-file ca.crt \
+      --jwks pdp-jwks.json --token-file token --request examples/secrets-engine/check_request_allow_rotate.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			body, err := os.ReadFile(request)
+			if err != nil {
+				return fmt.Errorf("--request: %w", err)
+			}
+			cfg.TLS = strings.HasPrefix(url, "https://")
+			rt, err := cfg.Transport()
+			if err != nil {
+				return err
+			}
+			c := &decision.Client{URL: url, MaxAge: maxAge, HTTP: &http.Client{Transport: rt, Timeout: 30 * time.Second}}
+			ctx := cmd.Context()
+			var rec *decision.Record
+			for deadline := time.Now().Add(retry); ; {
+				if len(c.Keys.Keys) == 0 {
+					c.Keys, err = readJWKSWithCA(jwks, cfg)
+				}
+				if err == nil {
+					rec, err = c.Check(ctx, json.RawMessage(body))
+				}
+				if err == nil || !retryable(err) || time.Now().After(deadline) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("DENY (nothing verified): %w", err)
+			}
+			fmt.Fprintf(o.Stdout, "verified: effect %s, reason %s, policy %s, caller %s\n", rec.Effect, rec.Reason, rec.PolicyVersion, callerName(rec))
+			if !decision.Allowed(rec, nil) {
+				return fmt.Errorf("DENY: %s", rec.Reason)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "url", "", "the PDP's check endpoint, https://HOST:PORT/v1/check (required)")
+	f.StringVar(&jwks, "jwks", "", "the PDP's JWKS: a file obtained out of band, or an https:// URL (required)")
+	f.StringVar(&request, "request", "", "the check request, a JSON file (required)")
+	f.StringVar(&cfg.TokenFile, "token-file", "", "the caller's token, re-read for every request")
+	f.StringVar(&cfg.CAFile, "ca-file", "", "CA bundle for the PDP's certificate (default: the system roots)")
+	f.StringVar(&cfg.ServerName, "server-name", "", "name to check the PDP's certificate against")
+	f.DurationVar(&maxAge, "max-age", 5*time.Minute, "oldest acceptable record")
+	f.DurationVar(&retry, "retry", 0, "keep retrying while the PDP cannot be reached or answers 503, for up to this long")
+	for _, name := range []string{"url", "jwks", "request"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+// retryable is a PDP not there yet: no connection, or a 503.
+func retryable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || (errors.Is(err, decision.ErrRefused) && strings.Contains(err.Error(), "503"))
+}
+
+// readJWKSWithCA reads the JWKS, trusting cfg's CA for an https:// URL.
+func readJWKSWithCA(src string, cfg credentials.Config) (jose.JSONWebKeySet, error) {
+	if !strings.HasPrefix(src, "https://") || cfg.CAFile == "" {
+		return readJWKS(src)
+	}
+	tlsOnly := credentials.Config{TLS: true, CAFile: cfg.CAFile, ServerName: cfg.ServerName}
+	rt, err := tlsOnly.Transport()
+	if err != nil {
+		return jose.JSONWebKeySet{}, err
+	}
+	return readJWKSWith(&http.Client{Transport: rt, Timeout: 10 * time.Second}, src)
 }
 
 func newDecisionVerifyCmd(o *Options) *cobra.Command {
@@ -77,12 +168,15 @@ func readArg(o *Options, arg string) ([]byte, error) {
 }
 
 func readJWKS(src string) (jose.JSONWebKeySet, error) {
+	return readJWKSWith(&http.Client{Timeout: 10 * time.Second}, src)
+}
+
+func readJWKSWith(c *http.Client, src string) (jose.JSONWebKeySet, error) {
 	var set jose.JSONWebKeySet
 	var b []byte
 	var err error
 	switch {
 	case strings.HasPrefix(src, "https://"):
-		c := &http.Client{Timeout: 10 * time.Second}
 		resp, gerr := c.Get(src)
 		if gerr != nil {
 			return set, fmt.Errorf("--jwks: %w", gerr)

@@ -36,7 +36,7 @@ func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
 
 func newIssuerCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "issuer", Short: "The embedded dev issuer"}
-	cmd.AddCommand(newIssuerServeCmd(o), newIssuerDeletePodCmd(o))
+	cmd.AddCommand(newIssuerServeCmd(o), newIssuerCertCmd(o), newIssuerDeletePodCmd(o))
 	return cmd
 }
 
@@ -95,6 +95,39 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("--listen %q: the dev issuer listens on loopback only (127.0.0.1, ::1 or localhost)", addr)
 	}
 	return nil
+}
+
+func newIssuerCertCmd(o *Options) *cobra.Command {
+	var f issuerFlags
+	var hosts []string
+	var outDir string
+	cmd := &cobra.Command{
+		Use:   "cert --out-dir DIR [--host NAME]...",
+		Short: "Write a serving certificate signed by the dev issuer's CA (tls.crt, tls.key)",
+		Long: `cert signs a serving certificate for the hosts with the dev issuer's CA and
+writes DIR/tls.crt and DIR/tls.key, for a pdp or platform-connector serving
+TLS on loopback in a local walk. Clients trust it through the CA file in the
+state directory (ca.crt), the same CA the dev issuer serves with.`,
+		Example: `  callerauth issuer cert --state-dir /tmp/walk/issuer --out-dir /tmp/walk/pdp-tls --host 127.0.0.1 --host localhost`,
+		Args:    cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			iss, err := f.open(o)
+			if err != nil {
+				return err
+			}
+			certFile, keyFile, err := iss.IssueServingCert(outDir, hosts...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Stdout, "wrote %s and %s for %s (CA: %s)\n", certFile, keyFile, strings.Join(hosts, ", "), iss.CAFile())
+			return nil
+		},
+	}
+	f.register(cmd, o)
+	cmd.Flags().StringArrayVar(&hosts, "host", []string{"127.0.0.1", "localhost"}, "DNS name or IP address the certificate is for (repeatable)")
+	cmd.Flags().StringVar(&outDir, "out-dir", "", "directory to write tls.crt and tls.key to (required)")
+	_ = cmd.MarkFlagRequired("out-dir")
+	return cmd
 }
 
 func newIssuerDeletePodCmd(o *Options) *cobra.Command {

@@ -1,0 +1,131 @@
+// Package walk_test runs the local walks of the operator docs — every
+// fenced block marked "sh walk" in docs/pdp.md and
+// docs/platform-connector.md — with the real binaries, and checks that the
+// output the docs show is
+// the output the commands print ("# => " lines). A walk that rots fails
+// here.
+package walk_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/test/e2e"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "walk-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	if _, err := e2e.Build(dir, "cmd/callerauth", "cmd/pdp", "cmd/platform-connector"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// walk extracts the "sh walk" blocks of a doc, in order.
+func walk(t *testing.T, doc string) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "docs", doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var script strings.Builder
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !in && strings.TrimSpace(line) == "```sh walk":
+			in = true
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			script.WriteString("\n")
+		case in:
+			script.WriteString(line + "\n")
+		}
+	}
+	if script.Len() == 0 {
+		t.Fatalf("docs/%s has no ```sh walk block", doc)
+	}
+	return script.String()
+}
+
+var loopback = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+
+// run executes a walk from the repository root with the built binaries
+// first on PATH, its fixed loopback ports replaced by free ones, and checks
+// every "# verified…"/"# DENY…" line the doc shows against the output.
+func run(t *testing.T, doc string) {
+	script := walk(t, doc)
+	var exports []string
+	for _, line := range strings.Split(script, "\n") {
+		if strings.HasPrefix(line, "export ") && loopback.MatchString(line) {
+			exports = append(exports, line)
+		}
+	}
+	if len(exports) != 1 {
+		t.Fatalf("docs/%s: want one export line with the walk's addresses, found %d", doc, len(exports))
+	}
+	free := loopback.ReplaceAllStringFunc(exports[0], func(string) string {
+		a, err := e2e.LoopbackAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	})
+	script = strings.Replace(script, exports[0], free, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	// Whatever the walk left running goes with its process group.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		t.Fatalf("docs/%s walk failed: %v\n%s", doc, err, out.String())
+	}
+	claims := 0
+	for _, line := range strings.Split(script, "\n") {
+		claim, ok := strings.CutPrefix(strings.TrimSpace(line), "# => ")
+		if !ok {
+			continue
+		}
+		claims++
+		claim, _, _ = strings.Cut(claim, "…")
+		if !strings.Contains(out.String(), strings.TrimSpace(claim)) {
+			t.Errorf("docs/%s shows %q, which the walk did not print:\n%s", doc, claim, out.String())
+		}
+	}
+	if claims == 0 {
+		t.Fatalf("docs/%s walk shows no output to check", doc)
+	}
+}
+
+func TestPDPWalk(t *testing.T) { run(t, "pdp.md") }
+
+func TestPlatformConnectorWalk(t *testing.T) { run(t, "platform-connector.md") }
