@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -134,7 +135,14 @@ func Open(dir string, cfg Config) (*Issuer, error) {
 	if i.now == nil {
 		i.now = time.Now
 	}
-	var err error
+	// Two processes opening a new state directory at once (an issuer
+	// starting while a token is minted) must not each create a key: the
+	// first creates, the second loads what the first wrote.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if i.issuer, err = i.loadIssuer(cfg.Issuer); err != nil {
 		return nil, err
 	}
@@ -157,6 +165,23 @@ func Open(dir string, cfg Config) (*Issuer, error) {
 		return nil, fmt.Errorf("devissuer: serving CA: %w", err)
 	}
 	return i, nil
+}
+
+// lockDir holds an exclusive advisory lock on dir/.lock until the returned
+// function is called.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("devissuer: locking %s: %w", dir, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
 }
 
 func (i *Issuer) loadIssuer(want string) (string, error) {

@@ -534,3 +534,39 @@ func resignedWithKid(t *testing.T, tok string, kid string) string {
 	}
 	return out
 }
+
+// TestConcurrentOpenAgreesOnOneKey: an issuer starting while a token is
+// minted from the same new state directory must end up with one key, or
+// the served issuer refuses the minted token.
+func TestConcurrentOpenAgreesOnOneKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	kids := make(chan string, 8)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			iss, err := devissuer.Open(dir, devissuer.Config{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			kids <- iss.KeyID() + " " + iss.CAFile()
+		}()
+	}
+	var first string
+	for range 8 {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case k := <-kids:
+			if first == "" {
+				first = k
+			} else if k != first {
+				t.Fatalf("two keys for one state directory: %s and %s", first, k)
+			}
+		}
+	}
+	last := open(t, dir, devissuer.Config{})
+	if last.KeyID()+" "+last.CAFile() != first {
+		t.Fatalf("the key on disk is not the one handed out: %s vs %s", last.KeyID(), first)
+	}
+}
