@@ -24,6 +24,8 @@ type Client struct {
 	// HTTP carries the request; use credentials.Config.Transport so that
 	// the caller's token travels with it. Default http.DefaultClient.
 	HTTP *http.Client
+	// Profile is the record format the PDP signs. Required.
+	Profile Profile
 	// Keys are the PDP's verification keys, obtained out of band (a file
 	// shipped with the consumer, or fetched over an authenticated channel):
 	// keys fetched from the same endpoint that answers would prove nothing.
@@ -64,7 +66,7 @@ func (c *Client) Check(ctx context.Context, request any) (*Record, error) {
 		_ = json.Unmarshal(b, &e)
 		return nil, fmt.Errorf("%w: %s %s (%s)", ErrRefused, resp.Status, e.Reason, e.Error)
 	}
-	return Verify(b, VerifyOptions{Keys: c.Keys, Request: body, MaxAge: c.MaxAge})
+	return Verify(b, VerifyOptions{Profile: c.Profile, Keys: c.Keys, Request: body, MaxAge: c.MaxAge})
 }
 
 // Allowed is the fail-closed reading of a Check: true only for a verified

@@ -21,6 +21,9 @@ import (
 	"github.com/callerauth/callerauth/internal/forge"
 )
 
+// profile is the record format these tests sign and verify.
+var profile = decision.Profile{Schema: "test.decision-record.v1", Type: "test-decision+jwt"}
+
 var request = []byte(`{"system":"secrets-engine","subject":"svc-rotator","tenant":"acme","lane":"catalog","resource":"db-password","stage":"rotate","fields":["password"],"purpose":"scheduled rotation"}`)
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
@@ -64,16 +67,16 @@ func sign(t testing.TB, s *decision.Signer, r *decision.Record) []byte {
 
 func TestSignAndVerify(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
-	s, err := decision.NewSigner(newKey(t))
+	s, err := decision.NewSigner(profile, newKey(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := sign(t, s, record(t, now, request))
-	r, err := decision.Verify(resp, decision.VerifyOptions{Keys: s.JWKS(), Request: request, Now: func() time.Time { return now }})
+	r, err := decision.Verify(resp, decision.VerifyOptions{Profile: profile, Keys: s.JWKS(), Request: request, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Effect != decision.Allow || r.Caller.Principal != "system:serviceaccount:secrets-engine:secrets-engine" || r.Schema != decision.Schema ||
+	if r.Effect != decision.Allow || r.Caller.Principal != "system:serviceaccount:secrets-engine:secrets-engine" || r.Schema != profile.Schema ||
 		!strings.HasPrefix(r.RequestDigest, "sha256:") || !r.Provenance.DecidedAt.Equal(now) {
 		t.Fatalf("record %+v", r)
 	}
@@ -83,7 +86,7 @@ func TestSignAndVerify(t *testing.T) {
 	hdr, _ := base64.RawURLEncoding.DecodeString(strings.Split(out.RecordJWS, ".")[0])
 	var h map[string]string
 	_ = json.Unmarshal(hdr, &h)
-	if h["alg"] != "ES256" || h["typ"] != decision.JWSType || h["kid"] != thumbprint(t, s) {
+	if h["alg"] != "ES256" || h["typ"] != profile.Type || h["kid"] != thumbprint(t, s) {
 		t.Fatalf("header %v; want kid %s", h, thumbprint(t, s))
 	}
 }
@@ -105,8 +108,8 @@ func thumbprint(t *testing.T, s *decision.Signer) string {
 func TestVerifyFailsClosed(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	clock := func() time.Time { return now }
-	s, _ := decision.NewSigner(newKey(t))
-	other, _ := decision.NewSigner(newKey(t))
+	s, _ := decision.NewSigner(profile, newKey(t))
+	other, _ := decision.NewSigner(profile, newKey(t))
 	good := sign(t, s, record(t, now, request))
 	var parts decision.Signed
 	_ = json.Unmarshal(good, &parts)
@@ -117,10 +120,10 @@ func TestVerifyFailsClosed(t *testing.T) {
 		tamperedCopy = strings.Replace(string(good), `"effect":"allow"`, `"effect":"deny"`, 1)
 	}
 	jwsParts := strings.Split(parts.RecordJWS, ".")
-	forgedPayload, _ := json.Marshal(decision.Signed{RecordJWS: jwsParts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"schema":"`+decision.Schema+`","effect":"allow"}`)) + "." + jwsParts[2]})
+	forgedPayload, _ := json.Marshal(decision.Signed{RecordJWS: jwsParts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"schema":"`+profile.Schema+`","effect":"allow"}`)) + "." + jwsParts[2]})
 	otherKey := sign(t, other, record(t, now, request))
 	// A key that claims the published kid.
-	impostor, _ := decision.NewSigner(newKey(t))
+	impostor, _ := decision.NewSigner(profile, newKey(t))
 	impostorJWS := resign(t, impostor, record(t, now, request), s.KeyID())
 	otherRequest := []byte(strings.Replace(string(request), "db-password", "root-ca-key", 1))
 	replayed := sign(t, s, record(t, now, otherRequest))
@@ -153,13 +156,13 @@ func TestVerifyFailsClosed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			at := tt.now
-			r, err := decision.Verify(tt.resp, decision.VerifyOptions{Keys: s.JWKS(), Request: request, Now: func() time.Time { return at }})
+			r, err := decision.Verify(tt.resp, decision.VerifyOptions{Profile: profile, Keys: s.JWKS(), Request: request, Now: func() time.Time { return at }})
 			if !errors.Is(err, tt.want) || r != nil {
 				t.Fatalf("Verify = %v, %v; want %v", r, err, tt.want)
 			}
 		})
 	}
-	if _, err := decision.Verify(good, decision.VerifyOptions{Keys: s.JWKS(), Request: request, Now: clock}); err != nil {
+	if _, err := decision.Verify(good, decision.VerifyOptions{Profile: profile, Keys: s.JWKS(), Request: request, Now: clock}); err != nil {
 		t.Fatalf("the good record: %v", err)
 	}
 	// The request the consumer holds must be I-JSON too: with a member
@@ -171,7 +174,7 @@ func TestVerifyFailsClosed(t *testing.T) {
 		"a lone surrogate":             strings.Replace(string(request), `scheduled rotation`, `scheduled rotation\ud800`, 1),
 		"invalid UTF-8":                strings.Replace(string(request), `scheduled rotation`, "scheduled rotation\xff", 1),
 	} {
-		if _, err := decision.Verify(good, decision.VerifyOptions{Keys: s.JWKS(), Request: []byte(req), Now: clock}); !errors.Is(err, decision.ErrRequestMismatch) {
+		if _, err := decision.Verify(good, decision.VerifyOptions{Profile: profile, Keys: s.JWKS(), Request: []byte(req), Now: clock}); !errors.Is(err, decision.ErrRequestMismatch) {
 			t.Errorf("%s: Verify = %v, want ErrRequestMismatch", name, err)
 		}
 	}
@@ -195,8 +198,8 @@ func resign(t *testing.T, impostor *decision.Signer, r *decision.Record, kid str
 func TestKeyRotation(t *testing.T) {
 	now := time.Now().UTC()
 	oldKey, newKey := newKey(t), newKey(t)
-	before, _ := decision.NewSigner(oldKey)
-	after, err := decision.NewSigner(oldKey, newKey)
+	before, _ := decision.NewSigner(profile, oldKey)
+	after, err := decision.NewSigner(profile, oldKey, newKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,25 +207,25 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatal("the newest key does not sign, or the old one is not published")
 	}
 	// A record signed before the rotation verifies against the new JWKS.
-	if _, err := decision.Verify(sign(t, before, record(t, now, request)), decision.VerifyOptions{Keys: after.JWKS()}); err != nil {
+	if _, err := decision.Verify(sign(t, before, record(t, now, request)), decision.VerifyOptions{Profile: profile, Keys: after.JWKS()}); err != nil {
 		t.Fatal(err)
 	}
 	// And a new record verifies too.
-	if _, err := decision.Verify(sign(t, after, record(t, now, request)), decision.VerifyOptions{Keys: after.JWKS()}); err != nil {
+	if _, err := decision.Verify(sign(t, after, record(t, now, request)), decision.VerifyOptions{Profile: profile, Keys: after.JWKS()}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestEd25519(t *testing.T) {
 	_, k, _ := ed25519.GenerateKey(rand.Reader)
-	s, err := decision.NewSigner(k)
+	s, err := decision.NewSigner(profile, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decision.Verify(sign(t, s, record(t, time.Now(), request)), decision.VerifyOptions{Keys: s.JWKS()}); err != nil {
+	if _, err := decision.Verify(sign(t, s, record(t, time.Now(), request)), decision.VerifyOptions{Profile: profile, Keys: s.JWKS()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decision.NewSigner(mustP384(t)); err == nil {
+	if _, err := decision.NewSigner(profile, mustP384(t)); err == nil {
 		t.Fatal("a P-384 key was accepted")
 	}
 }

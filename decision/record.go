@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// Schema is the record's schema name.
-const Schema = "flex-auth.decision-record.v2"
-
 // Effects.
 const (
 	Allow = "allow"

@@ -16,8 +16,23 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 )
 
-// JWSType is the typ header of a signed record.
-const JWSType = "flex-auth-decision+jwt"
+// Profile names a record format: the record's schema member and the typ
+// header of its JWS. A signer writes them and a verifier insists on them,
+// so that a record of one format is never taken for another. The package
+// has no default: the PDP states its own (the flex-auth decision record v2).
+type Profile struct {
+	// Schema is the record's "schema" member.
+	Schema string
+	// Type is the JWS's typ header (RFC 8725 §3.11: explicit typing).
+	Type string
+}
+
+func (p Profile) validate() error {
+	if p.Schema == "" || p.Type == "" {
+		return errors.New("decision: a profile needs a schema and a JWS type")
+	}
+	return nil
+}
 
 // Algorithms a record may be signed with.
 var Algorithms = []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}
@@ -32,18 +47,22 @@ type Signed struct {
 // them, so that keys can rotate without breaking consumers that hold the
 // previous JWKS.
 type Signer struct {
+	profile Profile
 	keys    []jose.JSONWebKey // private, oldest first
 	signer  jose.Signer
 	current jose.JSONWebKey
 }
 
-// NewSigner takes keys oldest first; the last one signs. Each must be an
-// ECDSA P-256 or Ed25519 private key.
-func NewSigner(keys ...crypto.Signer) (*Signer, error) {
+// NewSigner signs records of profile p. It takes keys oldest first; the
+// last one signs. Each must be an ECDSA P-256 or Ed25519 private key.
+func NewSigner(p Profile, keys ...crypto.Signer) (*Signer, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
 	if len(keys) == 0 {
 		return nil, errors.New("decision: at least one signing key is required")
 	}
-	s := &Signer{}
+	s := &Signer{profile: p}
 	for i, k := range keys {
 		alg, err := algorithmOf(k)
 		if err != nil {
@@ -59,7 +78,7 @@ func NewSigner(keys ...crypto.Signer) (*Signer, error) {
 		s.keys = append(s.keys, jwk)
 	}
 	s.current = s.keys[len(s.keys)-1]
-	opts := (&jose.SignerOptions{}).WithType(JWSType).WithHeader("kid", s.current.KeyID)
+	opts := (&jose.SignerOptions{}).WithType(jose.ContentType(p.Type)).WithHeader("kid", s.current.KeyID)
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.SignatureAlgorithm(s.current.Algorithm), Key: s.current.Key}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("decision: %w", err)
@@ -94,10 +113,13 @@ func (s *Signer) JWKS() jose.JSONWebKeySet {
 	return set
 }
 
+// Profile returns the profile the signer signs.
+func (s *Signer) Profile() Profile { return s.profile }
+
 // Sign completes and signs a record: the schema is set, and the payload is
 // the record's canonical JSON.
 func (s *Signer) Sign(r *Record) (*Signed, error) {
-	r.Schema = Schema
+	r.Schema = s.profile.Schema
 	payload, err := CanonicalJSON(r)
 	if err != nil {
 		return nil, err

@@ -19,13 +19,16 @@ var (
 	ErrUnsigned        = errors.New("decision: the response carries no signed record")
 	ErrSignature       = errors.New("decision: the record's signature does not verify")
 	ErrUnknownKey      = errors.New("decision: the record is signed by a key not in the JWKS")
-	ErrSchema          = errors.New("decision: the record is not a " + Schema)
+	ErrSchema          = errors.New("decision: the record is not of the expected schema")
 	ErrRequestMismatch = errors.New("decision: the record is not for this request")
 	ErrStale           = errors.New("decision: the record is too old, or from the future")
 )
 
 // VerifyOptions says what a consumer checks.
 type VerifyOptions struct {
+	// Profile is the record format expected: its schema and JWS typ.
+	// Required.
+	Profile Profile
 	// Keys are the PDP's published verification keys. Required.
 	Keys jose.JSONWebKeySet
 	// Request, when set, is the request the consumer sent (its JSON); the
@@ -47,6 +50,9 @@ func base64url(b []byte) string { return base64.RawURLEncoding.EncodeToString(b)
 // an allowed algorithm with the right typ, binding the request the consumer
 // sent, is an error.
 func Verify(response []byte, o VerifyOptions) (*Record, error) {
+	if err := o.Profile.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
 	var s Signed
 	if err := ijson.Check(response); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
@@ -62,8 +68,8 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
 	}
 	hdr := jws.Signatures[0].Protected
-	if typ, _ := hdr.ExtraHeaders[jose.HeaderType].(string); typ != JWSType {
-		return nil, fmt.Errorf("%w: typ %q, want %q", ErrSignature, typ, JWSType)
+	if typ, _ := hdr.ExtraHeaders[jose.HeaderType].(string); typ != o.Profile.Type {
+		return nil, fmt.Errorf("%w: typ %q, want %q", ErrSignature, typ, o.Profile.Type)
 	}
 	keys := o.Keys.Key(hdr.KeyID)
 	if hdr.KeyID == "" || len(keys) != 1 {
@@ -91,8 +97,8 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 	if err := json.Unmarshal(payload, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
-	if r.Schema != Schema || !slices.Contains([]string{Allow, Deny}, r.Effect) {
-		return nil, fmt.Errorf("%w: schema %q, effect %q", ErrSchema, r.Schema, r.Effect)
+	if r.Schema != o.Profile.Schema || !slices.Contains([]string{Allow, Deny}, r.Effect) {
+		return nil, fmt.Errorf("%w: schema %q (want %q), effect %q", ErrSchema, r.Schema, o.Profile.Schema, r.Effect)
 	}
 	bound, err := Digest(r.Binding)
 	if err != nil || bound != r.RequestDigest {

@@ -65,7 +65,7 @@ func newGuard(t testing.TB, cfg guard.Config) (*guard.Guard, *prometheus.Registr
 func newGuardPrefix(t testing.TB, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := guard.NewMetrics(reg, prefix, nil)
+	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: prefix, NodeBinding: true})
 	if err != nil {
 		t.Fatal(err)
 	}

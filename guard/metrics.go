@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +28,12 @@ var Reasons = append(append([]string{}, NodeBindingReasons...),
 
 // Metrics are the guard's Prometheus counters:
 //
-//	<prefix>_auth_decisions_total{decision="node_local"|"cross_node"}  scope granted to a request
 //	<prefix>_auth_violations_total{reason}                              requests that violated a rule, in every mode
+//
+// and, for a service with node binding (MetricsConfig.NodeBinding), the
+// seed-003 series:
+//
+//	<prefix>_auth_decisions_total{decision="node_local"|"cross_node"}  scope granted to a request
 //	<prefix>_auth_node_claim_total{result="verified"|"absent"}         whether the token carried a node claim
 //
 // A nil *Metrics counts nothing.
@@ -38,46 +43,68 @@ type Metrics struct {
 	nodeClaims *prometheus.CounterVec
 }
 
-// NewMetrics registers the counters on reg under prefix (e.g.
-// "platform_connector") and initialises every label value to zero. reasons
-// lists the violation reasons to initialise; nil means [Reasons].
-func NewMetrics(reg prometheus.Registerer, prefix string, reasons []string) (*Metrics, error) {
+// MetricsConfig configures [NewMetrics].
+type MetricsConfig struct {
+	// Prefix of the metric names, e.g. "platform_connector". Required.
+	Prefix string
+	// Reasons are the violation reasons to initialise to zero, so that a
+	// healthy service reports zeros; nil means [Reasons].
+	Reasons []string
+	// NodeBinding registers the scope and node-claim counters. A service
+	// without node binding leaves it false and exports neither.
+	NodeBinding bool
+}
+
+// NewMetrics registers the counters on reg and initialises every label
+// value to zero.
+func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) {
+	if cfg.Prefix == "" {
+		return nil, errors.New("guard: metrics need a prefix")
+	}
+	reasons := cfg.Reasons
 	if reasons == nil {
 		reasons = Reasons
 	}
+	prefix := cfg.Prefix
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "_auth_decisions_total",
-			Help: "Scope granted to a batch.",
-		}, []string{"decision"}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_auth_violations_total",
-			Help: "Batches that violated the caller-binding rules. Under enforce these are rejected; under audit they are recorded but let through.",
+			Help: "Requests that violated the caller-authentication rules, by reason. Under enforce these are rejected; under audit they are recorded but let through.",
 		}, []string{"reason"}),
-		nodeClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+	}
+	collectors := []prometheus.Collector{m.violations}
+	if cfg.NodeBinding {
+		m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "_auth_decisions_total",
+			Help: "Scope granted to a batch.",
+		}, []string{"decision"})
+		m.nodeClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_auth_node_claim_total",
 			Help: "Whether the token carried a node claim.",
-		}, []string{"result"}),
+		}, []string{"result"})
+		collectors = append(collectors, m.decisions, m.nodeClaims)
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.violations, m.nodeClaims} {
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: registering metrics: %w", err)
 		}
 	}
-	for _, d := range []string{binding.ScopeNodeLocal, binding.ScopeCrossNode} {
-		m.decisions.WithLabelValues(d)
-	}
 	for _, r := range reasons {
 		m.violations.WithLabelValues(r)
 	}
-	for _, r := range []string{"verified", "absent"} {
-		m.nodeClaims.WithLabelValues(r)
+	if cfg.NodeBinding {
+		for _, d := range []string{binding.ScopeNodeLocal, binding.ScopeCrossNode} {
+			m.decisions.WithLabelValues(d)
+		}
+		for _, r := range []string{"verified", "absent"} {
+			m.nodeClaims.WithLabelValues(r)
+		}
 	}
 	return m, nil
 }
 
 func (m *Metrics) decision(scope string) {
-	if m != nil {
+	if m != nil && m.decisions != nil {
 		m.decisions.WithLabelValues(scope).Inc()
 	}
 }
@@ -89,7 +116,7 @@ func (m *Metrics) violation(reason string) {
 }
 
 func (m *Metrics) nodeClaim(result string) {
-	if m != nil {
+	if m != nil && m.nodeClaims != nil {
 		m.nodeClaims.WithLabelValues(result).Inc()
 	}
 }

@@ -13,9 +13,11 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/pdp"
 )
 
 func newDecisionCmd(o *Options) *cobra.Command {
@@ -28,6 +30,7 @@ func newDecisionCheckCmd(o *Options) *cobra.Command {
 	var cfg credentials.Config
 	var url, jwks, request string
 	var maxAge, retry time.Duration
+	profile := pdp.RecordProfile
 	cmd := &cobra.Command{
 		Use:   "check --url URL --jwks FILE|URL --request FILE [--token-file FILE] [--ca-file FILE]",
 		Short: "Ask a PDP for a decision, as a fail-closed consumer does",
@@ -49,7 +52,7 @@ a consumer reads as deny.`,
 			if err != nil {
 				return err
 			}
-			c := &decision.Client{URL: url, MaxAge: maxAge, HTTP: &http.Client{Transport: rt, Timeout: 30 * time.Second}}
+			c := &decision.Client{Profile: profile, URL: url, MaxAge: maxAge, HTTP: &http.Client{Transport: rt, Timeout: 30 * time.Second}}
 			ctx := cmd.Context()
 			var rec *decision.Record
 			for deadline := time.Now().Add(retry); ; {
@@ -86,6 +89,7 @@ a consumer reads as deny.`,
 	f.StringVar(&cfg.CAFile, "ca-file", "", "CA bundle for the PDP's certificate (default: the system roots)")
 	f.StringVar(&cfg.ServerName, "server-name", "", "name to check the PDP's certificate against")
 	f.DurationVar(&maxAge, "max-age", 5*time.Minute, "oldest acceptable record")
+	addProfileFlags(f, &profile)
 	f.DurationVar(&retry, "retry", 0, "keep retrying while the PDP cannot be reached or answers 503, for up to this long")
 	for _, name := range []string{"url", "jwks", "request"} {
 		_ = cmd.MarkFlagRequired(name)
@@ -115,6 +119,7 @@ func readJWKSWithCA(src string, cfg credentials.Config) (jose.JSONWebKeySet, err
 func newDecisionVerifyCmd(o *Options) *cobra.Command {
 	var jwks, request string
 	var maxAge time.Duration
+	profile := pdp.RecordProfile
 	cmd := &cobra.Command{
 		Use:   "verify --jwks FILE|URL [--request FILE] RESPONSE|-",
 		Short: "Verify a PDP response: signature, key, typ, request digest, freshness",
@@ -131,7 +136,7 @@ a consumer must read that as deny.`,
 			if err != nil {
 				return err
 			}
-			opts := decision.VerifyOptions{Keys: keys, MaxAge: maxAge, Now: o.Now}
+			opts := decision.VerifyOptions{Profile: profile, Keys: keys, MaxAge: maxAge, Now: o.Now}
 			if request != "" {
 				if opts.Request, err = os.ReadFile(request); err != nil {
 					return fmt.Errorf("--request: %w", err)
@@ -149,8 +154,16 @@ a consumer must read that as deny.`,
 	cmd.Flags().StringVar(&jwks, "jwks", "", "the PDP's JWKS: a file, or an https:// URL (required)")
 	cmd.Flags().StringVar(&request, "request", "", "the request that was sent; the record must bind exactly it")
 	cmd.Flags().DurationVar(&maxAge, "max-age", 5*time.Minute, "oldest acceptable record")
+	addProfileFlags(cmd.Flags(), &profile)
 	_ = cmd.MarkFlagRequired("jwks")
 	return cmd
+}
+
+// addProfileFlags registers --schema and --typ, the record format expected;
+// the defaults are the pdp's.
+func addProfileFlags(f *pflag.FlagSet, p *decision.Profile) {
+	f.StringVar(&p.Schema, "schema", p.Schema, "the record's expected schema member")
+	f.StringVar(&p.Type, "typ", p.Type, "the record JWS's expected typ header")
 }
 
 func callerName(r *decision.Record) string {

@@ -5,24 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the platform-connector command line. getenv reads the
 // environment (NODE_NAME).
 func NewCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
-	o := Options{HTTP: serve.DefaultHTTPLimits()}
+	o := Options{Serve: serve.Options{MetricsListen: "127.0.0.1:2112"}}
 	var role string
-	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "platform-connector",
 		Short: "Receive health events over gRPC, with node-binding authentication",
@@ -35,11 +31,10 @@ node-binding settings; see docs/platform-connector.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: %w", logLevel, err)
+			if err := o.Serve.Validate(); err != nil {
+				return err
 			}
-			o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			o.Logger = o.Serve.Logger(stderr)
 			o.Role = Role(role)
 			if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
 				o.Socket = "" // the default socket path belongs to the socket role
@@ -59,18 +54,16 @@ node-binding settings; see docs/platform-connector.md.`,
 	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")
 	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
 	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
-	f.StringVar(&o.Listen, "listen", "", "deployment role: host:port to serve gRPC over TLS on")
-	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "deployment role: serving certificate (PEM)")
-	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "deployment role: serving key (PEM)")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview (default: in-cluster)")
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "SQLite file events are stored in")
-	f.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:2112", "address for /metrics, /healthz and /readyz (empty: off)")
-	f.DurationVar(&o.CacheTTL, "auth-cache-ttl", authn.DefaultCacheTTL, "how long a successful TokenReview verdict is reused (bounds how long a deleted pod's token still works)")
-	f.DurationVar(&o.ReviewTimeout, "auth-review-timeout", kube.DefaultTimeout, "how long one TokenReview may take, retries included")
 	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
 	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
-	o.HTTP.AddFlags(f)
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	o.Serve.AddFlags(f)
+	o.Auth.AddFlags(f)
+	// The names these two had before every service shared one set.
+	f.DurationVar(&o.Auth.CacheTTL, "auth-cache-ttl", o.Auth.CacheTTL, "")
+	f.DurationVar(&o.Auth.ReviewTimeout, "auth-review-timeout", o.Auth.ReviewTimeout, "")
+	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
+	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
 	cmd.AddCommand(newEventsCommand(stdout))
 	return cmd
 }

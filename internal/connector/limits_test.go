@@ -20,6 +20,7 @@ import (
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/pki"
 )
 
@@ -225,7 +226,7 @@ func TestDeploymentRoleLogsEffectiveSettings(t *testing.T) {
 	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
-	r := run(t, connector.Options{Role: connector.RoleDeployment, Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key,
+	r := run(t, connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
 		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 			return nil, authn.Fail(authn.TokenInvalid, "test")
 		})},

@@ -17,6 +17,7 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/pki"
 )
 
@@ -37,7 +38,7 @@ func (e *env) runConnector(name string, o connector.Options) (*connector.Server,
 		return nil, nil, err
 	}
 	o.Datastore = filepath.Join(dir, "events.db")
-	o.Kubeconfig = e.iss.KubeconfigFile()
+	o.Auth.Kubeconfig = e.iss.KubeconfigFile()
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := connector.New(o)
 	if err != nil {
@@ -127,7 +128,7 @@ func connectorDeployment(ctx context.Context, e *env) Result {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close()
-	s, stop, err := e.runConnector("deployment", connector.Options{Role: connector.RoleDeployment, Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile})
+	s, stop, err := e.runConnector("deployment", connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile}})
 	if err != nil {
 		return fail(r, err)
 	}

@@ -62,7 +62,7 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	m, err := guard.NewMetrics(reg, "platform_connector", nil)
+	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: "platform_connector", NodeBinding: true})
 	if err != nil {
 		return nil, err
 	}

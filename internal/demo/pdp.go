@@ -18,6 +18,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/internal/pdp"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // The policy decision point of seed 002, in-process, with the
@@ -47,14 +48,14 @@ func (e *env) startPDP(mode string) (*pdpEnv, error) {
 	if err := decision.GenerateKeyFile(key); err != nil {
 		return nil, err
 	}
-	s, err := pdp.New(pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
-		Kubeconfig: e.iss.KubeconfigFile(), CallerAuthMode: mode, CallerAudience: "flex-auth",
+	s, err := pdp.New(pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
+		Auth: serve.AuthOptions{Kubeconfig: e.iss.KubeconfigFile()}, CallerAuthMode: mode, CallerAudience: "flex-auth",
 		CallerBindings: []string{"secrets-engine=" + sePrincipal}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}
 	hs := httptest.NewServer(s.Handler())
-	return &pdpEnv{url: hs.URL, keys: decision.VerifyOptions{Keys: s.Signer().JWKS(), Request: seRequest}, stop: hs.Close}, nil
+	return &pdpEnv{url: hs.URL, keys: decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: s.Signer().JWKS(), Request: seRequest}, stop: hs.Close}, nil
 }
 
 func (p *pdpEnv) check(ctx context.Context, token string) (int, []byte, error) {
@@ -185,7 +186,7 @@ func pdpForged(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	keys, _ := decision.LoadKeyFile(forger)
-	signer, _ := decision.NewSigner(keys...)
+	signer, _ := decision.NewSigner(pdp.RecordProfile, keys...)
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(req.Body).Decode(&body)
@@ -198,7 +199,7 @@ func pdpForged(ctx context.Context, e *env) Result {
 	defer fake.Close()
 	var req map[string]any
 	_ = json.Unmarshal(seRequest, &req)
-	client := &decision.Client{URL: fake.URL + "/v1/check", Keys: p.keys.Keys}
+	client := &decision.Client{Profile: pdp.RecordProfile, URL: fake.URL + "/v1/check", Keys: p.keys.Keys}
 	rec, err := client.Check(ctx, req)
 	allowed := decision.Allowed(rec, err)
 	r.Observed = fmt.Sprintf("allowed: %t (%s)", allowed, detail(err, ""))

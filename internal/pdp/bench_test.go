@@ -14,6 +14,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/pdp"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // BenchmarkCheck is one POST /v1/check through the in-process handler: the
@@ -28,7 +29,7 @@ func BenchmarkCheck(b *testing.B) {
 	caller := &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Audiences: []string{"flex-auth"},
 		CredentialID: "JTI=x", IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
 	s, err := pdp.New(pdp.Options{
-		Listen: "127.0.0.1:0", InsecureHTTP: true,
+		Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true,
 		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
 		CallerAuthMode: "enforce", CallerAudience: "flex-auth",
 		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},

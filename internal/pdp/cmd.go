@@ -4,18 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the pdp command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{HTTP: serve.DefaultHTTPLimits()}
+	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9090"}}
 	cmd := &cobra.Command{
 		Use:   "pdp",
 		Short: "Policy decision point: POST /v1/check with caller authentication and signed decision records",
@@ -27,7 +25,7 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+			o.Logger = o.Serve.Logger(stderr)
 			s, err := New(o)
 			if err != nil {
 				return err
@@ -36,21 +34,16 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Listen, "listen", ":8443", "address to serve HTTPS on")
+	o.Serve.AddFlags(f)
+	o.Auth.AddFlags(f)
 	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead (only on a loopback --listen): bearer tokens would otherwise cross the network in clear")
-	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM)")
-	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "serving key (PEM)")
 	f.StringVar(&o.PolicyDir, "policy-dir", "", "policy package: manifest.json, *.cedar, one *.cedarschema")
 	f.StringVar(&o.Registry, "registry", "", "registry snapshot: a JSON array of Cedar entities")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview (default: in-cluster)")
 	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", ModeEnforce, "enforce, warn or off")
 	f.BoolVar(&o.AllowAuthOff, "insecure-caller-auth-off", false, "allow --caller-auth-mode off: callers are not authenticated at all")
 	f.StringVar(&o.CallerAudience, "caller-audience", "flex-auth", "the audience callers' tokens must be minted for")
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", nil, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published")
-	f.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9090", "address for /metrics (empty: off)")
-	f.DurationVar(&o.CacheTTL, "caller-cache-ttl", authn.DefaultCacheTTL, "how long a successful TokenReview verdict is reused")
-	o.HTTP.AddFlags(f)
 	return cmd
 }
 

@@ -36,7 +36,7 @@ func TestAnotherTenantIsDenied(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, body := e.post(t, tok, []byte(tt.body), "application/json")
-			rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys, Request: []byte(tt.body)})
+			rec, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: e.keys, Request: []byte(tt.body)})
 			if code != 200 || err != nil || rec.Effect != decision.Deny || rec.Reason != tt.reason {
 				t.Fatalf("%d %v %+v; want a verified deny %s", code, err, rec, tt.reason)
 			}
@@ -162,7 +162,7 @@ func TestSlowAndIdleClientsAreCutOff(t *testing.T) {
 	l.Close()
 	limits := serve.HTTPLimits{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 2 * time.Second,
 		IdleTimeout: 300 * time.Millisecond, MaxHeaderBytes: 8 << 10}
-	e := start(t, "enforce", func(o *pdp.Options) { o.Listen, o.HTTP = addr, limits })
+	e := start(t, "enforce", func(o *pdp.Options) { o.Serve.Listen, o.Serve.HTTP = addr, limits })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.srv.Run(ctx) }()

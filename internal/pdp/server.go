@@ -23,11 +23,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
@@ -44,47 +41,58 @@ const (
 	ModeOff     = "off"
 )
 
+// RecordProfile is the format of the PDP's decision records: the flex-auth
+// decision record v2 (v1 plus the caller block), typed for JWS so that no
+// other JWT can be taken for one.
+var RecordProfile = decision.Profile{Schema: "flex-auth.decision-record.v2", Type: "flex-auth-decision+jwt"}
+
 // MaxBody is the largest check request accepted.
 const MaxBody = 64 << 10
 
 // Options are the PDP's flags.
 type Options struct {
-	Listen         string
+	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
+	// --log-level, --shutdown-timeout and the --http-* limits.
+	Serve serve.Options
+	// Auth: --caller-backend, --kubeconfig, --caller-oidc-issuers,
+	// --caller-cache-ttl, --caller-review-timeout.
+	Auth           serve.AuthOptions
 	InsecureHTTP   bool
-	TLSCertFile    string
-	TLSKeyFile     string
 	PolicyDir      string
 	Registry       string
-	Kubeconfig     string
 	CallerAuthMode string
 	AllowAuthOff   bool
 	CallerAudience string
 	CallerBindings []string
 	SigningKeyFile string
-	MetricsListen  string
-	CacheTTL       time.Duration
 	ReloadInterval time.Duration
 	Logger         *slog.Logger
-	// HTTP bounds what one client may hold of the server (both listeners).
-	HTTP          serve.HTTPLimits
-	Authenticator authn.Authenticator // replaces TokenReview, for tests
+	Authenticator  authn.Authenticator // replaces the backend, for tests
 }
 
-// Validate refuses flags that cannot be honoured, naming them.
-func (o *Options) Validate() error {
+// Validate refuses flags that cannot be honoured, naming them. It changes
+// nothing; [New] fills the defaults of a struct left unset.
+func (o Options) Validate() error {
 	var errs []error
-	if o.Listen == "" {
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Auth.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Serve.Listen == "" {
 		errs = append(errs, errors.New("pdp: --listen is required"))
 	} else if o.InsecureHTTP {
-		host, _, err := net.SplitHostPort(o.Listen)
+		host, _, err := net.SplitHostPort(o.Serve.Listen)
 		ip := net.ParseIP(host)
 		if err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
-			errs = append(errs, fmt.Errorf("pdp: --insecure-http serves plain HTTP only on a loopback address; --listen %q is not one", o.Listen))
+			errs = append(errs, fmt.Errorf("pdp: --insecure-http serves plain HTTP only on a loopback address; --listen %q is not one", o.Serve.Listen))
 		}
-	} else if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		if o.Serve.HasTLS() {
+			errs = append(errs, errors.New("pdp: --insecure-http and --tls-cert-file/--tls-key-file contradict each other"))
+		}
+	} else if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("pdp: --tls-cert-file and --tls-key-file are required (or --insecure-http on a loopback --listen)"))
-	} else if _, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile); err != nil {
-		errs = append(errs, fmt.Errorf("pdp: --tls-cert-file/--tls-key-file: %w", err))
 	}
 	if o.PolicyDir == "" {
 		errs = append(errs, errors.New("pdp: --policy-dir is required"))
@@ -113,9 +121,6 @@ func (o *Options) Validate() error {
 	}
 	if o.CallerAuthMode != ModeOff && len(bindings) == 0 {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
-	}
-	if err := o.HTTP.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -164,9 +169,10 @@ type Server struct {
 	log      *slog.Logger
 	guard    *guard.Guard
 	signer   *decision.Signer
+	certs    *serve.CertReloader // nil under --insecure-http
 	state    atomic.Pointer[state]
 	failed   atomic.Value // the file signature of the last failed reload
-	registry *prometheus.Registry
+	health   *serve.Health
 	checks   *prometheus.CounterVec
 	authViol *prometheus.CounterVec
 	latency  prometheus.Histogram
@@ -174,15 +180,14 @@ type Server struct {
 }
 
 // New validates the options, loads and validates the policy package and the
-// registry, the signing keys, and builds the caller authentication.
+// registry, the signing keys and the serving key pair, and builds the
+// caller authentication.
 func New(o Options) (*Server, error) {
-	if o.HTTP == (serve.HTTPLimits{}) {
-		o.HTTP = serve.DefaultHTTPLimits() // not set at all: a library caller
-	}
+	o.Serve.Defaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Logger, registry: prometheus.NewRegistry(), now: time.Now}
+	s := &Server{o: o, log: o.Logger, health: serve.NewHealth(), now: time.Now}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -195,14 +200,19 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
 	}
-	if s.signer, err = decision.NewSigner(keys...); err != nil {
+	if s.signer, err = decision.NewSigner(RecordProfile, keys...); err != nil {
 		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
 	}
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if !o.InsecureHTTP {
+		if s.certs, err = o.Serve.CertReloader(s.log); err != nil {
+			return nil, fmt.Errorf("pdp: %w", err)
+		}
+	}
+	reg := s.health.Registry
 	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
 	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
 	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
-	s.registry.MustRegister(s.checks, s.authViol, s.latency)
+	reg.MustRegister(s.checks, s.authViol, s.latency)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -211,27 +221,18 @@ func New(o Options) (*Server, error) {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
 		return s, nil
 	}
-	auth := o.Authenticator
-	if auth == nil {
-		k, err := kube.New(kube.Config{Kubeconfig: o.Kubeconfig, Audiences: []string{o.CallerAudience}})
-		if err != nil {
-			return nil, fmt.Errorf("pdp: caller authentication: %w", err)
-		}
-		auth = k
-	}
-	m, err := guard.NewMetrics(s.registry, "pdp", []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
-		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem})
-	if err != nil {
-		return nil, err
-	}
 	mode := guard.Enforce
 	if o.CallerAuthMode == ModeWarn {
 		mode = guard.Audit
 	}
-	s.guard, err = guard.New(guard.Config{Mode: mode, Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: o.CacheTTL}),
-		Rule: binding.SystemBinding(bindings), Metrics: m, Logger: s.log})
+	s.guard, err = o.Auth.Guard(serve.GuardSpec{
+		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
+		Registry: reg, MetricsPrefix: "pdp", Reasons: []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
+			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem},
+		Logger: s.log, Authenticator: o.Authenticator,
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
 	return s, nil
 }
@@ -280,7 +281,7 @@ func (s *Server) Reload() error {
 func (s *Server) Signer() *decision.Signer { return s.signer }
 
 // Registry returns the metrics registry.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
+func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 
 // Handler serves the PDP's API.
 func (s *Server) Handler() http.Handler {
@@ -291,7 +292,7 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		_ = json.NewEncoder(w).Encode(s.signer.JWKS())
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /healthz", s.health.Healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := s.state.Load()
 		_, _ = fmt.Fprintf(w, "ok %s %s\n", st.pkg.ID, st.pkg.Version)
@@ -330,7 +331,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		if v.Reason != "" {
 			s.authViol.WithLabelValues(v.Reason, mode).Inc()
 		}
-		caller = callerBlock(v)
+		caller = callerBlock(v, s.o.Auth.VerifiedBy())
 	}
 	st := s.state.Load()
 	d := st.pkg.Evaluate(st.reg, *req)
@@ -368,13 +369,13 @@ func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
 
 // callerBlock is the record's caller: who asked, or, under warn, that the
 // caller was not authenticated and what enforce would have said.
-func callerBlock(v *guard.Verdict) decision.Caller {
+func callerBlock(v *guard.Verdict, verifiedBy string) decision.Caller {
 	if v.Reason != "" || v.Caller == nil {
 		return decision.Caller{Authenticated: false, Reason: v.Reason}
 	}
 	c := v.Caller
 	out := decision.Caller{Authenticated: true, Principal: c.Username, UID: c.UID, CredentialID: c.CredentialID,
-		PodName: c.PodName, PodUID: c.PodUID, Audiences: c.Audiences, AuthenticatedBy: "TokenReview"}
+		PodName: c.PodName, PodUID: c.PodUID, Audiences: c.Audiences, AuthenticatedBy: verifiedBy}
 	if !c.IssuedAt.IsZero() {
 		t := c.IssuedAt.UTC()
 		out.TokenIssuedAt = &t
@@ -458,35 +459,41 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, str
 	return &req, "", nil
 }
 
-// Run serves until ctx ends. SIGHUP, or a change to the policy or registry
-// files (polled), reloads them.
+// Run serves until ctx ends, through the service skeleton: the API (HTTPS
+// with the key pair reloaded on change, or plain HTTP on loopback), the
+// metrics listener, and the policy reload loop. SIGHUP, or a change to the
+// policy or registry files (polled), reloads them. A listener that cannot
+// be opened, or dies, is an error.
 func (s *Server) Run(ctx context.Context) error {
-	lis, err := net.Listen("tcp", s.o.Listen)
+	lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
 	if err != nil {
-		return fmt.Errorf("pdp: --listen: %w", err)
+		return fmt.Errorf("pdp: %w", err)
 	}
-	srv := s.o.HTTP.Server(s.Handler())
-	errc := make(chan error, 2)
-	go func() {
-		if s.o.InsecureHTTP {
-			errc <- srv.Serve(lis)
-		} else {
-			errc <- srv.ServeTLS(lis, s.o.TLSCertFile, s.o.TLSKeyFile)
-		}
-	}()
-	var msrv *http.Server
-	if s.o.MetricsListen != "" {
-		ml, err := net.Listen("tcp", s.o.MetricsListen)
-		if err != nil {
-			_ = srv.Close()
-			return fmt.Errorf("pdp: --metrics-listen: %w", err)
-		}
-		msrv = s.o.HTTP.Server(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-		go func() { errc <- msrv.Serve(ml) }()
+	if s.certs != nil {
+		cfg := s.certs.TLSConfig()
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+		lis = tls.NewListener(lis, cfg)
 	}
+	runnables := []serve.Runnable{&serve.HTTPServer{Name: "api", Listener: lis, Server: s.o.Serve.HTTP.Server(s.Handler()), ShutdownTimeout: s.o.Serve.ShutdownTimeout}}
+	metrics, err := s.o.Serve.MetricsServer(s.health)
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("pdp: %w", err)
+	}
+	metricsAddr := ""
+	if metrics != nil {
+		runnables = append(runnables, metrics)
+		metricsAddr = metrics.Listener.Addr().String()
+	}
+	runnables = append(runnables, serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
 	st := s.state.Load()
-	s.log.Info("pdp: serving", "address", lis.Addr().String(), "tls", !s.o.InsecureHTTP, "caller_auth_mode", s.o.CallerAuthMode,
-		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", s.signer.KeyID())
+	s.log.Info("pdp: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "tls", s.certs != nil, "caller_auth_mode", s.o.CallerAuthMode,
+		"caller_backend", s.o.Auth.VerifiedBy(), "package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", s.signer.KeyID())
+	return serve.Run(ctx, runnables...)
+}
+
+// reloadLoop reloads the policy on SIGHUP or when its files change.
+func (s *Server) reloadLoop(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -499,15 +506,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-			if msrv != nil {
-				_ = msrv.Close()
-			}
 			return nil
-		case err := <-errc:
-			return fmt.Errorf("pdp: %w", err)
 		case <-hup:
 			_ = s.Reload()
 		case <-tick.C:

@@ -58,7 +58,7 @@ func start(t *testing.T, mode string, edit func(*pdp.Options)) *env {
 		t.Fatal(err)
 	}
 	o := pdp.Options{
-		Listen: "127.0.0.1:0", InsecureHTTP: true,
+		Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true,
 		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
 		CallerAuthMode: mode, CallerAudience: "flex-auth",
 		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},
@@ -161,7 +161,7 @@ func TestSeedPositiveAndN1N4(t *testing.T) {
 					}
 					continue
 				}
-				rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys, Request: allow})
+				rec, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: e.keys, Request: allow})
 				if err != nil {
 					t.Errorf("%s: the record does not verify: %v", r.name, err)
 					continue
@@ -240,7 +240,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 		})
 	}
 	code, body := e.post(t, good, readExample(t, "check_request_deny_private_key.json"), "application/json; charset=utf-8")
-	rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys})
+	rec, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: e.keys})
 	if code != 200 || err != nil || rec.Effect != "deny" || rec.Reason != "private_key_fields_forbidden" {
 		t.Fatalf("the denied example: %d %v %+v", code, err, rec)
 	}
@@ -259,7 +259,7 @@ func TestJWKSEndpointAndForgedAllow(t *testing.T) {
 		t.Fatalf("JWKS %+v, Cache-Control %q", set, resp.Header.Get("Cache-Control"))
 	}
 	// A responder that knows the package id and version, but not the key.
-	forger, _ := decision.NewSigner(mustKey(t))
+	forger, _ := decision.NewSigner(pdp.RecordProfile, mustKey(t))
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var req map[string]any
@@ -278,7 +278,7 @@ func TestJWKSEndpointAndForgedAllow(t *testing.T) {
 	var req map[string]any
 	_ = json.Unmarshal(readExample(t, "check_request_allow_rotate.json"), &req)
 	for _, url := range []string{fake.URL + "/v1/check", fake.URL + "/v1/check?unsigned=1"} {
-		c := &decision.Client{URL: url, Keys: set}
+		c := &decision.Client{Profile: pdp.RecordProfile, URL: url, Keys: set}
 		rec, err := c.Check(context.Background(), req)
 		if decision.Allowed(rec, err) || err == nil {
 			t.Fatalf("a forged allow from %s was believed: %+v", url, rec)
@@ -286,7 +286,7 @@ func TestJWKSEndpointAndForgedAllow(t *testing.T) {
 	}
 	// The real PDP, through the same client, is believed.
 	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
-	c := &decision.Client{URL: e.url + "/v1/check", Keys: set, HTTP: &http.Client{Transport: bearerTransport{tok}}}
+	c := &decision.Client{Profile: pdp.RecordProfile, URL: e.url + "/v1/check", Keys: set, HTTP: &http.Client{Transport: bearerTransport{tok}}}
 	if rec, err := c.Check(context.Background(), req); !decision.Allowed(rec, err) {
 		t.Fatalf("the real PDP's allow was refused: %v", err)
 	}
@@ -329,15 +329,17 @@ func TestReloadKeepsThePreviousVersionOnFailure(t *testing.T) {
 
 func TestOptionsRefusals(t *testing.T) {
 	base := func() pdp.Options {
-		return pdp.Options{Listen: "127.0.0.1:0", InsecureHTTP: true, PolicyDir: "p", Registry: "r", SigningKeyFile: "k",
-			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}, HTTP: serve.DefaultHTTPLimits()}
+		o := pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: "p", Registry: "r", SigningKeyFile: "k",
+			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}}
+		o.Serve.Defaults()
+		return o
 	}
 	tests := []struct {
 		name string
 		edit func(*pdp.Options)
 		want string
 	}{
-		{"plain HTTP off loopback", func(o *pdp.Options) { o.Listen = "0.0.0.0:8080" }, "--insecure-http serves plain HTTP only on a loopback"},
+		{"plain HTTP off loopback", func(o *pdp.Options) { o.Serve.Listen = "0.0.0.0:8080" }, "--insecure-http serves plain HTTP only on a loopback"},
 		{"no TLS files", func(o *pdp.Options) { o.InsecureHTTP = false }, "--tls-cert-file and --tls-key-file are required"},
 		{"off without the flag", func(o *pdp.Options) { o.CallerAuthMode = "off" }, "--insecure-caller-auth-off"},
 		{"unknown mode", func(o *pdp.Options) { o.CallerAuthMode = "lenient" }, `--caller-auth-mode "lenient"`},
@@ -350,8 +352,12 @@ func TestOptionsRefusals(t *testing.T) {
 		{"a service-account principal in uppercase", func(o *pdp.Options) {
 			o.CallerBindings = []string{"s=system:serviceaccount:Secrets:engine"}
 		}, "uppercase"},
-		{"no read timeout", func(o *pdp.Options) { o.HTTP.ReadTimeout = 0 }, "--http-read-timeout 0s: want a positive duration"},
-		{"tiny header limit", func(o *pdp.Options) { o.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes 100"},
+		{"no read timeout", func(o *pdp.Options) { o.Serve.HTTP.ReadTimeout = 0 }, "--http-read-timeout 0s: want a positive duration"},
+		{"tiny header limit", func(o *pdp.Options) { o.Serve.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes 100"},
+		{"TLS files with --insecure-http", func(o *pdp.Options) { o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "c", "k" }, "contradict each other"},
+		{"a bad log level", func(o *pdp.Options) { o.Serve.LogLevel = "loud" }, `--log-level "loud"`},
+		{"oidc without issuers", func(o *pdp.Options) { o.Auth.Backend = "oidc" }, "--caller-backend oidc needs --caller-oidc-issuers"},
+		{"an unknown backend", func(o *pdp.Options) { o.Auth.Backend = "ldap" }, `--caller-backend "ldap"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -379,7 +385,7 @@ func mustKey(t *testing.T) *ecdsa.PrivateKey {
 func TestCallerAuthOff(t *testing.T) {
 	e := start(t, "off", func(o *pdp.Options) { o.AllowAuthOff = true })
 	code, body := e.post(t, "", readExample(t, "check_request_allow_rotate.json"), "application/json")
-	rec, err := decision.Verify(body, decision.VerifyOptions{Keys: e.keys})
+	rec, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: e.keys})
 	if code != 200 || err != nil || rec.Caller.Authenticated || rec.Caller.Reason != "caller_auth_off" || rec.Provenance.Mode != "off" {
 		t.Fatalf("off: %d %v %+v", code, err, rec)
 	}
@@ -396,7 +402,7 @@ func TestRunReloadsOnFileChange(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
-	e := start(t, "enforce", func(o *pdp.Options) { o.PolicyDir, o.Listen, o.ReloadInterval = dir, addr, 50*time.Millisecond })
+	e := start(t, "enforce", func(o *pdp.Options) { o.PolicyDir, o.Serve.Listen, o.ReloadInterval = dir, addr, 50*time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.srv.Run(ctx) }()

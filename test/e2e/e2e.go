@@ -1,15 +1,23 @@
 // Package e2e is what the end-to-end tests under test/ share to run the
-// real binaries: building them once per test binary, and loopback
-// addresses for them to listen on.
+// real binaries: building them once per test binary, starting them,
+// reading the addresses they bound from their logs, and stopping them with
+// SIGTERM, their output logged when a test fails.
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
 )
 
 // Module is the import path of the callerauth module.
@@ -44,4 +52,102 @@ func LoopbackAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// Process is a service binary running under a test.
+type Process struct {
+	Name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error // the exit, once done is closed
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string               { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// Start runs bin with args (and extra environment variables), its standard
+// output and error captured together. When the test ends the process is
+// stopped with SIGTERM (then SIGKILL after 10 s), and if the test failed
+// its output is logged.
+func Start(t testing.TB, bin string, args []string, env ...string) *Process {
+	t.Helper()
+	p := &Process{Name: filepath.Base(bin), out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("e2e: starting %s: %v", bin, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", p.Name, p.Output())
+		}
+	})
+	return p
+}
+
+// Output is what the process has written so far.
+func (p *Process) Output() string { return p.out.String() }
+
+// Stop sends SIGTERM, waits up to 10 s, then kills, and returns the exit
+// error (nil for a clean exit).
+func (p *Process) Stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	return p.err
+}
+
+// Exited waits up to timeout for the process to exit by itself and returns
+// its exit code; ok is false when it is still running.
+func (p *Process) Exited(timeout time.Duration) (code int, ok bool) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), true
+	case <-time.After(timeout):
+		return 0, false
+	}
+}
+
+// LogValue waits (up to timeout) for a JSON log line whose msg is msg and
+// returns its key attribute as a string — the address a service bound to
+// port 0, say. It fails the test when the process exits or time runs out.
+func (p *Process) LogValue(t testing.TB, msg, key string, timeout time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(p.Output(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != msg {
+				continue
+			}
+			if v, ok := m[key]; ok {
+				return fmt.Sprint(v)
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("e2e: %s exited (%v) before logging %q", p.Name, p.err, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e2e: %s logged no %q with %q in %s", p.Name, msg, key, timeout)
+		}
+	}
 }

@@ -1,0 +1,161 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+)
+
+// Caller-authentication backends.
+const (
+	// BackendTokenReview asks the Kubernetes API server (authn/kube): it
+	// sees revocation (a deleted pod's token).
+	BackendTokenReview = "tokenreview"
+	// BackendOIDC verifies offline against each trusted issuer's JWKS
+	// (authn/oidc): one issuer per tenant.
+	BackendOIDC = "oidc"
+)
+
+// AuthOptions are the caller-authentication settings every service shares.
+// What a service decides for itself — the audience, the mode, fail-open, the
+// rules — comes from its own flags or configuration and goes in
+// [GuardSpec].
+type AuthOptions struct {
+	// Backend is BackendTokenReview (default) or BackendOIDC.
+	Backend string
+	// Kubeconfig is TokenReview's client; empty: in-cluster.
+	Kubeconfig string
+	// OIDCIssuers is the issuers file of the oidc backend
+	// (oidc.LoadConfigFile).
+	OIDCIssuers string
+	// CacheTTL is how long a successful verification is reused.
+	CacheTTL time.Duration
+	// ReviewTimeout bounds one verification, retries included.
+	ReviewTimeout time.Duration
+}
+
+// AddFlags registers --caller-backend, --kubeconfig, --caller-oidc-issuers,
+// --caller-cache-ttl and --caller-review-timeout, with a's values (after
+// defaults) as their defaults.
+func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
+	if a.Backend == "" {
+		a.Backend = BackendTokenReview
+	}
+	if a.CacheTTL == 0 {
+		a.CacheTTL = authn.DefaultCacheTTL
+	}
+	if a.ReviewTimeout == 0 {
+		a.ReviewTimeout = kube.DefaultTimeout
+	}
+	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against --caller-oidc-issuers)")
+	f.StringVar(&a.Kubeconfig, "kubeconfig", a.Kubeconfig, "tokenreview: kubeconfig of the API server that reviews tokens (default: in-cluster)")
+	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
+	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
+	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
+}
+
+// Validate refuses settings that cannot be honoured, naming the flag.
+func (a AuthOptions) Validate() error {
+	var errs []error
+	switch a.Backend {
+	case BackendTokenReview, "":
+		if a.OIDCIssuers != "" {
+			errs = append(errs, errors.New("serve: --caller-oidc-issuers belongs to --caller-backend oidc"))
+		}
+	case BackendOIDC:
+		if a.OIDCIssuers == "" {
+			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-oidc-issuers"))
+		}
+		if a.Kubeconfig != "" {
+			errs = append(errs, errors.New("serve: --kubeconfig belongs to --caller-backend tokenreview"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("serve: --caller-backend %q: want tokenreview or oidc", a.Backend))
+	}
+	if a.CacheTTL < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-cache-ttl %s: want zero (no cache) or more", a.CacheTTL))
+	}
+	if a.ReviewTimeout < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-review-timeout %s: want a positive duration", a.ReviewTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// VerifiedBy names the backend in records and logs: "TokenReview" or
+// "OIDC".
+func (a AuthOptions) VerifiedBy() string {
+	if a.Backend == BackendOIDC {
+		return "OIDC"
+	}
+	return "TokenReview"
+}
+
+// GuardSpec is what a service decides about its callers.
+type GuardSpec struct {
+	// Audience the tokens must be minted for (TokenReview); the oidc
+	// backend takes the audiences from its issuers file.
+	Audience string
+	// Mode, FailOpenOnUnavailable and Rule are the guard's.
+	Mode                  guard.Mode
+	FailOpenOnUnavailable bool
+	Rule                  binding.Rule
+	// Metrics: the registry, the name prefix, the reasons to initialise,
+	// and whether the service reports node-binding series.
+	Registry      prometheus.Registerer
+	MetricsPrefix string
+	Reasons       []string
+	NodeBinding   bool
+	Logger        *slog.Logger
+	// Authenticator replaces the backend, for tests. It is still cached.
+	Authenticator authn.Authenticator
+}
+
+// Guard builds the cached authenticator, the metrics and the guard: the
+// one place a service's caller authentication is wired.
+func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
+	auth := spec.Authenticator
+	if auth == nil {
+		var err error
+		if auth, err = a.backend(spec.Audience); err != nil {
+			return nil, err
+		}
+	}
+	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons, NodeBinding: spec.NodeBinding})
+	if err != nil {
+		return nil, err
+	}
+	return guard.New(guard.Config{
+		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
+		Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL}),
+		Rule:          spec.Rule, Metrics: m, Logger: spec.Logger,
+	})
+}
+
+func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
+	if a.Backend == BackendOIDC {
+		cfg, err := oidc.LoadConfigFile(a.OIDCIssuers)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
+		}
+		cfg.Timeout = a.ReviewTimeout
+		return oidc.New(cfg)
+	}
+	if audience == "" {
+		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
+	}
+	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("serve: TokenReview: %w", err)
+	}
+	return k, nil
+}

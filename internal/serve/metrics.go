@@ -1,0 +1,68 @@
+package serve
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health is a service's metrics registry (with the Go and process
+// collectors) and its readiness checks, served as /metrics, /healthz and
+// /readyz.
+type Health struct {
+	Registry *prometheus.Registry
+	mu       sync.Mutex
+	checks   []check
+}
+
+type check struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// NewHealth returns a registry with the Go and process collectors.
+func NewHealth() *Health {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Health{Registry: reg}
+}
+
+// AddReadyCheck adds a check /readyz runs; the service is ready when every
+// check returns nil.
+func (h *Health) AddReadyCheck(name string, fn func(context.Context) error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checks = append(h.checks, check{name, fn})
+}
+
+// Healthz answers "ok": the process serves.
+func (h *Health) Healthz(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }
+
+// Readyz answers "ok" when every readiness check passes, else 503 naming
+// the first that failed.
+func (h *Health) Readyz(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	checks := append([]check(nil), h.checks...)
+	h.mu.Unlock()
+	for _, c := range checks {
+		if err := c.fn(r.Context()); err != nil {
+			http.Error(w, c.name+": "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ok")
+}
+
+// Handler serves /metrics, /healthz and /readyz.
+func (h *Health) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(h.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", h.Healthz)
+	mux.HandleFunc("GET /readyz", h.Readyz)
+	return mux
+}

@@ -1,0 +1,117 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options are the serving settings every service shares. A service sets its
+// defaults on the struct, then calls [Options.AddFlags].
+type Options struct {
+	// Listen is the API's host:port.
+	Listen string
+	// TLSCertFile and TLSKeyFile are the serving key pair, reloaded when
+	// the files change.
+	TLSCertFile, TLSKeyFile string
+	// CertCheckInterval is how often the key pair's files are looked at.
+	// Default DefaultCertCheckInterval.
+	CertCheckInterval time.Duration
+	// MetricsListen serves /metrics, /healthz and /readyz; empty: off.
+	MetricsListen string
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string
+	// ShutdownTimeout is how long the servers drain on SIGTERM. Default
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// HTTP bounds every HTTP listener's clients.
+	HTTP HTTPLimits
+}
+
+// Defaults fills what is unset: info, the shutdown timeout, the HTTP
+// limits.
+func (o *Options) Defaults() {
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.CertCheckInterval == 0 {
+		o.CertCheckInterval = DefaultCertCheckInterval
+	}
+	if o.HTTP == (HTTPLimits{}) {
+		o.HTTP = DefaultHTTPLimits()
+	}
+}
+
+// AddFlags registers the serving flags, with o's current values (after
+// Defaults) as their defaults: --listen, --tls-cert-file, --tls-key-file,
+// --tls-check-interval, --metrics-listen, --log-level, --shutdown-timeout
+// and the --http-* limits.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	o.Defaults()
+	f.StringVar(&o.Listen, "listen", o.Listen, "host:port to serve the API on")
+	f.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serving certificate (PEM); re-read when it changes on disk")
+	f.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serving key (PEM); re-read when it changes on disk")
+	f.DurationVar(&o.CertCheckInterval, "tls-check-interval", o.CertCheckInterval, "how often the serving key pair's files are checked for a change")
+	f.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "host:port for /metrics, /healthz and /readyz (empty: off)")
+	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests may drain on SIGTERM")
+	o.HTTP.AddFlags(f)
+}
+
+// Validate refuses settings that cannot be honoured, naming the flag. It
+// does not look at files; [Options.CertReloader] does.
+func (o Options) Validate() error {
+	var errs []error
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("serve: --log-level %q: want debug, info, warn or error", o.LogLevel))
+	}
+	if o.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("serve: --shutdown-timeout %s: want a positive duration", o.ShutdownTimeout))
+	}
+	if o.CertCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("serve: --tls-check-interval %s: want a positive duration", o.CertCheckInterval))
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		errs = append(errs, errors.New("serve: --tls-cert-file and --tls-key-file go together"))
+	}
+	if err := o.HTTP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Logger is a JSON logger at the configured level, writing to w.
+func (o Options) Logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(o.LogLevel))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// HasTLS says whether a serving key pair is configured.
+func (o Options) HasTLS() bool { return o.TLSCertFile != "" && o.TLSKeyFile != "" }
+
+// CertReloader loads the serving key pair, to be reloaded on change.
+func (o Options) CertReloader(log *slog.Logger) (*CertReloader, error) {
+	return NewCertReloader(o.TLSCertFile, o.TLSKeyFile, o.CertCheckInterval, log)
+}
+
+// MetricsServer listens on MetricsListen and returns the runnable serving
+// h there, or nil when MetricsListen is empty.
+func (o Options) MetricsServer(h *Health) (*HTTPServer, error) {
+	if o.MetricsListen == "" {
+		return nil, nil
+	}
+	lis, err := ListenTCP("--metrics-listen", o.MetricsListen)
+	if err != nil {
+		return nil, err
+	}
+	return &HTTPServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(h.Handler()), ShutdownTimeout: o.ShutdownTimeout}, nil
+}
