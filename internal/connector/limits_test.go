@@ -20,8 +20,8 @@ import (
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 type logBuffer struct {

@@ -17,8 +17,8 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // The platform-connector itself, in-process: its config loader, its store,
