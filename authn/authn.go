@@ -140,3 +140,14 @@ func ReasonOf(err error) Reason {
 		return ValidatorError
 	}
 }
+
+// The user.extra keys a Kubernetes API server sets in a TokenReview's
+// answer for a service-account token (pod, node, credential id). authn/kube
+// reads them; the dev issuer writes them.
+const (
+	ExtraPodName      = "authentication.kubernetes.io/pod-name"
+	ExtraPodUID       = "authentication.kubernetes.io/pod-uid"
+	ExtraNodeName     = "authentication.kubernetes.io/node-name"
+	ExtraNodeUID      = "authentication.kubernetes.io/node-uid"
+	ExtraCredentialID = "authentication.kubernetes.io/credential-id"
+)

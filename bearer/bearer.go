@@ -8,7 +8,7 @@
 //   - Absent: no Authorization at all.
 //   - Malformed: the header duplicated, a scheme other than Bearer, an empty
 //     token, a token with characters RFC 6750 does not allow, or a token
-//     longer than [MaxTokenLength].
+//     longer than [token.MaxLength].
 //   - Token: a well-formed bearer token, returned without the scheme.
 //
 // The parser never echoes the credential in its explanation.
@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/callerauth/callerauth/token"
 )
 
 // Kind is the outcome of reading a credential.
@@ -46,11 +48,6 @@ func (k Kind) String() string {
 		return "unknown"
 	}
 }
-
-// MaxTokenLength is the longest token accepted, in bytes. Kubernetes
-// service-account tokens are about 1 KiB; 16 KiB leaves room for large
-// OIDC tokens while bounding what reaches a validator.
-const MaxTokenLength = 16 << 10
 
 // ReasonMalformed is the stable reason string for a malformed credential.
 const ReasonMalformed = "malformed_credentials"
@@ -93,7 +90,7 @@ func Parse(values []string) Credential {
 	switch {
 	case tok == "":
 		return malformed("the bearer token is empty")
-	case len(tok) > MaxTokenLength:
+	case len(tok) > token.MaxLength:
 		return malformed("the bearer token is longer than 16384 bytes")
 	case !isToken68(tok):
 		return malformed("the bearer token has characters RFC 6750 does not allow")

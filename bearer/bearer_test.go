@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/token"
 )
 
 const jwt = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_~+/=="
@@ -40,8 +41,8 @@ func TestParse(t *testing.T) {
 		{"only padding", []string{"Bearer ==="}, bearer.Malformed, "", "characters"},
 		{"control character", []string{"Bearer abc\x00"}, bearer.Malformed, "", "characters"},
 		{"non-ASCII", []string{"Bearer ａｂｃ"}, bearer.Malformed, "", "characters"},
-		{"oversize", []string{"Bearer " + strings.Repeat("a", bearer.MaxTokenLength+1)}, bearer.Malformed, "", "longer than 16384"},
-		{"at the size limit", []string{"Bearer " + strings.Repeat("a", bearer.MaxTokenLength)}, bearer.Token, strings.Repeat("a", bearer.MaxTokenLength), ""},
+		{"oversize", []string{"Bearer " + strings.Repeat("a", token.MaxLength+1)}, bearer.Malformed, "", "longer than 16384"},
+		{"at the size limit", []string{"Bearer " + strings.Repeat("a", token.MaxLength)}, bearer.Token, strings.Repeat("a", token.MaxLength), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +102,7 @@ func FuzzParse(f *testing.F) {
 		c := bearer.Parse([]string{v})
 		switch c.Kind {
 		case bearer.Token:
-			if c.Token == "" || len(c.Token) > bearer.MaxTokenLength || strings.ContainsAny(c.Token, " \t\r\n,\x00") {
+			if c.Token == "" || len(c.Token) > token.MaxLength || strings.ContainsAny(c.Token, " \t\r\n,\x00") {
 				t.Fatalf("accepted token %q from %q", c.Token, v)
 			}
 			if !strings.HasSuffix(v, c.Token) || !strings.EqualFold(v[:6], "bearer") {

@@ -20,6 +20,7 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/devissuer"
 )
 
@@ -286,9 +287,9 @@ func TestTokenReviewOverHTTPS(t *testing.T) {
 		}
 		k := bound.Claims.Kubernetes
 		wantExtra := map[string]string{
-			devissuer.ExtraPodName: "gpu-monitor-1", devissuer.ExtraPodUID: k.Pod.UID,
-			devissuer.ExtraNodeName: "node-a", devissuer.ExtraNodeUID: k.Node.UID,
-			devissuer.ExtraCredentialID: "JTI=" + bound.Claims.ID,
+			authn.ExtraPodName: "gpu-monitor-1", authn.ExtraPodUID: k.Pod.UID,
+			authn.ExtraNodeName: "node-a", authn.ExtraNodeUID: k.Node.UID,
+			authn.ExtraCredentialID: "JTI=" + bound.Claims.ID,
 		}
 		for key, want := range wantExtra {
 			if got := u.Extra[key]; len(got) != 1 || got[0] != want {

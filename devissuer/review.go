@@ -9,15 +9,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	authv1 "k8s.io/api/authentication/v1"
-)
 
-// user.extra keys the API server sets for service-account tokens.
-const (
-	ExtraPodName      = "authentication.kubernetes.io/pod-name"
-	ExtraPodUID       = "authentication.kubernetes.io/pod-uid"
-	ExtraNodeName     = "authentication.kubernetes.io/node-name"
-	ExtraNodeUID      = "authentication.kubernetes.io/node-uid"
-	ExtraCredentialID = "authentication.kubernetes.io/credential-id"
+	"github.com/callerauth/callerauth/authn"
 )
 
 // Review answers a TokenReview as the API server would: the token must be
@@ -34,14 +27,14 @@ func (i *Issuer) Review(tok string, audiences []string) authv1.TokenReviewStatus
 	if err != nil {
 		return authv1.TokenReviewStatus{Error: "[invalid bearer token, " + err.Error() + "]"}
 	}
-	extra := map[string]authv1.ExtraValue{ExtraCredentialID: {"JTI=" + c.ID}}
+	extra := map[string]authv1.ExtraValue{authn.ExtraCredentialID: {"JTI=" + c.ID}}
 	if p := c.Kubernetes.Pod; p != nil {
-		extra[ExtraPodName] = authv1.ExtraValue{p.Name}
-		extra[ExtraPodUID] = authv1.ExtraValue{p.UID}
+		extra[authn.ExtraPodName] = authv1.ExtraValue{p.Name}
+		extra[authn.ExtraPodUID] = authv1.ExtraValue{p.UID}
 	}
 	if n := c.Kubernetes.Node; n != nil {
-		extra[ExtraNodeName] = authv1.ExtraValue{n.Name}
-		extra[ExtraNodeUID] = authv1.ExtraValue{n.UID}
+		extra[authn.ExtraNodeName] = authv1.ExtraValue{n.Name}
+		extra[authn.ExtraNodeUID] = authv1.ExtraValue{n.UID}
 	}
 	ns := c.Kubernetes.Namespace
 	return authv1.TokenReviewStatus{

@@ -146,6 +146,8 @@ func (g *Guard) Check(ctx context.Context, cred bearer.Credential, req binding.R
 type Authentication struct {
 	subject  binding.Subject
 	viol     *binding.Violation
+	err      error
+	absent   bool
 	cached   bool
 	degraded bool
 }
@@ -153,35 +155,60 @@ type Authentication struct {
 // Caller is the verified identity, nil when the credential proved none.
 func (a *Authentication) Caller() *authn.Caller { return a.subject.Caller }
 
-// Authenticate verifies the credential. Nothing is counted or logged until
-// [Guard.Decide], which must follow (also for a refusal), so that every
-// request is counted and logged exactly once.
-func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authentication {
+// Reason is why there is no identity: token_missing when no credential was
+// presented, malformed_credentials, or the authenticator's class; "" when
+// the caller was verified.
+func (a *Authentication) Reason() string {
+	switch {
+	case a.viol != nil:
+		return a.viol.Reason
+	case a.absent:
+		return binding.ReasonTokenMissing
+	}
+	return ""
+}
+
+// Err is the authenticator's or the header's error, for the log.
+func (a *Authentication) Err() error { return a.err }
+
+// Identify is the request-level authentication step every front door
+// shares — the guard, the demo, the attack matrix: the credential bearer
+// read off the request, verified by auth. Nothing is counted or logged.
+func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credential) *Authentication {
 	a := &Authentication{}
 	switch cred.Kind {
 	case bearer.Absent:
-		// Rules decide: the node-local socket pins a tokenless caller,
-		// everything else refuses it as token_missing.
+		a.absent = true
 	case bearer.Malformed:
+		a.err = errors.New(cred.Problem)
 		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
 	case bearer.Token:
 		ctx, report := authn.WithCacheReport(ctx)
-		caller, err := g.cfg.Authenticator.Authenticate(ctx, cred.Token)
+		caller, err := auth.Authenticate(ctx, cred.Token)
 		a.cached = report.Hit
 		if err != nil {
 			reason := authn.ReasonOf(err)
-			if reason.SaysNothingAboutCaller() && g.cfg.FailOpenOnUnavailable {
-				// The request goes on as a degraded subject; Decide counts
-				// the validator's reason as the violation it is.
-				a.subject = binding.Subject{Degraded: true, DegradedReason: reason}
-				a.degraded = true
-				a.viol = &binding.Violation{Reason: string(reason), Code: binding.Unavailable, Detail: err.Error()}
-			} else {
-				a.viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
-			}
+			a.err = err
+			a.viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
 		} else {
 			a.subject.Caller = caller
 		}
+	}
+	return a
+}
+
+// Authenticate verifies the credential ([Identify]) and applies
+// FailOpenOnUnavailable. Nothing is counted or logged until
+// [Guard.Decide], which must follow (also for a refusal), so that every
+// request is counted and logged exactly once.
+func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authentication {
+	a := Identify(ctx, g.cfg.Authenticator, cred)
+	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.ReasonOf(a.err).SaysNothingAboutCaller() {
+		// The request goes on as a degraded subject; Decide counts the
+		// validator's reason as the violation it is.
+		a.subject = binding.Subject{Degraded: true, DegradedReason: authn.ReasonOf(a.err)}
+		a.degraded = true
+		a.viol.Code = binding.Unavailable
 	}
 	return a
 }

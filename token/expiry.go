@@ -1,14 +1,9 @@
 package token
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -97,61 +92,14 @@ func (c *expiryChecker) Token(ctx context.Context) (string, error) {
 }
 
 // Expiry returns the exp claim of tok when tok is a compact JWS whose payload
-// is a JSON object with a numeric exp. It does not verify the signature. ok is
-// false for anything else: a token that is not a JWT, a payload that is not
-// base64url JSON, a JWT with no exp, or an exp that is not a finite number.
+// is a JSON object with a NumericDate exp ([ReadClaims]). It does not verify
+// the signature. ok is false for anything else: a token that is not a JWT, a
+// payload that is not base64url I-JSON, a JWT with no exp, or an exp that is
+// not a NumericDate.
 func Expiry(tok string) (exp time.Time, ok bool) {
-	payload, ok := payloadSegment(tok)
-	if !ok {
+	c, err := ReadClaims(tok)
+	if err != nil || c.Expiry == nil {
 		return time.Time{}, false
 	}
-	raw := make([]byte, base64.RawURLEncoding.DecodedLen(len(payload)))
-	n, err := base64.RawURLEncoding.Decode(raw, []byte(payload))
-	if err != nil {
-		return time.Time{}, false
-	}
-	raw = raw[:n]
-	if len(bytes.TrimSpace(raw)) == 0 || bytes.TrimSpace(raw)[0] != '{' {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp json.RawMessage `json:"exp"`
-	}
-	if err := json.Unmarshal(raw, &claims); err != nil || len(claims.Exp) == 0 {
-		return time.Time{}, false
-	}
-	// A NumericDate is a JSON number; a quoted number, null or an object is
-	// not one, and json.Number alone would accept the quoted form.
-	if c := claims.Exp[0]; c != '-' && (c < '0' || c > '9') {
-		return time.Time{}, false
-	}
-	return numericDate(json.Number(claims.Exp))
-}
-
-// payloadSegment returns the middle of a three-segment compact JWS.
-func payloadSegment(tok string) (string, bool) {
-	first := strings.IndexByte(tok, '.')
-	if first <= 0 {
-		return "", false
-	}
-	rest := tok[first+1:]
-	second := strings.IndexByte(rest, '.')
-	if second <= 0 || strings.IndexByte(rest[second+1:], '.') >= 0 {
-		return "", false
-	}
-	return rest[:second], true
-}
-
-// numericDate converts a JWT NumericDate (seconds since the epoch, possibly
-// fractional) to a time.
-func numericDate(n json.Number) (time.Time, bool) {
-	if i, err := n.Int64(); err == nil {
-		return time.Unix(i, 0), true
-	}
-	f, err := n.Float64()
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= math.MaxInt64 {
-		return time.Time{}, false
-	}
-	sec, frac := math.Modf(f)
-	return time.Unix(int64(sec), int64(frac*1e9)), true
+	return c.Expiry.Time, true
 }

@@ -36,15 +36,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/callerauth/callerauth/authn"
-)
-
-// user.extra keys the API server sets for service-account tokens.
-const (
-	ExtraPodName      = "authentication.kubernetes.io/pod-name"
-	ExtraPodUID       = "authentication.kubernetes.io/pod-uid"
-	ExtraNodeName     = "authentication.kubernetes.io/node-name"
-	ExtraNodeUID      = "authentication.kubernetes.io/node-uid"
-	ExtraCredentialID = "authentication.kubernetes.io/credential-id"
+	tokens "github.com/callerauth/callerauth/token"
 )
 
 // Defaults for [Config].
@@ -155,8 +147,8 @@ func (a *Authenticator) RequiredAudiences() []string { return a.audiences }
 
 // Authenticate reviews the token.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (*authn.Caller, error) {
-	if token == "" || len(token) > authn.MaxTokenLength {
-		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", authn.MaxTokenLength)
+	if token == "" || len(token) > tokens.MaxLength {
+		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", tokens.MaxLength)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -190,9 +182,9 @@ func (a *Authenticator) caller(st *authv1.TokenReviewStatus, token string) (*aut
 		Tenant:    a.tenant,
 	}
 	for key, dst := range map[string]*string{
-		ExtraPodName: &c.PodName, ExtraPodUID: &c.PodUID,
-		ExtraNodeName: &c.NodeName, ExtraNodeUID: &c.NodeUID,
-		ExtraCredentialID: &c.CredentialID,
+		authn.ExtraPodName: &c.PodName, authn.ExtraPodUID: &c.PodUID,
+		authn.ExtraNodeName: &c.NodeName, authn.ExtraNodeUID: &c.NodeUID,
+		authn.ExtraCredentialID: &c.CredentialID,
 	} {
 		switch v := st.User.Extra[key]; len(v) {
 		case 0:
@@ -204,8 +196,8 @@ func (a *Authenticator) caller(st *authv1.TokenReviewStatus, token string) (*aut
 	}
 	// TokenReview does not return the token's times: read them from the
 	// token it has just accepted.
-	if claims, ok := authn.ReadUnverified(token); ok {
-		c.Issuer, c.IssuedAt, c.Expiry = claims.Issuer, claims.IssuedAt, claims.Expiry
+	if claims, err := tokens.ReadClaims(token); err == nil {
+		c.Issuer, c.IssuedAt, c.Expiry = claims.Issuer, claims.Issued(), claims.ExpiresAt()
 		if err := authn.CheckLifetime(claims, a.now(), a.leeway); err != nil {
 			return nil, err
 		}

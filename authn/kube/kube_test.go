@@ -22,6 +22,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/token"
 )
 
 const aud = "platform-connector"
@@ -130,7 +131,7 @@ func TestRefusedTokens(t *testing.T) {
 		{"one second past exp (the API server would allow a minute)", kube.Config{Now: func() time.Time { return exp.Add(time.Second) }}, tok.Token, "expired"},
 		{"garbage", kube.Config{}, "garbage", "not a JWT"},
 		{"empty", kube.Config{}, "", "empty"},
-		{"oversize", kube.Config{}, strings.Repeat("a", authn.MaxTokenLength+1), "longer than"},
+		{"oversize", kube.Config{}, strings.Repeat("a", token.MaxLength+1), "longer than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +143,7 @@ func TestRefusedTokens(t *testing.T) {
 	}
 	t.Run("the oversize token never reaches the validator", func(t *testing.T) {
 		before := e.faults.Count(reviews)
-		_, _ = e.authenticator(t, kube.Config{}).Authenticate(context.Background(), strings.Repeat("a", authn.MaxTokenLength+1))
+		_, _ = e.authenticator(t, kube.Config{}).Authenticate(context.Background(), strings.Repeat("a", token.MaxLength+1))
 		if e.faults.Count(reviews) != before {
 			t.Fatal("a review was made")
 		}
@@ -186,9 +187,9 @@ func TestSuspiciousAnswers(t *testing.T) {
 		{"required audience not echoed", authv1.TokenReviewStatus{Authenticated: true, User: user}, authn.TokenInvalid, "did not confirm"},
 		{"another audience echoed", authv1.TokenReviewStatus{Authenticated: true, User: user, Audiences: []string{"other"}}, authn.TokenInvalid, "did not confirm"},
 		{"ambiguous pod name", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}, User: authv1.UserInfo{
-			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{kube.ExtraPodName: {"a", "b"}}}}, authn.ValidatorError, "2 values"},
+			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{authn.ExtraPodName: {"a", "b"}}}}, authn.ValidatorError, "2 values"},
 		{"ambiguous node name", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}, User: authv1.UserInfo{
-			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{kube.ExtraNodeName: {"a", "b"}}}}, authn.ValidatorError, "ambiguous"},
+			Username: "system:serviceaccount:ns:sa", Extra: map[string]authv1.ExtraValue{authn.ExtraNodeName: {"a", "b"}}}}, authn.ValidatorError, "ambiguous"},
 		{"authenticated without a user", authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, authn.ValidatorError, "no user"},
 		{"not authenticated, no reason", authv1.TokenReviewStatus{}, authn.TokenInvalid, "not authenticated"},
 	}

@@ -3,12 +3,10 @@ package oidc
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -72,14 +70,8 @@ func (a *Authenticator) Prefetch(ctx context.Context) error {
 
 // claims is the payload callerauth reads.
 type claims struct {
-	Issuer    string           `json:"iss"`
-	Subject   string           `json:"sub"`
-	Audience  audience         `json:"aud"`
-	Expiry    *json.Number     `json:"exp"`
-	NotBefore *json.Number     `json:"nbf"`
-	IssuedAt  *json.Number     `json:"iat"`
-	ID        string           `json:"jti"`
-	Kube      *kubernetesClaim `json:"kubernetes.io"`
+	token.Claims
+	Kube *kubernetesClaim `json:"kubernetes.io"`
 }
 
 type kubernetesClaim struct {
@@ -94,27 +86,10 @@ type ref struct {
 	UID  string `json:"uid"`
 }
 
-// audience is a string or a list of strings (RFC 7519 §4.1.3).
-type audience []string
-
-func (a *audience) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*a = []string{s}
-		return nil
-	}
-	var l []string
-	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("aud is neither a string nor a list of strings")
-	}
-	*a = l
-	return nil
-}
-
 // Authenticate verifies the token.
 func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Caller, error) {
-	if tok == "" || len(tok) > authn.MaxTokenLength {
-		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", authn.MaxTokenLength)
+	if tok == "" || len(tok) > token.MaxLength {
+		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", token.MaxLength)
 	}
 	// Decode the claims once, before verification, to route the token to
 	// its issuer; they are trusted only once the signature over these very
@@ -148,14 +123,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 
 // decodePayload base64-decodes and parses the payload of a compact JWS.
 func decodePayload(tok string) ([]byte, *claims, error) {
-	first := strings.IndexByte(tok, '.')
-	last := strings.LastIndexByte(tok, '.')
-	if first < 0 || first == last || strings.Count(tok, ".") != 2 {
-		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT")
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(tok[first+1 : last])
+	raw, err := token.Payload(tok)
 	if err != nil {
-		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT: payload is not base64url")
+		return nil, nil, authn.Fail(authn.TokenInvalid, "%v", err)
 	}
 	var c claims
 	if err := json.Unmarshal(raw, &c); err != nil {
@@ -180,18 +150,7 @@ func (a *Authenticator) caller(iss *issuer, c *claims, payload []byte) (*authn.C
 	if c.Issuer != iss.cfg.Issuer {
 		return nil, authn.Fail(authn.TokenInvalid, "iss %q is not %q", c.Issuer, iss.cfg.Issuer)
 	}
-	times := authn.UnverifiedClaims{}
-	var err error
-	if times.Expiry, err = numericDate("exp", c.Expiry); err != nil {
-		return nil, err
-	}
-	if times.NotBefore, err = numericDate("nbf", c.NotBefore); err != nil {
-		return nil, err
-	}
-	if times.IssuedAt, err = numericDate("iat", c.IssuedAt); err != nil {
-		return nil, err
-	}
-	if err := authn.CheckLifetime(times, a.cfg.Now(), a.cfg.Leeway); err != nil {
+	if err := authn.CheckLifetime(&c.Claims, a.cfg.Now(), a.cfg.Leeway); err != nil {
 		return nil, err
 	}
 	matched := authn.Intersect(iss.cfg.Audiences, c.Audience)
@@ -203,7 +162,7 @@ func (a *Authenticator) caller(iss *issuer, c *claims, payload []byte) (*authn.C
 	}
 	caller := &authn.Caller{
 		Username: c.Subject, Audiences: matched, Issuer: c.Issuer,
-		IssuedAt: times.IssuedAt, Expiry: times.Expiry, Tenant: iss.cfg.Tenant,
+		IssuedAt: c.Issued(), Expiry: c.ExpiresAt(), Tenant: iss.cfg.Tenant,
 	}
 	if c.ID != "" {
 		caller.CredentialID = "JTI=" + c.ID
@@ -286,18 +245,6 @@ func stringList(raw map[string]json.RawMessage, name string) ([]string, error) {
 		return strings.Fields(s), nil
 	}
 	return nil, authn.Fail(authn.TokenInvalid, "claim %q is neither a list of strings nor a string", name)
-}
-
-func numericDate(name string, n *json.Number) (time.Time, error) {
-	if n == nil {
-		return time.Time{}, nil
-	}
-	f, err := n.Float64()
-	if err != nil || f < 0 {
-		return time.Time{}, authn.Fail(authn.TokenInvalid, "%s is not a NumericDate", name)
-	}
-	sec := int64(f)
-	return time.Unix(sec, int64((f-float64(sec))*1e9)), nil
 }
 
 func algNames(algs []jose.SignatureAlgorithm) string {

@@ -27,6 +27,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/faults"
 	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/token"
 )
 
 // idp is a tenant identity provider on loopback: discovery naming its
@@ -204,7 +205,7 @@ func TestAlgorithmAttacks(t *testing.T) {
 		{"truncated", good[:len(good)-10]},
 		{"two segments", strings.Join(strings.Split(good, ".")[:2], ".")},
 		{"garbage", "garbage"},
-		{"oversize", strings.Repeat("a", authn.MaxTokenLength+1)},
+		{"oversize", strings.Repeat("a", token.MaxLength+1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -242,3 +242,56 @@ func TestDeploymentRoleLogsEffectiveSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsTheDocsList: every series docs/platform-connector.md lists is
+// exported from start-up, and every reason of its table is a label value
+// of the violations counter, at zero.
+func TestMetricsTheDocsList(t *testing.T) {
+	b, err := os.ReadFile("../../docs/platform-connector.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	section := doc[strings.Index(doc, "## Metrics"):]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	r := run(t, connector.Options{Socket: sock, Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+		return nil, authn.Fail(authn.TokenInvalid, "test")
+	})}, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`)
+	mfs, err := r.s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		labels[mf.GetName()] = map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[mf.GetName()][l.GetValue()] = true
+			}
+		}
+	}
+	metrics, reasons := 0, 0
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		first := strings.TrimSpace(cells[1])
+		switch {
+		case strings.HasPrefix(first, "`platform_connector_"):
+			metrics++
+			if labels[strings.Trim(first, "`")] == nil {
+				t.Errorf("docs list %s; the connector does not export it", first)
+			}
+		case strings.HasPrefix(first, "`") && !strings.Contains(first, " "):
+			reasons++
+			if !labels["platform_connector_auth_violations_total"][strings.Trim(first, "`")] {
+				t.Errorf("docs list reason %s; the violations counter has no such label value", first)
+			}
+		}
+	}
+	if metrics < 4 || reasons < 10 {
+		t.Fatalf("read %d metrics and %d reasons from the docs; the table moved?", metrics, reasons)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	grpccreds "google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/pki"
@@ -173,7 +174,7 @@ func (e *env) who(tok string) string {
 	if !st.Authenticated {
 		return "unauthenticated"
 	}
-	return strings.TrimPrefix(st.User.Username, "system:serviceaccount:") + " " + st.User.Extra[devissuer.ExtraCredentialID][0]
+	return strings.TrimPrefix(st.User.Username, "system:serviceaccount:") + " " + st.User.Extra[authn.ExtraCredentialID][0]
 }
 
 func fail(r Result, err error) Result {

@@ -24,6 +24,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/eventsvc"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // Node binding, as the platform-connector's socket role on node-a sees it:
@@ -62,16 +63,11 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: "platform_connector", NodeBinding: true})
-	if err != nil {
-		return nil, err
-	}
-	g, err := guard.New(guard.Config{
+	g, err := serve.AuthOptions{}.Guard(serve.GuardSpec{
 		Mode: mode, FailOpenOnUnavailable: failOpen,
-		Authenticator: authn.NewCache(auth, authn.CacheConfig{}),
-		Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}}),
-		Metrics:       m,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}}),
+		Registry: reg, MetricsPrefix: "platform_connector", NodeBinding: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Authenticator: auth,
 	})
 	if err != nil {
 		return nil, err

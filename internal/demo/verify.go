@@ -17,6 +17,7 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/faults"
 )
 
@@ -34,18 +35,8 @@ func (e *env) tokenReview() (authn.Authenticator, error) {
 // outcome verifies an Authorization header and says what happened, in the
 // reason vocabulary.
 func outcome(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string, error) {
-	cred := bearer.Parse(header)
-	switch cred.Kind {
-	case bearer.Absent:
-		return nil, "token_missing", nil
-	case bearer.Malformed:
-		return nil, bearer.ReasonMalformed, fmt.Errorf("%s", cred.Problem)
-	}
-	c, err := a.Authenticate(ctx, cred.Token)
-	if err != nil {
-		return nil, string(authn.ReasonOf(err)), err
-	}
-	return c, "", nil
+	id := guard.Identify(ctx, a, bearer.Parse(header))
+	return id.Caller(), id.Reason(), id.Err()
 }
 
 func refusal(r Result, want string, reason string, err error) Result {

@@ -240,3 +240,26 @@ func TestSlowAndIdleClientsAreCutOff(t *testing.T) {
 		}
 	})
 }
+
+// TestMetricsSpeakThePDPsLanguage: the pdp has no node binding, so it
+// exports no node-binding series (they never move); it does export the
+// guard's violations and its own series.
+func TestMetricsSpeakThePDPsLanguage(t *testing.T) {
+	e := start(t, "enforce", nil)
+	mfs, err := e.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+		if strings.Contains(mf.GetName(), "node_claim") || strings.HasSuffix(mf.GetName(), "_auth_decisions_total") {
+			t.Errorf("the pdp exports the node-binding series %s", mf.GetName())
+		}
+	}
+	for _, want := range []string{"pdp_auth_violations_total", "pdp_caller_auth_violations_total", "go_goroutines", "process_open_fds"} {
+		if !names[want] {
+			t.Errorf("no %s", want)
+		}
+	}
+}

@@ -225,11 +225,14 @@ func New(o Options) (*Server, error) {
 	if o.CallerAuthMode == ModeWarn {
 		mode = guard.Audit
 	}
+	reasons := []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
+		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem}
+	for _, r := range reasons {
+		s.authViol.WithLabelValues(r, o.CallerAuthMode) // zeros from start-up
+	}
 	s.guard, err = o.Auth.Guard(serve.GuardSpec{
 		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
-		Registry: reg, MetricsPrefix: "pdp", Reasons: []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
-			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem},
-		Logger: s.log, Authenticator: o.Authenticator,
+		Registry: reg, MetricsPrefix: "pdp", Reasons: reasons, Logger: s.log, Authenticator: o.Authenticator,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)

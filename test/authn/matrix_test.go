@@ -25,8 +25,10 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/forge"
 	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/token"
 )
 
 const audience = "flex-auth"
@@ -157,9 +159,9 @@ func kubeFixture() (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, ok := authn.ReadUnverified(tok)
-	if !ok {
-		return nil, fmt.Errorf("the API server's token is not a JWT")
+	c, err := token.ReadClaims(tok)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's token: %w", err)
 	}
 	b, err := os.ReadFile(filepath.Join(s.Dir, "sa.pub"))
 	if err != nil {
@@ -177,7 +179,7 @@ func kubeFixture() (*fixture, error) {
 			Groups:    authn.ServiceAccountGroups(ns),
 			Audiences: []string{audience},
 			PodName:   "caller-pod", PodUID: string(pod.UID), NodeName: "node-a", NodeUID: string(nodeUID),
-			CredentialID: "JTI=" + c.ID, Issuer: kubeapi.Issuer, IssuedAt: c.IssuedAt, Expiry: c.Expiry,
+			CredentialID: "JTI=" + c.ID, Issuer: kubeapi.Issuer, IssuedAt: c.Issued(), Expiry: c.ExpiresAt(),
 		},
 	}
 	fx.mint = func(t *testing.T, auds []string) string {
@@ -251,18 +253,8 @@ func backends(t *testing.T) []backend {
 // header values: bearer, then the authenticator. It returns the caller or
 // the stable reason of the refusal.
 func verdict(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string) {
-	cred := bearer.Parse(header)
-	switch cred.Kind {
-	case bearer.Absent:
-		return nil, "token_missing"
-	case bearer.Malformed:
-		return nil, bearer.ReasonMalformed
-	}
-	c, err := a.Authenticate(ctx, cred.Token)
-	if err != nil {
-		return nil, string(authn.ReasonOf(err))
-	}
-	return c, ""
+	id := guard.Identify(ctx, a, bearer.Parse(header))
+	return id.Caller(), id.Reason()
 }
 
 func hdr(tok string) []string { return []string{"Bearer " + tok} }
@@ -310,7 +302,7 @@ func TestAttackMatrix(t *testing.T) {
 				{"no audience requested", hdr(fx.mint(t, nil)), nil, "token_invalid"},
 				{"truncated", hdr(fx.valid[:len(fx.valid)-12]), nil, "token_invalid"},
 				{"garbage", hdr("not-a-jwt-at-all"), nil, "token_invalid"},
-				{"oversize", hdr(strings.Repeat("a", bearer.MaxTokenLength+1)), nil, "malformed_credentials"},
+				{"oversize", hdr(strings.Repeat("a", token.MaxLength+1)), nil, "malformed_credentials"},
 				{"duplicated Authorization", []string{"Bearer " + fx.valid, "Bearer " + fx.valid}, nil, "malformed_credentials"},
 				{"Basic scheme", []string{"Basic dXNlcjpwYXNz"}, nil, "malformed_credentials"},
 				{"token without scheme", []string{fx.valid}, nil, "malformed_credentials"},
@@ -350,7 +342,7 @@ func TestAttackMatrix(t *testing.T) {
 				})
 			}
 			t.Run("oversize reaching the authenticator directly", func(t *testing.T) {
-				_, err := b.newAuth(t, realNow).Authenticate(context.Background(), strings.Repeat("a", authn.MaxTokenLength+1))
+				_, err := b.newAuth(t, realNow).Authenticate(context.Background(), strings.Repeat("a", token.MaxLength+1))
 				if authn.ReasonOf(err) != authn.TokenInvalid {
 					t.Fatalf("err = %v", err)
 				}

@@ -1,0 +1,168 @@
+package token
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/callerauth/callerauth/internal/ijson"
+)
+
+// NumericDate is a JWT NumericDate (RFC 7519 §2): seconds since the epoch,
+// a JSON number — a quoted number, null, an object is not one — finite,
+// possibly fractional (the fraction is kept to the nanosecond), and within
+// ±2^62 seconds so that no conversion overflows. This is the one rule every
+// reader in callerauth applies: the client's expiry pre-check, TokenReview's
+// lifetime check and offline verification.
+type NumericDate struct{ time.Time }
+
+// maxNumericDate bounds a NumericDate's magnitude, in seconds.
+const maxNumericDate = 1 << 62
+
+// ErrNumericDate is a claim that is not a NumericDate.
+var ErrNumericDate = errors.New("token: not a NumericDate (a JSON number of seconds)")
+
+// UnmarshalJSON reads a NumericDate strictly.
+func (n *NumericDate) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return ErrNumericDate
+	}
+	t, ok := numericDate(json.Number(b))
+	if !ok {
+		return ErrNumericDate
+	}
+	n.Time = t
+	return nil
+}
+
+// numericDate converts seconds since the epoch, possibly fractional, to a
+// time.
+func numericDate(n json.Number) (time.Time, bool) {
+	if i, err := n.Int64(); err == nil {
+		if i >= maxNumericDate || i <= -maxNumericDate {
+			return time.Time{}, false
+		}
+		return time.Unix(i, 0), true
+	}
+	f, err := n.Float64()
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= maxNumericDate {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(frac*1e9)), true
+}
+
+// Audience is the aud claim: one string or a list of strings (RFC 7519
+// §4.1.3).
+type Audience []string
+
+// UnmarshalJSON reads a string or a list of strings.
+func (a *Audience) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*a = []string{s}
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return errors.New("token: aud is neither a string nor a list of strings")
+	}
+	*a = l
+	return nil
+}
+
+// Claims are the registered claims of a JWT, read without verifying it.
+type Claims struct {
+	Issuer    string       `json:"iss"`
+	Subject   string       `json:"sub"`
+	Audience  Audience     `json:"aud"`
+	Expiry    *NumericDate `json:"exp"`
+	NotBefore *NumericDate `json:"nbf"`
+	IssuedAt  *NumericDate `json:"iat"`
+	ID        string       `json:"jti"`
+}
+
+// time returns the claim's time, zero when the claim is absent.
+func (n *NumericDate) time() time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return n.Time
+}
+
+// ExpiresAt is exp, zero when absent.
+func (c *Claims) ExpiresAt() time.Time { return c.Expiry.time() }
+
+// NotValidBefore is nbf, zero when absent.
+func (c *Claims) NotValidBefore() time.Time { return c.NotBefore.time() }
+
+// Issued is iat, zero when absent.
+func (c *Claims) Issued() time.Time { return c.IssuedAt.time() }
+
+// MaxLength is the longest token callerauth looks at, in bytes: the bearer
+// header reader refuses longer credentials, every authenticator refuses
+// longer tokens, and the claims reader does not decode them. Kubernetes
+// service-account tokens are about 1 KiB.
+const MaxLength = 16 << 10
+
+// Payload returns the decoded payload of a compact JWS (three base64url
+// segments, unpadded), without verifying anything. The payload must be an
+// I-JSON object: a claim named twice is refused (RFC 7519 §4 lets a parser
+// refuse it, and two readers keeping different duplicates would disagree
+// on the token's meaning).
+func Payload(tok string) ([]byte, error) {
+	if len(tok) > MaxLength {
+		return nil, fmt.Errorf("token: longer than %d bytes", MaxLength)
+	}
+	payload, ok := payloadSegment(tok)
+	if !ok {
+		return nil, errors.New("token: not a JWT (three dot-separated segments)")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return nil, errors.New("token: not a JWT: the payload is not unpadded base64url")
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return nil, errors.New("token: not a JWT: the payload is not a JSON object")
+	}
+	if err := ijson.Check(raw); err != nil {
+		return nil, fmt.Errorf("token: claims: %w", err)
+	}
+	return raw, nil
+}
+
+// ReadClaims decodes the registered claims of a compact JWS without
+// verifying it: to route a token to its issuer, to pre-check its expiry on
+// the client, or to read the times of a token a validator has just
+// accepted. The dates follow the one [NumericDate] rule.
+func ReadClaims(tok string) (*Claims, error) {
+	raw, err := Payload(tok)
+	if err != nil {
+		return nil, err
+	}
+	var c Claims
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("token: claims: %w", err)
+	}
+	return &c, nil
+}
+
+// payloadSegment returns the middle of a three-segment compact JWS.
+func payloadSegment(tok string) (string, bool) {
+	first := strings.IndexByte(tok, '.')
+	if first <= 0 {
+		return "", false
+	}
+	rest := tok[first+1:]
+	second := strings.IndexByte(rest, '.')
+	if second <= 0 || strings.IndexByte(rest[second+1:], '.') >= 0 {
+		return "", false
+	}
+	return rest[:second], true
+}
