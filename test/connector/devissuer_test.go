@@ -145,7 +145,7 @@ func failOpenMidRun(t *testing.T, mode string, failOpen bool) {
 	audit := mode == "audit"
 	d := startDev(t)
 	p := startProc(t, configJSON([]string{monitor}, mode, failOpen), []string{"NODE_NAME=" + localNode},
-		"--kubeconfig", d.iss.KubeconfigFile(), "--auth-review-timeout", "2s")
+		"--kubeconfig", d.iss.KubeconfigFile(), "--caller-review-timeout", "2s")
 	warm := d.token(t, "gpu-health-monitor", "gpu-warm", localNode, aud)
 	check(t, "before the outage", send(t, p, warm, ""), outcome{code: codes.OK, stored: []string{localNode},
 		moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
@@ -205,7 +205,7 @@ func failOpenMidRun(t *testing.T, mode string, failOpen bool) {
 func TestDeploymentRoleDevIssuer(t *testing.T) {
 	d := startDev(t)
 	p, caFile := startDeployment(t, configJSON([]string{monitor}, "audit", true), d.iss.KubeconfigFile())
-	if log := p.stderr.String(); !strings.Contains(log, "always enforces") {
+	if log := p.Output(); !strings.Contains(log, "always enforces") {
 		t.Errorf("no warning about audit/fail-open in the deployment role:\n%s", log)
 	}
 	dsend := func(tokenFile string, nodes ...string) outcome {
@@ -254,8 +254,8 @@ func TestStartupRefusals(t *testing.T) {
 // TestNodeBindingDisabled runs without authentication, loudly.
 func TestNodeBindingDisabled(t *testing.T) {
 	p := startProc(t, `{"enableNodeBindingAuth": false}`, []string{"NODE_NAME=" + localNode})
-	if !strings.Contains(p.stderr.String(), "NO AUTHENTICATION") {
-		t.Errorf("no loud warning:\n%s", p.stderr.String())
+	if !strings.Contains(p.Output(), "NO AUTHENTICATION") {
+		t.Errorf("no loud warning:\n%s", p.Output())
 	}
 	check(t, "any caller may name any node", send(t, p, "", "node-z", ""), outcome{code: codes.OK, stored: []string{"node-z", localNode}})
 }

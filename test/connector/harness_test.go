@@ -1,18 +1,13 @@
 package connector_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,46 +17,17 @@ import (
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/test/e2e"
 )
 
 // proc is a running connector binary.
 type proc struct {
-	cmd       *exec.Cmd
+	*e2e.Process
 	dir       string
 	socket    string
 	addr      string // deployment role
 	datastore string
 	metrics   string
-	stderr    *syncBuffer
-	done      chan struct{} // closed when the process exits
-	exitErr   error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // startProc runs the binary with config.json and extra flags, and waits
@@ -69,12 +35,10 @@ func freeAddr(t *testing.T) string {
 // connector exits first.
 func startProc(t *testing.T, config string, env []string, args ...string) *proc {
 	t.Helper()
-	p, err := launch(t, config, env, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	p := launch(t, config, env, args...)
+	p.metrics = p.LogValue(t, "connector: serving", "metrics", 60*time.Second)
+	p.addr = p.LogValue(t, "connector: serving", "address", time.Second)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + p.metrics + "/readyz")
 		if err == nil {
 			resp.Body.Close()
@@ -82,69 +46,41 @@ func startProc(t *testing.T, config string, env []string, args ...string) *proc 
 				return p
 			}
 		}
-		select {
-		case <-p.done:
-			t.Fatalf("connector exited: %v\n%s", p.exitErr, p.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("connector not ready:\n%s", p.stderr.String())
+			t.Fatal("connector not ready")
 		}
 	}
 }
 
-func launch(t *testing.T, config string, env []string, args ...string) (*proc, error) {
+func launch(t *testing.T, config string, env []string, args ...string) *proc {
 	t.Helper()
 	dir := t.TempDir()
-	p := &proc{dir: dir, socket: filepath.Join(dir, "pc.sock"), datastore: filepath.Join(dir, "events.db"), metrics: freeAddr(t), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{dir: dir, socket: filepath.Join(dir, "pc.sock"), datastore: filepath.Join(dir, "events.db")}
 	cfgFile := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	full := append([]string{"--config", cfgFile, "--datastore", p.datastore, "--metrics-listen", p.metrics, "--log-level", "debug"}, args...)
+	full := append([]string{"--config", cfgFile, "--datastore", p.datastore, "--metrics-listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
 	if !strings.Contains(strings.Join(args, " "), "--role deployment") {
 		full = append(full, "--socket", p.socket)
 	}
-	p.cmd = exec.Command(binary, full...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stderr = p.stderr
-	p.cmd.Stdout = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("connector log:\n%s", p.stderr.String())
-		}
-	})
-	return p, nil
+	p.Process = e2e.Start(t, binary, full, env...)
+	return p
 }
 
 // exitOf runs the binary expecting it to refuse to start, and returns its
 // output.
 func exitOf(t *testing.T, config string, env []string, args ...string) string {
 	t.Helper()
-	p, err := launch(t, config, env, args...)
-	if err != nil {
-		t.Fatal(err)
+	p := launch(t, config, env, args...)
+	code, exited := p.Exited(20 * time.Second)
+	switch {
+	case !exited:
+		t.Fatalf("connector started; want a refusal\n%s", p.Output())
+	case code == 0:
+		t.Fatalf("connector exited 0; want a refusal\n%s", p.Output())
 	}
-	select {
-	case <-p.done:
-		if p.exitErr == nil {
-			t.Fatalf("connector exited 0; want a refusal\n%s", p.stderr.String())
-		}
-		return p.stderr.String()
-	case <-time.After(20 * time.Second):
-		t.Fatalf("connector started; want a refusal\n%s", p.stderr.String())
-	}
-	return ""
+	return p.Output()
 }
 
 // publisher connects to the socket with a token file ("" for none).

@@ -7,11 +7,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
@@ -31,13 +30,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "platform-connector")
-	build := exec.Command("go", "build", "-o", binary, "github.com/callerauth/callerauth/cmd/platform-connector")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "test/connector: building platform-connector:", err)
+	bins, err := e2e.Build(dir, "cmd/platform-connector")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/connector:", err)
 		return 1
 	}
+	binary = bins["platform-connector"]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	apiserver, err = kubeapi.Start(ctx)
 	cancel()

@@ -45,13 +45,11 @@ func deploymentTLS(t *testing.T) (string, string, string) {
 	return certFile, keyFile, caFile
 }
 
-// startDeployment runs the deployment role on a free loopback port.
+// startDeployment runs the deployment role on a loopback port it picks.
 func startDeployment(t *testing.T, config, kubeconfig string) (*proc, string) {
 	t.Helper()
 	certFile, keyFile, caFile := deploymentTLS(t)
-	addr := freeAddr(t)
-	p := startProc(t, config, nil, "--role", "deployment", "--listen", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", kubeconfig)
-	p.addr = addr
+	p := startProc(t, config, nil, "--role", "deployment", "--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--kubeconfig", kubeconfig)
 	return p, caFile
 }
 

@@ -10,19 +10,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
@@ -42,15 +41,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pdpBin, callerauthBin = filepath.Join(dir, "pdp"), filepath.Join(dir, "callerauth")
-	for bin, pkg := range map[string]string{pdpBin: "./cmd/pdp", callerauthBin: "./cmd/callerauth"} {
-		build := exec.Command("go", "build", "-o", bin, "github.com/callerauth/callerauth/"+strings.TrimPrefix(pkg, "./"))
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "test/pdp: build:", err)
-			return 1
-		}
+	bins, err := e2e.Build(dir, "cmd/pdp", "cmd/callerauth")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/pdp:", err)
+		return 1
 	}
+	pdpBin, callerauthBin = bins["pdp"], bins["callerauth"]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	apiserver, err = kubeapi.Start(ctx)
 	cancel()
@@ -67,17 +63,7 @@ type pdpProc struct {
 	caFile string
 	jwks   string // the JWKS as fetched, in a file
 	client *http.Client
-	log    *bytes.Buffer
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	proc   *e2e.Process
 }
 
 // startPDP runs the binary with TLS on loopback.
@@ -105,36 +91,21 @@ func startPDP(t *testing.T, mode, kubeconfig, binding string) *pdpProc {
 	if out, err := exec.Command(callerauthBin, "decision", "keygen", "--out", signing).CombinedOutput(); err != nil {
 		t.Fatalf("keygen: %v %s", err, out)
 	}
-	addr := freeAddr(t)
-	p := &pdpProc{url: "https://" + addr, caFile: caFile, log: &bytes.Buffer{}}
-	cmd := exec.Command(pdpBin, "--listen", addr, "--tls-cert-file", cert, "--tls-key-file", key,
+	proc := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
 		"--policy-dir", filepath.Join(example, "policy"), "--registry", filepath.Join(example, "registry.json"),
 		"--kubeconfig", kubeconfig, "--caller-auth-mode", mode, "--caller-binding", binding,
-		"--signing-key-file", signing, "--metrics-listen", "")
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
+		"--signing-key-file", signing, "--metrics-listen", ""})
+	addr := proc.LogValue(t, "pdp: serving", "address", 60*time.Second)
+	p := &pdpProc{url: "https://" + addr, caFile: caFile, proc: proc}
+	p.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	resp, err := p.client.Get(p.url + "/.well-known/jwks.json")
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("pdp log:\n%s", p.log.String())
-		}
-	})
-	p.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := p.client.Get(p.url + "/.well-known/jwks.json")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			p.jwks = write("jwks.json", b)
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pdp did not start: %v\n%s", err, p.log.String())
-		}
-	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	p.jwks = write("jwks.json", b)
+	return p
 }
 
 func (p *pdpProc) check(t *testing.T, token string, body []byte) (int, []byte) {
