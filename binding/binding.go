@@ -74,7 +74,8 @@ type Subject struct {
 
 // Request is what the caller asks to say.
 type Request struct {
-	// System is the system the caller speaks for (seed 002's "system").
+	// System is the system the caller speaks for (the pdp's check request
+	// "system").
 	System string
 	// Method is the RPC or operation ("/vmafx.v1.Controller/GetJob" or
 	// "GetJob").

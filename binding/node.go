@@ -7,7 +7,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 )
 
-// Node binding reasons (seed 003).
+// Node binding reasons (docs/platform-connector.md lists them).
 const (
 	ReasonNodeMismatch          = "node_mismatch"
 	ReasonNodeClaimMismatch     = "node_claim_mismatch"
@@ -31,7 +31,7 @@ type NodeConfig struct {
 	CrossNode []string
 }
 
-// NodeBinding is seed 003's per-caller rule.
+// NodeBinding is the platform-connector's per-caller node rule (docs/guard.md).
 //
 // Socket role (LocalNode set):
 //  1. A token carrying a node claim must name the local node, for every

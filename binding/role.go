@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Role and tenant reasons (seed 000).
+// Role and tenant reasons ([Roles]).
 const (
 	ReasonRoleMissing   = "role_missing"
 	ReasonTenantMissing = "tenant_missing"
@@ -24,7 +24,7 @@ type RoleConfig struct {
 	RequireTenant bool
 }
 
-// Roles is seed 000's rule: every call is authenticated and role-checked,
+// Roles is the method → role rule: every call is authenticated and role-checked,
 // and the caller's tenant scopes what it may read.
 func Roles(cfg RoleConfig) Rule {
 	req := make(map[string]string, len(cfg.Required))

@@ -2,11 +2,11 @@ package binding
 
 import "fmt"
 
-// ReasonPrincipalCannotRepresentSystem is seed 002's refusal of a verified
+// ReasonPrincipalCannotRepresentSystem is the system binding's refusal of a verified
 // caller whose principal is not the one bound to the system it names.
 const ReasonPrincipalCannotRepresentSystem = "principal_cannot_represent_system"
 
-// SystemBinding is seed 002's caller→system binding: the request's system
+// SystemBinding is the caller→system binding the pdp enforces (docs/pdp.md): the request's system
 // must be in the table, and the caller's username must equal the principal
 // bound to it, by exact string. Anything else is refused
 // (PermissionDenied, HTTP 403).

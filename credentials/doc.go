@@ -34,4 +34,13 @@
 //		return err // names the keys that cannot be honoured
 //	}
 //	conn, err := grpc.NewClient(cfg.Address, opts...)
+//
+// The name is the same as grpc-go's google.golang.org/grpc/credentials, so a
+// file that needs both imports one of them under another name (this module
+// writes grpccreds for grpc's). It is kept on purpose: it is what the
+// package is — a caller's credentials, for gRPC and HTTP alike — and what a
+// user of it looks for; a caller of DialOptions does not need grpc's
+// credentials package at all, so the clash only reaches code that builds
+// its own transport credentials, and a rename would trade one import alias
+// there for a worse name everywhere.
 package credentials

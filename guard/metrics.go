@@ -11,7 +11,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 )
 
-// NodeBindingReasons are the reasons of seed 003's metrics table: what a
+// NodeBindingReasons are the reasons of the platform-connector's metrics table: what a
 // node-binding service can report.
 var NodeBindingReasons = []string{
 	binding.ReasonNodeMismatch, binding.ReasonNodeClaimMismatch, binding.ReasonUnboundCrossNodeToken,
@@ -31,7 +31,7 @@ var Reasons = append(append([]string{}, NodeBindingReasons...),
 //	<prefix>_auth_violations_total{reason}                              requests that violated a rule, in every mode
 //
 // and, for a service with node binding (MetricsConfig.NodeBinding), the
-// seed-003 series:
+// node-binding series:
 //
 //	<prefix>_auth_decisions_total{decision="node_local"|"cross_node"}  scope granted to a request
 //	<prefix>_auth_node_claim_total{result="verified"|"absent"}         whether the token carried a node claim

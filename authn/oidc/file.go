@@ -63,11 +63,7 @@ func LoadConfigFile(path string) (Config, error) {
 		}
 	}
 	for _, i := range f.Issuers {
-		cfg.Issuers = append(cfg.Issuers, IssuerConfig{
-			Issuer: i.Issuer, DiscoveryURL: i.DiscoveryURL, JWKSURL: i.JWKSURL, Audiences: i.Audiences,
-			Algorithms: i.Algorithms, Tenant: i.Tenant, TenantClaim: i.TenantClaim, RolesClaim: i.RolesClaim,
-			GroupsClaim: i.GroupsClaim, CAFile: i.CAFile, BearerTokenFile: i.BearerTokenFile,
-		})
+		cfg.Issuers = append(cfg.Issuers, IssuerConfig(i))
 	}
 	check := cfg
 	check.Issuers = slices.Clone(cfg.Issuers)

@@ -1,4 +1,4 @@
-// Package connector is the platform-connector (seed 003): a gRPC service
+// Package connector is the platform-connector (docs/platform-connector.md): a gRPC service
 // that stores health events about nodes, with node-binding authentication,
 // in two roles — socket (node-local DaemonSet) and deployment.
 package connector

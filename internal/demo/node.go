@@ -28,7 +28,7 @@ import (
 )
 
 // Node binding, as the platform-connector's socket role on node-a sees it:
-// a gRPC server on a Unix socket, the guard with seed 003's rule, tokens
+// a gRPC server on a Unix socket, the guard with the node-binding rule, tokens
 // from the dev issuer verified by TokenReview through the verdict cache.
 
 const (

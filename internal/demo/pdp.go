@@ -21,7 +21,7 @@ import (
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
-// The policy decision point of seed 002, in-process, with the
+// The policy decision point (docs/pdp.md), in-process, with the
 // secrets-engine example package, against the dev issuer by TokenReview.
 
 const sePrincipal = "system:serviceaccount:secrets-engine:secrets-engine"

@@ -290,11 +290,22 @@ func (s *scanner) hex4(at int) (rune, bool) {
 	if at+4 > len(s.b) {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(string(s.b[at:at+4]), 16, 32)
-	if err != nil {
-		return 0, false
+	var r rune
+	for _, c := range s.b[at : at+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
 	}
-	return rune(v), true
+	return r, true
 }
 
 // number scans an RFC 8259 number; one that no IEEE 754 double can hold

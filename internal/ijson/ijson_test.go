@@ -82,7 +82,11 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("Check accepted %q, which encoding/json refuses", doc)
 		}
 		if err != nil && valid {
-			p := err.(*Error).Problem
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Check returned %T", err)
+			}
+			p := e.Problem
 			if !strings.Contains(p, "RFC 7493") && !strings.Contains(p, "nested deeper") {
 				t.Fatalf("Check refused valid JSON %q for %q, which is no I-JSON rule", doc, p)
 			}

@@ -1,4 +1,4 @@
-// Package pdp is the policy decision point of seed 002: POST /v1/check
+// Package pdp is the policy decision point (docs/pdp.md): POST /v1/check
 // with caller authentication, Cedar policies, and signed decision records
 // that name the caller.
 package pdp

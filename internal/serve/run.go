@@ -145,7 +145,9 @@ func (g *GRPCServer) Start(ctx context.Context) error {
 	case <-time.After(orDefault(g.ShutdownTimeout)):
 		g.Server.Stop()
 	}
-	<-errc
+	if err := <-errc; err != nil { // Serve returns nil once stopped
+		return fmt.Errorf("serve: %s: %w", g.Name, err)
+	}
 	return nil
 }
 

@@ -33,7 +33,7 @@ func Build(dir string, pkgs ...string) (map[string]string, error) {
 		args = append(args, Module+"/"+p)
 		out[path.Base(p)] = filepath.Join(dir, path.Base(p))
 	}
-	cmd := exec.Command("go", args...)
+	cmd := exec.Command("go", args...) //nolint:gosec // builds the module's own packages.
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("e2e: go build %v: %w", pkgs, err)
@@ -82,7 +82,7 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 func Start(t testing.TB, bin string, args []string, env ...string) *Process {
 	t.Helper()
 	p := &Process{Name: filepath.Base(bin), out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	p.cmd = exec.Command(bin, args...) //nolint:gosec // a binary the test built, with the test's arguments.
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -90,7 +90,7 @@ func Start(t testing.TB, bin string, args []string, env ...string) *Process {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		p.Stop()
+		_ = p.Stop()
 		if t.Failed() {
 			t.Logf("%s output:\n%s", p.Name, p.Output())
 		}

@@ -16,13 +16,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/callerauth/callerauth/internal/ijson"
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/resolved"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"github.com/callerauth/callerauth/internal/ijson"
 )
 
 // Evaluator names the evaluator in decision records.
