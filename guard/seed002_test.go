@@ -13,6 +13,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/guard"
 )
 
@@ -20,15 +21,7 @@ import (
 // binding, against real tokens from the dev issuer verified by TokenReview,
 // through the HTTP middleware of a real server, in enforce and warn.
 func TestSeed002(t *testing.T) {
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	auth, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{"flex-auth"}})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/faults"
 	"github.com/callerauth/callerauth/token"
 )
@@ -367,15 +368,7 @@ func TestNewRefusesWhatItCannotHonour(t *testing.T) {
 // TestKubeconfigFromServedIssuer uses the kubeconfig `callerauth issuer
 // serve` writes, through client-go's own loader.
 func TestKubeconfigFromServedIssuer(t *testing.T) {
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	a, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{aud}})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/faults"
 	"github.com/callerauth/callerauth/internal/forge"
 	"github.com/callerauth/callerauth/token"
@@ -395,15 +396,7 @@ func TestConfigRefusals(t *testing.T) {
 // TestDevIssuer verifies dev issuer tokens offline through its discovery,
 // with the Kubernetes identity a TokenReview would report.
 func TestDevIssuer(t *testing.T) {
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	iss, srv := devissuertest.Serve(t, devissuer.Config{})
 	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"platform-connector"}}}})
 	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-monitor", Audiences: []string{"platform-connector"}, Pod: "p", Node: "n"})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/capture"
 	"github.com/callerauth/callerauth/internal/cli"
 	"github.com/callerauth/callerauth/internal/testjwt"
 )
@@ -140,7 +141,7 @@ func TestBadFlagsAreNamed(t *testing.T) {
 func TestIssuerServeAndDeletePod(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &cli.Options{Stdout: &syncBuffer{}, Stderr: &syncBuffer{}, Getenv: func(string) string { return "" }}
+	o := &cli.Options{Stdout: &capture.Buffer{}, Stderr: &capture.Buffer{}, Getenv: func(string) string { return "" }}
 	done := make(chan error, 1)
 	go func() {
 		done <- cli.Execute(ctx, o, []string{"issuer", "serve", "--state-dir", dir, "--listen", "127.0.0.1:0"})
@@ -199,8 +200,8 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(o.Stdout.(*syncBuffer).String(), "dev issuer serving on https://127.0.0.1:") {
-		t.Errorf("serve output: %s", o.Stdout.(*syncBuffer).String())
+	if !strings.Contains(o.Stdout.(*capture.Buffer).String(), "dev issuer serving on https://127.0.0.1:") {
+		t.Errorf("serve output: %s", o.Stdout.(*capture.Buffer).String())
 	}
 }
 

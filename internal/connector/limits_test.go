@@ -1,14 +1,12 @@
 package connector_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +17,18 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/capture"
 	"github.com/callerauth/callerauth/internal/connector"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/serve"
 )
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // running is a connector serving in the background.
 type running struct {
 	s    *connector.Server
 	done chan error
 	stop context.CancelFunc
-	log  *logBuffer
+	log  *capture.Buffer
 }
 
 // run starts a socket-role connector with node binding off (the limits
@@ -60,7 +47,7 @@ func run(t *testing.T, o connector.Options, config string) *running {
 		o.Role, o.NodeName = connector.RoleSocket, "node-a"
 	}
 	o.ConfigFile, o.Datastore = cfg, filepath.Join(dir, "events.db")
-	lb := &logBuffer{}
+	lb := &capture.Buffer{}
 	o.Logger = slog.New(slog.NewJSONHandler(lb, nil))
 	s, err := connector.New(o)
 	if err != nil {
@@ -163,7 +150,7 @@ func TestSocketPathIsNotTakenOver(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "config.json")
 		_ = os.WriteFile(cfg, []byte(`{"enableNodeBindingAuth": false}`), 0o600)
 		s, err := connector.New(connector.Options{Role: connector.RoleSocket, NodeName: "node-a", Socket: sock, ConfigFile: cfg,
-			Datastore: filepath.Join(t.TempDir(), "db"), Logger: slog.New(slog.NewTextHandler(&logBuffer{}, nil))})
+			Datastore: filepath.Join(t.TempDir(), "db"), Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

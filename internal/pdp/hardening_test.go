@@ -2,7 +2,6 @@ package pdp_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +12,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/capture"
 	"github.com/callerauth/callerauth/internal/pdp"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -127,7 +126,7 @@ func TestRequestsAreIJSON(t *testing.T) {
 // TestBindingWarnings: a principal no ServiceAccount token can produce is
 // warned about at start-up, naming the flag.
 func TestBindingWarnings(t *testing.T) {
-	var buf syncBuffer
+	var buf capture.Buffer
 	start(t, "enforce", func(o *pdp.Options) {
 		o.CallerBindings = append(o.CallerBindings, "foo=secrets-engine:secrets-engine")
 		o.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
@@ -136,18 +135,6 @@ func TestBindingWarnings(t *testing.T) {
 		t.Fatalf("no warning in %s", buf.String())
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestSlowAndIdleClientsAreCutOff runs the real server with short limits:
 // a client trickling its body, one leaving a keep-alive connection idle and

@@ -23,6 +23,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/pdp"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -40,15 +41,7 @@ type env struct {
 
 func start(t *testing.T, mode string, edit func(*pdp.Options)) *env {
 	t.Helper()
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	is, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = is.Close() })
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	auth, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{"flex-auth"}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 )
 
 const (
@@ -28,14 +29,7 @@ type dev struct {
 
 func startDev(t *testing.T) *dev {
 	t.Helper()
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss, srv := devissuertest.Serve(t, devissuer.Config{})
 	d := &dev{iss: iss, srv: srv, addr: strings.TrimPrefix(srv.URL, "https://")}
 	t.Cleanup(func() { _ = d.srv.Close() })
 	return d

@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -14,10 +13,11 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/callerauth/callerauth/internal/capture"
 )
 
 // Module is the import path of the callerauth module.
@@ -58,22 +58,10 @@ func LoopbackAddr() (string, error) {
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *capture.Buffer
 	done chan struct{}
 	err  error // the exit, once done is closed
 }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // Start runs bin with args (and extra environment variables), its standard
 // output and error captured together. When the test ends the process is
@@ -81,7 +69,7 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 // its output is logged.
 func Start(t testing.TB, bin string, args []string, env ...string) *Process {
 	t.Helper()
-	p := &Process{Name: filepath.Base(bin), out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Process{Name: filepath.Base(bin), out: &capture.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...) //nolint:gosec // a binary the test built, with the test's arguments.
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

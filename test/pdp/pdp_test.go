@@ -20,6 +20,7 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/kubeapi"
@@ -177,15 +178,7 @@ func runRows(t *testing.T, p *pdpProc, mode, principal string, rows []row) {
 }
 
 func TestDevIssuer(t *testing.T) {
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	mint := func(sa, aud string, issuedAt time.Time) string {
 		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "secrets-engine", ServiceAccount: sa, Audiences: []string{aud}, Lifetime: 10 * time.Minute, IssuedAt: issuedAt})
 		if err != nil {

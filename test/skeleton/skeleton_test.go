@@ -18,6 +18,7 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/test/e2e"
 )
@@ -49,15 +50,7 @@ type service struct {
 // build at start-up.
 func kubeconfig(t *testing.T) string {
 	t.Helper()
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := iss.Serve("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	return iss.KubeconfigFile()
 }
 
