@@ -1,0 +1,177 @@
+package serve_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/callerauth/callerauth/bearer"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// untilDone runs until its context ends.
+func untilDone(stopped *bool) serve.Runnable {
+	return serve.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		*stopped = true
+		return nil
+	})
+}
+
+func TestRun(t *testing.T) {
+	t.Run("a failing runnable stops the others and is the error", func(t *testing.T) {
+		var stopped bool
+		boom := errors.New("listener died")
+		err := serve.Run(context.Background(), untilDone(&stopped), serve.RunnableFunc(func(context.Context) error { return boom }))
+		if !errors.Is(err, boom) || !stopped {
+			t.Fatalf("Run = %v, other stopped %v", err, stopped)
+		}
+	})
+	t.Run("a runnable that returns by itself is a failure", func(t *testing.T) {
+		var stopped bool
+		err := serve.Run(context.Background(), untilDone(&stopped), serve.Named("reload loop", serve.RunnableFunc(func(context.Context) error { return nil })))
+		if err == nil || !strings.Contains(err.Error(), "reload loop stopped on its own") || !stopped {
+			t.Fatalf("Run = %v, other stopped %v", err, stopped)
+		}
+	})
+	t.Run("the context ending is a clean stop", func(t *testing.T) {
+		var a, b bool
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		if err := serve.Run(ctx, untilDone(&a), untilDone(&b)); err != nil || !a || !b {
+			t.Fatalf("Run = %v, stopped %v %v", err, a, b)
+		}
+	})
+}
+
+// TestCertReloaderKeepsAGoodPair: a pair that does not load (the new
+// certificate written, the old key still there) keeps the previous one
+// serving, said once; the matching key then brings the new one in.
+func TestCertReloaderKeepsAGoodPair(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c1, k1, _ := ca.Issue("a", "127.0.0.1")
+	_ = os.WriteFile(cert, c1, 0o600)
+	_ = os.WriteFile(key, k1, 0o600)
+	var log capture.Buffer
+	r, err := serve.NewCertReloader(cert, key, time.Nanosecond, slog.New(slog.NewJSONHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Certificate().Leaf.SerialNumber
+	c2, k2, _ := ca.Issue("b", "127.0.0.1")
+	time.Sleep(10 * time.Millisecond) // a new mtime
+	_ = os.WriteFile(cert, c2, 0o600)
+	for range 3 {
+		if got := r.Certificate().Leaf.SerialNumber; got.Cmp(first) != 0 {
+			t.Fatalf("a half-written pair replaced the good one: %v", got)
+		}
+	}
+	if n := strings.Count(log.String(), "does not load"); n != 1 {
+		t.Fatalf("the bad pair was reported %d times:\n%s", n, log.String())
+	}
+	_ = os.WriteFile(key, k2, 0o600)
+	if got := r.Certificate().Leaf.SerialNumber; got.Cmp(first) == 0 {
+		t.Fatal("the completed pair was not picked up")
+	}
+	if _, err := serve.NewCertReloader(filepath.Join(dir, "none.crt"), key, 0, nil); err == nil || !strings.Contains(err.Error(), "--tls-cert-file") {
+		t.Fatalf("a missing pair at start-up: %v", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	o := serve.Options{}
+	o.Defaults()
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(*serve.Options)
+		want string
+	}{
+		{"cert without key", func(o *serve.Options) { o.TLSCertFile = "c" }, "go together"},
+		{"zero shutdown", func(o *serve.Options) { o.ShutdownTimeout = 0 }, "--shutdown-timeout 0s"},
+		{"header timeout over read timeout", func(o *serve.Options) { o.HTTP.ReadHeaderTimeout = time.Minute }, "longer than --http-read-timeout"},
+		{"negative idle", func(o *serve.Options) { o.HTTP.IdleTimeout = -1 }, "--http-idle-timeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := serve.Options{}
+			o.Defaults()
+			tt.edit(&o)
+			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v; want %q", err, tt.want)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		a    serve.AuthOptions
+		want string
+	}{
+		{serve.AuthOptions{Backend: "oidc"}, "needs --caller-oidc-issuers"},
+		{serve.AuthOptions{Backend: "tokenreview", OIDCIssuers: "f"}, "belongs to --caller-backend oidc"},
+		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "x509"}, `--caller-backend "x509"`},
+	} {
+		if err := tt.a.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: %v; want %q", tt.a, err, tt.want)
+		}
+	}
+}
+
+// TestGuardOnBothBackends wires the same rule through TokenReview and
+// through the oidc backend's issuers file, against one dev issuer: the
+// same token gives the same caller, a token for another audience is
+// refused by both.
+func TestGuardOnBothBackends(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{})
+	issuers := filepath.Join(t.TempDir(), "issuers.json")
+	_ = os.WriteFile(issuers, []byte(fmt.Sprintf(`{"issuers": [{"issuer": %q, "discovery_url": %q, "audiences": ["svc"], "ca_file": %q}]}`,
+		iss.Issuer(), srv.URL, iss.CAFile())), 0o600)
+	mint := func(aud string) bearer.Credential {
+		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{aud}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bearer.Parse([]string{"Bearer " + tok.Token})
+	}
+	good, other := mint("svc"), mint("another-service")
+	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
+	for _, a := range []serve.AuthOptions{
+		{Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile()},
+		{Backend: serve.BackendOIDC, OIDCIssuers: issuers},
+	} {
+		t.Run(a.Backend, func(t *testing.T) {
+			g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: prometheus.NewRegistry(),
+				MetricsPrefix: "test", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := g.Check(context.Background(), good, binding.Request{System: "sys"})
+			if !v.Allowed || v.Caller.Username != "system:serviceaccount:ns:caller" {
+				t.Fatalf("the good token: %+v", v)
+			}
+			if v := g.Check(context.Background(), other, binding.Request{System: "sys"}); v.Allowed || v.Reason != "token_invalid" {
+				t.Fatalf("another audience: %+v", v)
+			}
+		})
+	}
+}
