@@ -109,16 +109,64 @@ func (s *guardedStream) Context() context.Context { return s.ctx }
 // the method and path alone.
 type HTTPRequest func(r *http.Request) (binding.Request, error)
 
-// Middleware guards an HTTP handler. A refusal is answered as
-// [WriteRefusal] answers it.
-func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler {
+// MiddlewareOption shapes [Guard.Middleware].
+type MiddlewareOption func(*middleware)
+
+type middleware struct {
+	requireIdentity bool
+	refuse          func(http.ResponseWriter, *http.Request, *Verdict)
+	badRequest      func(http.ResponseWriter, *http.Request, error)
+}
+
+// RequireIdentity says that every caller of this handler must present a
+// token: a request without one is token_missing whatever the rules say.
+// With it, under enforce, a request whose credential proves no identity
+// is refused from its header alone — the extractor never runs, so the body
+// is never read and an unauthenticated client learns nothing about the
+// request format.
+func RequireIdentity() MiddlewareOption { return func(m *middleware) { m.requireIdentity = true } }
+
+// WithRefusal answers refused requests instead of [WriteRefusal] (which it
+// may call after adding what the service needs).
+func WithRefusal(f func(http.ResponseWriter, *http.Request, *Verdict)) MiddlewareOption {
+	return func(m *middleware) { m.refuse = f }
+}
+
+// WithBadRequest answers requests the extractor could not read instead of
+// a 400 {"reason": "bad_request", "error": err}.
+func WithBadRequest(f func(http.ResponseWriter, *http.Request, error)) MiddlewareOption {
+	return func(m *middleware) { m.badRequest = f }
+}
+
+// Middleware guards an HTTP handler: authenticate the credential, extract
+// what the request asks to say, decide, and call next with the verdict in
+// the request context ([FromContext]). A refusal is answered as
+// [WriteRefusal] answers it unless [WithRefusal] says otherwise.
+func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	m := middleware{
+		refuse: func(w http.ResponseWriter, _ *http.Request, v *Verdict) { WriteRefusal(w, v) },
+		badRequest: func(w http.ResponseWriter, _ *http.Request, err error) {
+			WriteHTTPError(w, http.StatusBadRequest, ReasonBadRequest, err.Error())
+		},
+	}
+	for _, o := range opts {
+		o(&m)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req := binding.Request{Method: r.Method + " " + r.URL.Path}
+			a := g.Authenticate(r.Context(), bearer.FromHeader(r.Header))
+			if m.requireIdentity && a.absent {
+				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated, Detail: "no token; this handler requires one"}
+			}
+			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
+				m.refuse(w, r, g.Decide(r.Context(), a, req))
+				return
+			}
 			if extract != nil {
 				x, err := extract(r)
 				if err != nil {
-					WriteHTTPError(w, http.StatusBadRequest, ReasonBadRequest, err.Error())
+					m.badRequest(w, r, err)
 					return
 				}
 				if x.Method == "" {
@@ -126,9 +174,9 @@ func (g *Guard) Middleware(extract HTTPRequest) func(http.Handler) http.Handler 
 				}
 				req = x
 			}
-			v := g.Check(r.Context(), bearer.FromHeader(r.Header), req)
+			v := g.Decide(r.Context(), a, req)
 			if !v.Allowed {
-				WriteRefusal(w, v)
+				m.refuse(w, r, v)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), v)))

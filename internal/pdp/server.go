@@ -4,6 +4,7 @@
 package pdp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -289,7 +290,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 // Handler serves the PDP's API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.check)
+	mux.Handle("POST /v1/check", s.checkHandler())
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
@@ -303,34 +304,72 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func (s *Server) check(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
-	const method = "POST /v1/check"
-	// The caller first, from the header alone: under enforce a caller with
-	// no identity is refused before a byte of the body is read, so it
-	// learns nothing about the request format and holds nothing open.
-	var auth *guard.Authentication
-	if s.guard != nil {
-		auth = s.guard.Authenticate(r.Context(), bearer.FromHeader(r.Header))
-		if s.guard.Mode() == guard.Enforce && auth.Caller() == nil {
-			s.refuse(w, s.guard.Decide(r.Context(), auth, binding.Request{Method: method}))
-			return
-		}
+// checkHandler is POST /v1/check: the guard's middleware (the caller
+// first, from the header alone — under enforce a caller with no identity is
+// refused before a byte of the body is read — then the body, then the
+// system binding), then the decision. With caller authentication off there
+// is no middleware.
+func (s *Server) checkHandler() http.Handler {
+	decide := http.HandlerFunc(s.decide)
+	timed := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
+			h.ServeHTTP(w, r)
+		})
 	}
-	req, field, err := decodeRequest(w, r)
+	if s.guard == nil {
+		return timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := s.extract(r); err != nil {
+				badRequest(w, r, err)
+				return
+			}
+			decide(w, r)
+		}))
+	}
+	return timed(s.guard.Middleware(s.extract, guard.RequireIdentity(), guard.WithBadRequest(badRequest),
+		guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(decide))
+}
+
+// extract reads and checks the body for the guard, and leaves it readable
+// for decide.
+func (s *Server) extract(r *http.Request) (binding.Request, error) {
+	body, err := readBody(r)
 	if err != nil {
-		guard.WriteHTTPError(w, http.StatusBadRequest, guard.ReasonBadRequest, err.Error(), "field", field)
+		return binding.Request{}, err
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		return binding.Request{}, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return binding.Request{System: req.System, Method: "POST /v1/check"}, nil
+}
+
+func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
+	field := "body"
+	var re *requestError
+	if errors.As(err, &re) {
+		field = re.field
+	}
+	guard.WriteHTTPError(w, http.StatusBadRequest, guard.ReasonBadRequest, err.Error(), "field", field)
+}
+
+// decide evaluates a request the middleware let through and signs the
+// record.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r)
+	var req *policy.Request
+	if err == nil {
+		req, err = decodeRequest(body)
+	}
+	if err != nil {
+		badRequest(w, r, err)
 		return
 	}
 	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
 	mode := s.o.CallerAuthMode
-	if s.guard != nil {
-		v := s.guard.Decide(r.Context(), auth, binding.Request{System: req.System, Method: method})
-		if !v.Allowed {
-			s.refuse(w, v)
-			return
-		}
+	if v, ok := guard.FromContext(r.Context()); ok {
 		if v.Reason != "" {
 			s.authViol.WithLabelValues(v.Reason, mode).Inc()
 		}
@@ -390,34 +429,49 @@ func callerBlock(v *guard.Verdict, verifiedBy string) decision.Caller {
 	return out
 }
 
-// decodeRequest reads a check request strictly: JSON only, at most MaxBody
-// bytes, I-JSON (RFC 7493: no member twice, UTF-8 only, no unpaired
-// surrogate — each would let the PDP and a consumer read different
-// requests under one digest), no unknown fields, every field present with
-// its type and no null anywhere. The error names the field.
-func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, string, error) {
+// requestError is a check request that cannot be read, naming the field.
+type requestError struct {
+	field, msg string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badField(field, format string, args ...any) error {
+	return &requestError{field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// readBody reads a check request's body: JSON only, at most MaxBody bytes.
+func readBody(r *http.Request) ([]byte, error) {
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "application/json" {
-		return nil, "Content-Type", fmt.Errorf("Content-Type must be application/json, got %q", guard.LogValue(r.Header.Get("Content-Type")))
+		return nil, badField("Content-Type", "Content-Type must be application/json, got %q", guard.LogValue(r.Header.Get("Content-Type")))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, "body", fmt.Errorf("body larger than %d bytes", MaxBody)
-		}
-		return nil, "body", errors.New("the body could not be read")
+		return nil, badField("body", "the body could not be read")
 	}
+	if len(body) > MaxBody {
+		return nil, badField("body", "body larger than %d bytes", MaxBody)
+	}
+	return body, nil
+}
+
+// decodeRequest reads a check request strictly: I-JSON (RFC 7493: no
+// member twice, UTF-8 only, no unpaired surrogate — each would let the PDP
+// and a consumer read different requests under one digest), no unknown
+// fields, every field present with its type and no null anywhere. The
+// error names the field.
+func decodeRequest(body []byte) (*policy.Request, error) {
 	if err := ijson.Check(body); err != nil {
 		var e *ijson.Error
 		if errors.As(err, &e) && e.Member() != "" {
-			return nil, e.Member(), fmt.Errorf("field %q: %s", e.Member(), e.Problem)
+			return nil, badField(e.Member(), "field %q: %s", e.Member(), e.Problem)
 		}
-		return nil, "body", fmt.Errorf("body is not a JSON object: %w", err)
+		return nil, badField("body", "body is not a JSON object: %v", err)
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, "body", errors.New("body is not a JSON object")
+		return nil, badField("body", "body is not a JSON object")
 	}
 	var req policy.Request
 	fields := []struct {
@@ -432,34 +486,34 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (*policy.Request, str
 		known[f.name] = true
 		v, ok := raw[f.name]
 		if !ok || string(v) == "null" {
-			return nil, f.name, fmt.Errorf("field %q is required", f.name)
+			return nil, badField(f.name, "field %q is required", f.name)
 		}
 		if v[0] != '"' || json.Unmarshal(v, f.dst) != nil {
-			return nil, f.name, fmt.Errorf("field %q must be a string", f.name)
+			return nil, badField(f.name, "field %q must be a string", f.name)
 		}
 		if *f.dst == "" && f.name != "purpose" {
-			return nil, f.name, fmt.Errorf("field %q may not be empty", f.name)
+			return nil, badField(f.name, "field %q may not be empty", f.name)
 		}
 	}
 	var list []json.RawMessage
 	if v, ok := raw["fields"]; !ok || string(v) == "null" {
-		return nil, "fields", errors.New(`field "fields" is required`)
+		return nil, badField("fields", `field "fields" is required`)
 	} else if v[0] != '[' || json.Unmarshal(v, &list) != nil {
-		return nil, "fields", errors.New(`field "fields" must be a list of strings`)
+		return nil, badField("fields", `field "fields" must be a list of strings`)
 	}
 	req.Fields = make([]string, len(list))
 	for i, e := range list {
 		// A null element would otherwise become "" in the record.
 		if e[0] != '"' || json.Unmarshal(e, &req.Fields[i]) != nil {
-			return nil, "fields", fmt.Errorf(`field "fields": element %d must be a string, not %s`, i, guard.LogValue(string(e)))
+			return nil, badField("fields", `field "fields": element %d must be a string, not %s`, i, guard.LogValue(string(e)))
 		}
 	}
 	for k := range raw {
 		if !known[k] {
-			return nil, k, fmt.Errorf("unknown field %q", guard.LogValue(k))
+			return nil, badField(k, "unknown field %q", guard.LogValue(k))
 		}
 	}
-	return &req, "", nil
+	return &req, nil
 }
 
 // Run serves until ctx ends, through the service skeleton: the API (HTTPS
