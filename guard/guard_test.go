@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +179,67 @@ func TestVerdictStatusCarriesOnlyTheReason(t *testing.T) {
 		if got := guard.HTTPStatus(c); got != want {
 			t.Errorf("HTTPStatus(%v) = %d", c, got)
 		}
+	}
+}
+
+// TestMiddlewareRequireIdentity: with RequireIdentity, under enforce, a
+// caller without an identity is refused before the extractor runs; under
+// audit the extractor runs and the violation is recorded. WithRefusal and
+// WithBadRequest shape the answers.
+func TestMiddlewareRequireIdentity(t *testing.T) {
+	callers := map[string]*authn.Caller{"ok": {Username: "system:serviceaccount:a:b"}}
+	for _, mode := range []guard.Mode{guard.Enforce, guard.Audit} {
+		t.Run(string(mode), func(t *testing.T) {
+			g, _ := newGuard(t, guard.Config{Mode: mode, Authenticator: fakeAuth(callers),
+				Rule: binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:a:b"})})
+			var extracted int
+			var refusedWith string
+			h := g.Middleware(func(r *http.Request) (binding.Request, error) {
+				extracted++
+				if r.Header.Get("X-Bad") != "" {
+					return binding.Request{}, errors.New("unreadable")
+				}
+				return binding.Request{System: "sys"}, nil
+			}, guard.RequireIdentity(),
+				guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) {
+					refusedWith = v.Reason
+					guard.WriteRefusal(w, v)
+				}),
+				guard.WithBadRequest(func(w http.ResponseWriter, _ *http.Request, err error) {
+					http.Error(w, "shaped: "+err.Error(), http.StatusTeapot)
+				}))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "reached") }))
+			do := func(auth string, bad bool) (int, string) {
+				r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+				if auth != "" {
+					r.Header.Set("Authorization", auth)
+				}
+				if bad {
+					r.Header.Set("X-Bad", "1")
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w.Code, w.Body.String()
+			}
+			for _, tt := range []struct{ name, auth, reason string }{
+				{"no token", "", "token_missing"},
+				{"invalid token", "Bearer invalid", "token_invalid"},
+				{"not Bearer", "Basic eA==", "malformed_credentials"},
+			} {
+				extracted, refusedWith = 0, ""
+				code, _ := do(tt.auth, false)
+				if mode == guard.Enforce && (code != 401 || extracted != 0 || refusedWith != tt.reason) {
+					t.Errorf("%s: %d, extracted %d, refused with %q; want 401 %s before extracting", tt.name, code, extracted, refusedWith, tt.reason)
+				}
+				if mode == guard.Audit && (code != 200 || extracted != 1) {
+					t.Errorf("%s under audit: %d, extracted %d; want it through", tt.name, code, extracted)
+				}
+			}
+			if code, body := do("Bearer ok", false); code != 200 || body != "reached" {
+				t.Errorf("the good caller: %d %s", code, body)
+			}
+			if code, body := do("Bearer ok", true); code != http.StatusTeapot || !strings.Contains(body, "shaped: unreadable") {
+				t.Errorf("an unreadable request: %d %s", code, body)
+			}
+		})
 	}
 }
