@@ -1,0 +1,43 @@
+package pdp
+
+import (
+	"reflect"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/callerauth/callerauth/decision"
+)
+
+// FuzzDecodeRequest feeds arbitrary bodies to the check request decoder.
+// What it accepts must mean one thing: every string valid UTF-8, and the
+// canonical form the record binds decoding back to the very same request.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"system":"s","subject":"a","tenant":"t","lane":"l","resource":"r","stage":"read","fields":["f"],"purpose":""}`,
+		`{"system":"s","system":"t","subject":"a","tenant":"t","lane":"l","resource":"r","stage":"read","fields":[],"purpose":"p"}`,
+		`{"system":"s","subject":"a","tenant":"t","lane":"l","resource":"r","stage":"read","fields":[null],"purpose":"p"}`,
+		`{"system":"\ud800","subject":"a","tenant":"t","lane":"l","resource":"r","stage":"read","fields":["f"],"purpose":"p"}`,
+		`[]`, `null`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeRequest(body)
+		if err != nil {
+			return
+		}
+		for _, s := range append([]string{req.System, req.Subject, req.Tenant, req.Lane, req.Resource, req.Stage, req.Purpose}, req.Fields...) {
+			if !utf8.ValidString(s) {
+				t.Fatalf("accepted a string that is not UTF-8: %q", s)
+			}
+		}
+		canon, err := decision.CanonicalJSON(req)
+		if err != nil {
+			t.Fatalf("an accepted request has no canonical form: %v", err)
+		}
+		again, err := decodeRequest(canon)
+		if err != nil || !reflect.DeepEqual(again, req) {
+			t.Fatalf("the bound form %s reads back as %+v (%v), not %+v", canon, again, err, req)
+		}
+	})
+}
