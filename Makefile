@@ -23,12 +23,24 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
                 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
 export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
 
-.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate
+.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate ffmpeg
 
 all: lint test
 
-test: kube-tools
+test: kube-tools ffmpeg
 	$(GO) test -race -count=1 $(PKGS)
+
+# ffmpeg is the reference the vmafx node's PSNR and SSIM are checked
+# against. Installed from Debian's packages when missing, as root (CI runs
+# as root); otherwise this says what to install.
+ffmpeg:
+	@command -v ffmpeg >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing ffmpeg (the reference for the vmafx measurement tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
+	  else \
+	    echo "make test needs ffmpeg (the reference for the vmafx measurements): install it, e.g. apt-get install ffmpeg"; exit 1; \
+	  fi; }
 
 kube-tools: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
 
