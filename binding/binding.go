@@ -58,6 +58,10 @@ type Violation struct {
 	// this request (a degraded caller's refusal repeats the validator's
 	// reason).
 	Counted bool
+	// Metadata are facts the caller may see beside the reason, such as
+	// the role a method requires ("required_role"); they travel in the
+	// gRPC ErrorInfo. Never the token, never the detail.
+	Metadata map[string]string
 }
 
 // Subject is who a rule judges.

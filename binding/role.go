@@ -48,7 +48,7 @@ func Roles(cfg RoleConfig) Rule {
 			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied,
 				Detail: fmt.Sprintf("no role grants method %q", r.Method)}
 		case !slices.Contains(c.Roles, role):
-			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied,
+			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied, Metadata: map[string]string{"required_role": role},
 				Detail: fmt.Sprintf("%s lacks role %q needed for %s", c.Username, role, r.Method)}
 		case cfg.RequireTenant && c.Tenant == "":
 			return &Violation{Reason: ReasonTenantMissing, Code: PermissionDenied,

@@ -3,6 +3,7 @@ package devissuer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -178,4 +179,66 @@ func (i *Issuer) checkRequest(req *TokenRequest) error {
 		errs = append(errs, fmt.Errorf("devissuer: lifetime %s exceeds this issuer's maximum %s", req.Lifetime, i.maxLifetime))
 	}
 	return errors.Join(errs...)
+}
+
+// IdentityRequest asks for a token as a tenant's identity provider issues
+// one: any subject, any audiences, extra claims (a scope, a tenant).
+type IdentityRequest struct {
+	// Subject is the sub claim. Required.
+	Subject string
+	// Audiences the token is for. At least one is required.
+	Audiences []string
+	// Lifetime of the token. Default 1h; at most the issuer's maximum.
+	Lifetime time.Duration
+	// Claims are added to the payload: {"scp": "vmafx:reader vmafx:submitter"}.
+	// They may not replace a registered claim (iss, sub, aud, exp, nbf, iat,
+	// jti).
+	Claims map[string]any
+	// IssuedAt backdates or postdates the token. Default: now.
+	IssuedAt time.Time
+}
+
+// registered are the claims MintIdentity sets itself.
+var registered = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti"}
+
+// MintIdentity signs a tenant identity provider's token.
+func (i *Issuer) MintIdentity(req IdentityRequest) (Token, error) {
+	var errs []error
+	if req.Subject == "" {
+		errs = append(errs, errors.New("devissuer: a subject is required"))
+	}
+	if len(req.Audiences) == 0 || slices.Contains(req.Audiences, "") {
+		errs = append(errs, errors.New("devissuer: at least one non-empty audience is required"))
+	}
+	if req.Lifetime == 0 {
+		req.Lifetime = DefaultLifetime
+	}
+	if req.Lifetime < time.Second || req.Lifetime > i.maxLifetime {
+		errs = append(errs, fmt.Errorf("devissuer: lifetime %s: want 1s to %s", req.Lifetime, i.maxLifetime))
+	}
+	for k := range req.Claims {
+		if slices.Contains(registered, k) {
+			errs = append(errs, fmt.Errorf("devissuer: claim %q is set by the issuer", k))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Token{}, err
+	}
+	iat := req.IssuedAt
+	if iat.IsZero() {
+		iat = i.now()
+	}
+	iat = iat.Truncate(time.Second)
+	c := Claims{Issuer: i.issuer, Subject: req.Subject, Audience: jwt.Audience(req.Audiences),
+		IssuedAt: jwt.NewNumericDate(iat), NotBefore: jwt.NewNumericDate(iat), Expiry: jwt.NewNumericDate(iat.Add(req.Lifetime)), ID: newUID()}
+	registeredClaims := jwt.Claims{Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience, IssuedAt: c.IssuedAt, NotBefore: c.NotBefore, Expiry: c.Expiry, ID: c.ID}
+	b := jwt.Signed(i.signer).Claims(registeredClaims)
+	if len(req.Claims) > 0 {
+		b = b.Claims(req.Claims)
+	}
+	tok, err := b.Serialize()
+	if err != nil {
+		return Token{}, fmt.Errorf("devissuer: signing: %w", err)
+	}
+	return Token{Token: tok, Claims: c}, nil
 }

@@ -114,6 +114,9 @@ type Verdict struct {
 	Code binding.Code
 	// Detail explains the violation, for logs only.
 	Detail string
+	// Metadata travels with a refusal (the gRPC ErrorInfo), e.g. the role
+	// a method requires.
+	Metadata map[string]string
 	// Caller is the verified identity, nil when none.
 	Caller *authn.Caller
 	// Degraded is set when verification failed open.
@@ -239,7 +242,7 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 		g.cfg.Metrics.nodeClaim(v.Decision.NodeClaim)
 	}
 	if viol != nil {
-		v.Reason, v.Code, v.Detail = viol.Reason, viol.Code, viol.Detail
+		v.Reason, v.Code, v.Detail, v.Metadata = viol.Reason, viol.Code, viol.Detail, viol.Metadata
 		if !viol.Counted {
 			g.cfg.Metrics.violation(viol.Reason)
 		}

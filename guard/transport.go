@@ -48,11 +48,12 @@ func HTTPStatus(c binding.Code) int {
 }
 
 // Status returns the gRPC status of a refused verdict: the code, the reason
-// as message, and an ErrorInfo detail carrying the reason. Nothing else —
-// not the token, not the detail — reaches the caller.
+// as message, and an ErrorInfo detail carrying the reason and the
+// violation's metadata (the role a method requires). Nothing else — not the
+// token, not the detail — reaches the caller.
 func (v *Verdict) Status() *status.Status {
 	st := status.New(GRPCCode(v.Code), v.Reason)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: v.Reason, Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: v.Reason, Domain: ErrorDomain, Metadata: v.Metadata}); err == nil {
 		return d
 	}
 	return st

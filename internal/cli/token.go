@@ -30,15 +30,44 @@ func newTokenMintCmd(o *Options) *cobra.Command {
 		duration  time.Duration
 		pod, node string
 		output    string
+		subject   string
+		claims    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "mint",
-		Short: "Mint a Kubernetes-shaped service-account token with the dev issuer",
+		Short: "Mint a service-account token, or a tenant identity provider's token, with the dev issuer",
 		Example: `  callerauth token mint --service-account vmafx:vmafx-operator --audience vmafx-controller
   callerauth token mint --service-account nvsentinel:gpu-monitor --audience platform-connector \
-      --pod gpu-monitor-x2k4q --node node-a --duration 1h --output /tmp/token`,
+      --pod gpu-monitor-x2k4q --node node-a --duration 1h --output /tmp/token
+  callerauth token mint --state-dir /tmp/idp-tenant-a --subject vmafx-operator --audience vmafx-controller \
+      --claim scp="vmafx:reader vmafx:submitter"`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
+			if subject != "" {
+				if sa != "" || pod != "" || node != "" {
+					return fmt.Errorf("--subject mints an identity provider's token; --service-account, --pod and --node belong to service-account tokens")
+				}
+				extra := map[string]any{}
+				for _, c := range claims {
+					k, v, ok := strings.Cut(c, "=")
+					if !ok || k == "" {
+						return fmt.Errorf("--claim %q: want NAME=VALUE", c)
+					}
+					extra[k] = v
+				}
+				iss, err := f.open(o)
+				if err != nil {
+					return err
+				}
+				tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: audiences, Lifetime: duration, Claims: extra})
+				if err != nil {
+					return err
+				}
+				return writeToken(o, output, tok.Token)
+			}
+			if len(claims) > 0 {
+				return fmt.Errorf("--claim goes with --subject")
+			}
 			ns, name, ok := strings.Cut(sa, ":")
 			if !ok || ns == "" || name == "" || strings.Contains(name, ":") {
 				return fmt.Errorf("--service-account %q: want NAMESPACE:NAME", sa)
@@ -57,22 +86,30 @@ func newTokenMintCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "" || output == "-" {
-				_, err := fmt.Fprintln(o.Stdout, tok.Token)
-				return err
-			}
-			return pki.WriteFileAtomic(output, []byte(tok.Token+"\n"), 0o600)
+			return writeToken(o, output, tok.Token)
 		},
 	}
 	f.register(cmd, o)
-	cmd.Flags().StringVar(&sa, "service-account", "", "identity as NAMESPACE:NAME (required)")
+	cmd.Flags().StringVar(&sa, "service-account", "", "service-account token: the identity as NAMESPACE:NAME")
+	cmd.Flags().StringVar(&subject, "subject", "", "an identity provider's token instead: its sub")
+	cmd.Flags().StringArrayVar(&claims, "claim", nil, "with --subject: an extra claim NAME=VALUE, a string (repeatable)")
 	cmd.Flags().StringArrayVar(&audiences, "audience", nil, "audience the token is for (required, repeatable)")
 	cmd.Flags().DurationVar(&duration, "duration", devissuer.DefaultLifetime, "token lifetime: at least 10m, whole seconds, at most --max-token-lifetime")
 	cmd.Flags().StringVar(&pod, "pod", "", "bind the token to this pod in the namespace")
 	cmd.Flags().StringVar(&node, "node", "", "the node the pod runs on; without --pod, bind the token to this node")
 	cmd.Flags().StringVar(&output, "output", "", "write the token to this file (mode 0600, atomically) instead of standard output")
-	_ = cmd.MarkFlagRequired("service-account")
+	cmd.MarkFlagsOneRequired("service-account", "subject")
 	return cmd
+}
+
+// writeToken writes a token to the output file (mode 0600, atomically), or
+// to standard output.
+func writeToken(o *Options, output, tok string) error {
+	if output == "" || output == "-" {
+		_, err := fmt.Fprintln(o.Stdout, tok)
+		return err
+	}
+	return pki.WriteFileAtomic(output, []byte(tok+"\n"), 0o600)
 }
 
 func newTokenInspectCmd(o *Options) *cobra.Command {

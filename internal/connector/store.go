@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/internal/sqlitedb"
 )
 
 // Store keeps accepted events in SQLite, one transaction per batch: a batch
@@ -30,17 +30,10 @@ type StoredEvent struct {
 	Event      *pcv1.HealthEvent
 }
 
-// OpenStore opens (creating if needed) the SQLite database at path.
-func OpenStore(path string) (*Store, error) {
-	// WAL keeps readers off the writer's back; synchronous=FULL makes every
-	// committed batch durable before the RPC returns.
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("connector: datastore %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(1) // one writer; SQLite serialises writes anyway
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS health_events (
+// migrations are the datastore's schema versions. The first is the schema
+// as it was before versions were recorded (IF NOT EXISTS), so that a
+// datastore from then is adopted as version 1.
+var migrations = []string{`CREATE TABLE IF NOT EXISTS health_events (
 		id          INTEGER PRIMARY KEY AUTOINCREMENT,
 		node_name   TEXT NOT NULL,
 		caller      TEXT NOT NULL,
@@ -48,9 +41,13 @@ func OpenStore(path string) (*Store, error) {
 		received_at INTEGER NOT NULL,
 		event       TEXT NOT NULL
 	);
-	CREATE INDEX IF NOT EXISTS health_events_node ON health_events(node_name, id);`); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("connector: datastore %s: %w", path, err)
+	CREATE INDEX IF NOT EXISTS health_events_node ON health_events(node_name, id);`}
+
+// OpenStore opens (creating if needed) the SQLite database at path.
+func OpenStore(path string) (*Store, error) {
+	db, err := sqlitedb.Open("connector: datastore", path, migrations)
+	if err != nil {
+		return nil, err
 	}
 	return &Store{db: db}, nil
 }
