@@ -234,7 +234,8 @@ type Job struct {
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// submitted_by is the identity that submitted the job.
 	SubmittedBy string `protobuf:"bytes,11,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
-	// progress of a running job, 0 to 1, as the node last reported it.
+	// progress of a running job: the frames measured so far, as the node
+	// last reported them.
 	Progress      float64 `protobuf:"fixed64,12,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -730,7 +731,8 @@ type ReportJobRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// state is RUNNING (progress; renews the lease), SUCCEEDED (with scores)
 	// or FAILED (with error).
-	State         JobState `protobuf:"varint,2,opt,name=state,proto3,enum=vmafx.v1.JobState" json:"state,omitempty"`
+	State JobState `protobuf:"varint,2,opt,name=state,proto3,enum=vmafx.v1.JobState" json:"state,omitempty"`
+	// progress: the frames measured so far.
 	Progress      float64  `protobuf:"fixed64,3,opt,name=progress,proto3" json:"progress,omitempty"`
 	Scores        []*Score `protobuf:"bytes,4,rep,name=scores,proto3" json:"scores,omitempty"`
 	Error         string   `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`

@@ -1,0 +1,61 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// NewCommand is the vmafx-controller command line.
+func NewCommand(stderr io.Writer) *cobra.Command {
+	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease,
+		Auth: serve.AuthOptions{CacheTTL: authn.DefaultCacheTTL, ReviewTimeout: kube.DefaultTimeout}}
+	cmd := &cobra.Command{
+		Use:   "vmafx-controller",
+		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
+		Long: `vmafx-controller serves JobService over gRPC with TLS. Every call is verified
+offline against the identity provider of the caller's tenant (--tenants) and
+role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob),
+vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Serve.Validate(); err != nil {
+				return err
+			}
+			o.Logger = o.Serve.Logger(stderr)
+			s, err := New(o)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	o.Serve.AddFlags(f)
+	f.StringVar(&o.Tenants, "tenants", "/etc/vmafx/tenants.yaml", "YAML file of the tenants and their identity providers")
+	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "SQLite file jobs are stored in")
+	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
+	f.DurationVar(&o.Auth.CacheTTL, "caller-cache-ttl", o.Auth.CacheTTL, "how long a successful verification is reused")
+	f.DurationVar(&o.Auth.ReviewTimeout, "caller-review-timeout", o.Auth.ReviewTimeout, "how long one discovery or JWKS fetch may take")
+	return cmd
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	cmd := NewCommand(os.Stderr)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "vmafx-controller:", err)
+		return 1
+	}
+	return 0
+}

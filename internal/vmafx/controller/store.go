@@ -1,0 +1,287 @@
+package controller
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/internal/sqlitedb"
+)
+
+// migrations are the job store's schema versions, applied in order.
+var migrations = []string{
+	`CREATE TABLE jobs (
+		id               TEXT PRIMARY KEY,
+		seq              INTEGER NOT NULL,
+		tenant           TEXT NOT NULL,
+		reference        TEXT NOT NULL,
+		distorted        TEXT NOT NULL,
+		metrics          TEXT NOT NULL,
+		state            INTEGER NOT NULL,
+		node             TEXT NOT NULL DEFAULT '',
+		lease_expires_at INTEGER,
+		progress         REAL NOT NULL DEFAULT 0,
+		scores           TEXT NOT NULL DEFAULT '[]',
+		error            TEXT NOT NULL DEFAULT '',
+		submitted_by     TEXT NOT NULL,
+		created_at       INTEGER NOT NULL,
+		updated_at       INTEGER NOT NULL
+	);
+	CREATE INDEX jobs_claim ON jobs(tenant, state, seq);
+	CREATE INDEX jobs_lease ON jobs(state, lease_expires_at);`,
+}
+
+// Store keeps jobs in SQLite, one transaction per state change, durable
+// when the call returns.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// OpenStore opens (creating and migrating if needed) the store at path.
+func OpenStore(path string, now func() time.Time) (*Store, error) {
+	db, err := sqlitedb.Open("controller: datastore", path, migrations)
+	if err != nil {
+		return nil, err
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now}, nil
+}
+
+// Close closes the store.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks the store answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// ErrNotFound is a job that does not exist in the caller's tenant.
+var ErrNotFound = errors.New("controller: job not found")
+
+// ErrConflict is a report the job's state or lease does not allow.
+var ErrConflict = errors.New("controller: the job does not allow this report")
+
+const columns = `id, tenant, reference, distorted, metrics, state, node, lease_expires_at, progress, scores, error, submitted_by, created_at, updated_at`
+
+func scan(row interface{ Scan(...any) error }) (*vmafxv1.Job, error) {
+	var (
+		j                vmafxv1.Job
+		spec             vmafxv1.JobSpec
+		metrics, scores  string
+		state            int32
+		lease            sql.NullInt64
+		created, updated int64
+	)
+	if err := row.Scan(&j.Id, &j.Tenant, &spec.Reference, &spec.Distorted, &metrics, &state, &j.Node, &lease, &j.Progress, &scores, &j.Error, &j.SubmittedBy, &created, &updated); err != nil {
+		return nil, err
+	}
+	spec.Metrics = strings.Split(metrics, ",")
+	j.Spec = &spec
+	j.State = vmafxv1.JobState(state)
+	if lease.Valid {
+		j.LeaseExpiresAt = timestamp(lease.Int64)
+	}
+	j.CreatedAt, j.UpdatedAt = timestamp(created), timestamp(updated)
+	var sc []*vmafxv1.Score
+	if err := json.Unmarshal([]byte(scores), &sc); err != nil {
+		return nil, fmt.Errorf("controller: job %s: scores: %w", j.Id, err)
+	}
+	j.Scores = sc
+	return &j, nil
+}
+
+// Submit stores a new PENDING job.
+func (s *Store) Submit(ctx context.Context, tenant, by string, spec *vmafxv1.JobSpec) (*vmafxv1.Job, error) {
+	now := s.now().UnixNano()
+	id := uuid.NewString()
+	_, err := s.db.ExecContext(ctx, `INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at)
+		VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("controller: storing a job: %w", err)
+	}
+	return s.Get(ctx, tenant, id)
+}
+
+// Get reads a job of tenant; another tenant's job is ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, id string) (*vmafxv1.Job, error) {
+	j, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM jobs WHERE id = ? AND tenant = ?`, id, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return j, err
+}
+
+// List pages through tenant's jobs, newest first. The page token is the seq
+// to continue below.
+func (s *Store) List(ctx context.Context, tenant string, state vmafxv1.JobState, size int, token string) ([]*vmafxv1.Job, string, error) {
+	below := int64(1) << 62
+	if token != "" {
+		v, err := strconv.ParseInt(token, 10, 64)
+		if err != nil || v <= 0 {
+			return nil, "", fmt.Errorf("%w: page_token %q", errBadToken, token)
+		}
+		below = v
+	}
+	q := `SELECT ` + columns + `, seq FROM jobs WHERE tenant = ? AND seq < ?`
+	args := []any{tenant, below}
+	if state != vmafxv1.JobState_JOB_STATE_UNSPECIFIED {
+		q += ` AND state = ?`
+		args = append(args, int32(state))
+	}
+	q += ` ORDER BY seq DESC LIMIT ?`
+	args = append(args, size+1)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var jobs []*vmafxv1.Job
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		j, err := scan(scanner(func(dest ...any) error { return rows.Scan(append(dest, &seq)...) }))
+		if err != nil {
+			return nil, "", err
+		}
+		jobs, seqs = append(jobs, j), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(jobs) > size {
+		jobs, next = jobs[:size], strconv.FormatInt(seqs[size-1], 10)
+	}
+	return jobs, next, nil
+}
+
+type scanner func(dest ...any) error
+
+func (f scanner) Scan(dest ...any) error { return f(dest...) }
+
+var errBadToken = errors.New("controller: bad page token")
+
+// Claim leases the oldest PENDING job of tenant to node until now+lease.
+// It returns nil when nothing is pending.
+func (s *Store) Claim(ctx context.Context, tenant, node string, lease time.Duration) (*vmafxv1.Job, error) {
+	now := s.now()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var id string
+	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND state = ? ORDER BY seq LIMIT 1`, tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, node = ?, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`,
+		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, tenant, id)
+}
+
+// Report applies a node's report to a job of tenant it holds the lease of:
+// RUNNING renews the lease and records progress; SUCCEEDED stores the
+// scores; FAILED the error. Anything else is ErrConflict.
+func (s *Store) Report(ctx context.Context, tenant, node string, r *vmafxv1.ReportJobRequest, lease time.Duration) (*vmafxv1.Job, error) {
+	now := s.now()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var state int32
+	var holder string
+	var expires sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT state, node, lease_expires_at FROM jobs WHERE id = ? AND tenant = ?`, r.GetId(), tenant).Scan(&state, &holder, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case vmafxv1.JobState(state) != vmafxv1.JobState_JOB_STATE_RUNNING:
+		return nil, fmt.Errorf("%w: it is %s, not RUNNING", ErrConflict, vmafxv1.JobState(state))
+	case holder != node:
+		return nil, fmt.Errorf("%w: its lease is held by another node", ErrConflict)
+	case !expires.Valid || now.UnixNano() >= expires.Int64:
+		return nil, fmt.Errorf("%w: the lease expired", ErrConflict)
+	}
+	switch r.GetState() {
+	case vmafxv1.JobState_JOB_STATE_RUNNING:
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET progress = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?`,
+			r.GetProgress(), now.Add(lease).UnixNano(), now.UnixNano(), r.GetId())
+	case vmafxv1.JobState_JOB_STATE_SUCCEEDED:
+		b, merr := json.Marshal(r.GetScores())
+		if merr != nil {
+			return nil, merr
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, scores = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+			int32(vmafxv1.JobState_JOB_STATE_SUCCEEDED), string(b), now.UnixNano(), r.GetId())
+	case vmafxv1.JobState_JOB_STATE_FAILED:
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+			int32(vmafxv1.JobState_JOB_STATE_FAILED), r.GetError(), now.UnixNano(), r.GetId())
+	default:
+		return nil, fmt.Errorf("%w: a report is RUNNING, SUCCEEDED or FAILED, not %s", ErrConflict, r.GetState())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, tenant, r.GetId())
+}
+
+// RequeueExpired returns every RUNNING job whose lease has expired to
+// PENDING (its node died or stalled) and says how many.
+func (s *Store) RequeueExpired(ctx context.Context) (int64, error) {
+	now := s.now().UnixNano()
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, node = '', lease_expires_at = NULL, progress = 0, updated_at = ?
+		WHERE state = ? AND lease_expires_at <= ?`, int32(vmafxv1.JobState_JOB_STATE_PENDING), now, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now)
+	if err != nil {
+		return 0, fmt.Errorf("controller: requeueing expired leases: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// CountByState counts every tenant's jobs by state.
+func (s *Store) CountByState(ctx context.Context) (map[vmafxv1.JobState]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[vmafxv1.JobState]int64{}
+	for rows.Next() {
+		var st int32
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[vmafxv1.JobState(st)] = n
+	}
+	return out, rows.Err()
+}
+
+func timestamp(nanos int64) *timestamppb.Timestamp { return timestamppb.New(time.Unix(0, nanos)) }
