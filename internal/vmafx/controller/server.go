@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,6 +105,21 @@ type Server struct {
 	grpc     *grpc.Server
 	rpcs     *prometheus.CounterVec
 	requeued prometheus.Counter
+	lis      net.Listener
+}
+
+// Listen opens the gRPC listener (Run does when it has not been) and
+// returns its address: a port 0 in --listen becomes the one the kernel
+// chose.
+func (s *Server) Listen() (string, error) {
+	if s.lis == nil {
+		lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
+		if err != nil {
+			return "", fmt.Errorf("controller: %w", err)
+		}
+		s.lis = lis
+	}
+	return s.lis.Addr().String(), nil
 }
 
 // New validates the options, loads the tenants, opens the store and builds
@@ -180,10 +196,10 @@ func (s *Server) Store() *Store { return s.store }
 // loop that returns expired leases to PENDING.
 func (s *Server) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, s.store.Close()) }()
-	lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
-	if err != nil {
-		return fmt.Errorf("controller: %w", err)
+	if _, err := s.Listen(); err != nil {
+		return err
 	}
+	lis := s.lis
 	runnables := []serve.Runnable{
 		&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.o.Serve.ShutdownTimeout},
 		serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)),

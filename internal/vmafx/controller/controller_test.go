@@ -1,0 +1,340 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/vmafx/controller"
+	"github.com/callerauth/callerauth/token"
+)
+
+// env is a controller serving two tenants, each with its own identity
+// provider (a dev issuer under its own issuer name).
+type env struct {
+	idp   map[string]*devissuer.Issuer
+	ctl   *controller.Server
+	addr  string
+	ca    *pki.CA
+	log   *capture.Buffer
+	clock *atomic.Int64 // unix nanos; 0: real time
+	stop  func()
+	dir   string
+}
+
+func start(t *testing.T, dir string) *env {
+	t.Helper()
+	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		e.idp[name] = iss
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+	}
+	tenantsFile := filepath.Join(dir, "tenants.yaml")
+	_ = os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600)
+	var err error
+	if e.ca, err = pki.NewCA("controller test"); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, _ := e.ca.Issue("127.0.0.1", "127.0.0.1")
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(cert, certPEM, 0o600)
+	_ = os.WriteFile(key, keyPEM, 0o600)
+	e.ctl, err = controller.New(controller.Options{
+		Serve:   serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
+		Tenants: tenantsFile, Datastore: filepath.Join(dir, "jobs.db"), Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(e.log, nil)),
+		Now: func() time.Time {
+			if n := e.clock.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Now()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.addr, err = e.ctl.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.ctl.Run(ctx) }()
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// client is a JobService client with a token of tenant for subject with
+// the roles.
+func (e *env) client(t *testing.T, tenant, subject string, lifetime time.Duration, roles ...string) vmafxv1.JobServiceClient {
+	t.Helper()
+	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
+		Lifetime: lifetime, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func (e *env) clientWith(t *testing.T, tok string) vmafxv1.JobServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: e.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		// Static, not expiry-checked: these tests send expired tokens on purpose.
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return vmafxv1.NewJobServiceClient(conn)
+}
+
+var spec = &vmafxv1.JobSpec{Reference: "/clips/ref.y4m", Distorted: "file:///clips/dist.y4m", Metrics: []string{"psnr", "ssim"}}
+
+// TestEveryMethodHasARule: a method added to JobService without a role in
+// MethodRoles fails here (and would be refused for everyone).
+func TestEveryMethodHasARule(t *testing.T) {
+	for _, m := range vmafxv1.JobService_ServiceDesc.Methods {
+		full := "/" + vmafxv1.JobService_ServiceDesc.ServiceName + "/" + m.MethodName
+		if controller.MethodRoles[full] == "" {
+			t.Errorf("%s has no role in controller.MethodRoles", full)
+		}
+	}
+	if len(vmafxv1.JobService_ServiceDesc.Streams) != 0 {
+		t.Error("JobService has streaming methods: guard them and give them roles")
+	}
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// TestTenantsAndRoles runs the seed's consequences as rows: the tenant is
+// the issuer's, roles gate each method, another tenant's job does not exist.
+func TestTenantsAndRoles(t *testing.T) {
+	e := start(t, t.TempDir())
+	ctx := context.Background()
+	submitterA := e.client(t, "tenant-a", "ci-a", time.Hour, controller.RoleSubmitter, controller.RoleReader)
+	readerA := e.client(t, "tenant-a", "dash-a", time.Hour, controller.RoleReader)
+	readerB := e.client(t, "tenant-b", "dash-b", time.Hour, controller.RoleReader)
+	nodeA := e.client(t, "tenant-a", "node-a1", time.Hour, controller.RoleNode)
+	nodeA2 := e.client(t, "tenant-a", "node-a2", time.Hour, controller.RoleNode)
+	nodeB := e.client(t, "tenant-b", "node-b1", time.Hour, controller.RoleNode)
+
+	sub, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := sub.GetJob()
+	if job.GetTenant() != "tenant-a" || job.GetState() != vmafxv1.JobState_JOB_STATE_PENDING || job.GetSubmittedBy() != "ci-a" {
+		t.Fatalf("submitted %+v", job)
+	}
+	if got, err := readerA.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()}); err != nil || got.GetJob().GetId() != job.GetId() {
+		t.Fatalf("reader A: %v", err)
+	}
+	// Tenant B cannot tell A's job from one that does not exist.
+	_, errOther := readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()})
+	_, errNone := readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: "no-such-job"})
+	if code(errOther) != codes.NotFound || status.Convert(errOther).Message() != status.Convert(errNone).Message() {
+		t.Fatalf("tenant B reading A's job: %v (a missing job: %v)", errOther, errNone)
+	}
+	// A reader cannot submit: PermissionDenied naming the role required.
+	_, err = readerA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if code(err) != codes.PermissionDenied || requiredRole(err) != controller.RoleSubmitter {
+		t.Fatalf("reader submitting: %v (required role %q)", err, requiredRole(err))
+	}
+	if _, err := readerA.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); code(err) != codes.PermissionDenied || requiredRole(err) != controller.RoleNode {
+		t.Fatalf("reader claiming: %v", err)
+	}
+	// A bad or expired token is Unauthenticated with the guard's reason.
+	expired, err := e.idp["tenant-a"].MintIdentity(devissuer.IdentityRequest{Subject: "ci-a", Audiences: []string{"vmafx-controller"},
+		Lifetime: time.Minute, IssuedAt: time.Now().Add(-time.Hour), Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]vmafxv1.JobServiceClient{
+		"expired":             e.clientWith(t, expired.Token),
+		"another audience":    e.clientWithAudience(t, "tenant-a", "other-service"),
+		"an unknown issuer's": e.clientWithIssuer(t),
+	} {
+		if _, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()}); code(err) != codes.Unauthenticated || status.Convert(err).Message() != "token_invalid" {
+			t.Errorf("%s token: %v", name, err)
+		}
+	}
+	// Lists are the caller's tenant's.
+	if l, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 1 {
+		t.Fatalf("list A: %v %v", l, err)
+	}
+	if l, err := readerB.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 0 {
+		t.Fatalf("list B: %v %v", l, err)
+	}
+	// A node claims only its tenant's jobs.
+	if c, err := nodeB.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob() != nil {
+		t.Fatalf("node B claimed %v %v", c, err)
+	}
+	claim, err := nodeA.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || claim.GetJob().GetId() != job.GetId() || claim.GetJob().GetNode() != "node-a1" || claim.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_RUNNING {
+		t.Fatalf("node A claim: %v %v", claim, err)
+	}
+	// Only the node holding the lease may report; only legal transitions.
+	done := &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 40.1, Min: 38, Frames: 10}, {Metric: "ssim", Mean: 0.98, Min: 0.97, Frames: 10}}}
+	if _, err := nodeA2.ReportJob(ctx, done); code(err) != codes.FailedPrecondition {
+		t.Fatalf("another node reporting: %v", err)
+	}
+	if _, err := nodeB.ReportJob(ctx, done); code(err) != codes.NotFound {
+		t.Fatalf("another tenant's node reporting: %v", err)
+	}
+	if r, err := nodeA.ReportJob(ctx, done); err != nil || r.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(r.GetJob().GetScores()) != 2 {
+		t.Fatalf("report: %v %v", r, err)
+	}
+	if _, err := nodeA.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "late"}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("SUCCEEDED → FAILED: %v", err)
+	}
+	// Bad specs name what is wrong.
+	for _, bad := range []*vmafxv1.JobSpec{
+		{Reference: "/a.y4m", Distorted: "/b.y4m", Metrics: []string{"psnr", "vmaf"}},
+		{Reference: "/a.y4m", Distorted: "https://x/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "", Distorted: "/b.y4m", Metrics: []string{"psnr"}},
+	} {
+		if _, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: bad}); code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	// One log line per refusal, naming method, tenant, caller and reason,
+	// never the token.
+	if !strings.Contains(e.log.String(), `"caller":"dash-a"`) || !strings.Contains(e.log.String(), `"tenant":"tenant-a"`) ||
+		!strings.Contains(e.log.String(), `"reason":"role_missing"`) || strings.Contains(e.log.String(), expired.Token) {
+		t.Errorf("refusal log:\n%s", e.log.String())
+	}
+}
+
+func (e *env) clientWithAudience(t *testing.T, tenant, aud string) vmafxv1.JobServiceClient {
+	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: "x", Audiences: []string{aud}, Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func (e *env) clientWithIssuer(t *testing.T) vmafxv1.JobServiceClient {
+	other, _ := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-c.example"})
+	tok, err := other.MintIdentity(devissuer.IdentityRequest{Subject: "x", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func requiredRole(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()["required_role"]
+		}
+	}
+	return ""
+}
+
+// TestLeaseExpiryAndRestart: a node that stops reporting loses its job
+// back to PENDING after the lease (counted), cannot report for it any more,
+// and another node finishes it; a controller restart loses nothing.
+func TestLeaseExpiryAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := start(t, dir)
+	ctx := context.Background()
+	sub, err := e.client(t, "tenant-a", "ci-a", time.Hour, controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, alive := e.client(t, "tenant-a", "node-dead", time.Hour, controller.RoleNode), e.client(t, "tenant-a", "node-alive", time.Hour, controller.RoleNode)
+	if c, err := dead.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob() == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano()) // past the lease
+	reader := e.client(t, "tenant-a", "dash", time.Hour, controller.RoleReader)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g, err := reader.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+		if err == nil && g.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_PENDING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never went back to PENDING: %v %v", g, err)
+		}
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_lease_expiries_total"); got != 1 {
+		t.Fatalf("lease expiries counted: %v", got)
+	}
+	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("the dead node reporting after losing its lease: %v", err)
+	}
+	if c, err := alive.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob().GetNode() != "node-alive" {
+		t.Fatalf("second claim: %v %v", c, err)
+	}
+	if _, err := alive.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 30, Min: 29, Frames: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Restart on the same datastore: everything is there.
+	e.stop()
+	e2 := start(t, dir)
+	g, err := e2.client(t, "tenant-a", "dash", time.Hour, controller.RoleReader).GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+	if err != nil || g.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || g.GetJob().GetScores()[0].GetMean() != 30 {
+		t.Fatalf("after a restart: %v %v", g, err)
+	}
+}
+
+func metric(t *testing.T, s *controller.Server, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
+}
+
+func TestTenantsFileRefusals(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"unknown key", "tenants:\n  - name: a\n    issuer: https://a\n    audiences: [x]\n    role_claim: scp\n", `unknown field "role_claim"`},
+		{"key twice", "tenants:\n  - name: a\n    name: b\n    issuer: https://a\n    audiences: [x]\n", "already set"},
+		{"one issuer, two tenants", "tenants:\n  - name: a\n    issuer: https://a\n    audiences: [x]\n  - name: b\n    issuer: https://a\n    audiences: [x]\n", `issuer https://a already belongs to tenant "a"`},
+		{"bad name", "tenants:\n  - name: Tenant_A\n    issuer: https://a\n    audiences: [x]\n", `name "Tenant_A"`},
+		{"no audiences", "tenants:\n  - name: a\n    issuer: https://a\n", "audience"},
+		{"none", "tenants: []\n", "no tenants"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tenants.yaml")
+			_ = os.WriteFile(p, []byte(tt.yaml), 0o600)
+			if _, err := controller.LoadTenants(p); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
