@@ -143,3 +143,6 @@ func (p *Process) LogValue(t testing.TB, msg, key string, timeout time.Duration)
 		}
 	}
 }
+
+// Signal sends sig to the process (SIGKILL: a node dying mid-job).
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }

@@ -1,0 +1,368 @@
+// Package vmafx_test runs the real vmafx-controller and vmafx-node binaries
+// over TLS with two tenants, each with its own identity provider, and checks
+// the seed's consequences as rows: scores that match ffmpeg's, tenant B not
+// seeing tenant A's job, a reader unable to submit, an expired token file
+// reported and never sent and a refreshed one resuming work, a node killed
+// mid-job replaced after its lease, and a controller restart losing nothing.
+package vmafx_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/token"
+)
+
+var bins map[string]string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vmafx-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if bins, err = e2e.Build(dir, "cmd/vmafx-controller", "cmd/vmafx-node"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type world struct {
+	t       *testing.T
+	dir     string
+	idp     map[string]*devissuer.Issuer
+	ca      *pki.CA
+	caFile  string
+	tenants string
+	ctl     *e2e.Process
+	addr    string
+	datadir string
+	cert    string
+	key     string
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		w.idp[name] = iss
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    roles_claim: scp\n    ca_file: %s\n",
+			name, iss.Issuer(), srv.URL, iss.CAFile())
+	}
+	w.tenants = filepath.Join(w.dir, "tenants.yaml")
+	write(t, w.tenants, tenants.String())
+	var err error
+	if w.ca, err = pki.NewCA("vmafx e2e"); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, _ := w.ca.Issue("127.0.0.1", "127.0.0.1")
+	w.cert, w.key = filepath.Join(w.dir, "tls.crt"), filepath.Join(w.dir, "tls.key")
+	write(t, w.cert, string(certPEM))
+	write(t, w.key, string(keyPEM))
+	if w.caFile, err = w.ca.WriteCA(filepath.Join(w.dir, "ca.crt")); err != nil {
+		t.Fatal(err)
+	}
+	w.datadir = filepath.Join(w.dir, "controller.db")
+	w.startController()
+	return w
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) startController() {
+	w.ctl = e2e.Start(w.t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--tenants", w.tenants, "--datastore", w.datadir, "--lease", "2s"})
+	w.addr = w.ctl.LogValue(w.t, "controller: serving", "address", 60*time.Second)
+}
+
+// mint is a token of tenant for subject with roles, valid for lifetime
+// from issued.
+func (w *world) mint(tenant, subject string, issued time.Time, lifetime time.Duration, roles ...string) string {
+	tok, err := w.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
+		Lifetime: lifetime, IssuedAt: issued, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return tok.Token
+}
+
+// client is an operator-side client with a token.
+func (w *world) client(tok string) vmafxv1.JobServiceClient {
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = conn.Close() })
+	return vmafxv1.NewJobServiceClient(conn)
+}
+
+// node starts a node binary for tenant A whose token file is tokenFile.
+func (w *world) node(name, tokenFile string) *e2e.Process {
+	cfg := filepath.Join(w.dir, name+".yaml")
+	write(w.t, cfg, fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tokenFile))
+	return e2e.Start(w.t, bins["vmafx-node"], []string{"--config", cfg, "--poll", "100ms", "--report-every", "500ms"})
+}
+
+func (w *world) wait(c vmafxv1.JobServiceClient, id string, done func(*vmafxv1.Job) bool) *vmafxv1.Job {
+	w.t.Helper()
+	var last *vmafxv1.Job
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		g, err := c.GetJob(context.Background(), &vmafxv1.GetJobRequest{Id: id})
+		if err == nil {
+			last = g.GetJob()
+			if done(last) {
+				return last
+			}
+		}
+	}
+	w.t.Fatalf("job %s never got there; last %+v", id, last)
+	return nil
+}
+
+func succeeded(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED }
+
+// ffmpegMeans runs ffmpeg's filter and returns the mean and minimum of its
+// per-frame key.
+func ffmpegMeans(t *testing.T, filter, key, reference, distorted string) (float64, float64) {
+	t.Helper()
+	bin, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		t.Fatal("ffmpeg is the reference and is not installed: make test installs it")
+	}
+	// Not t.TempDir(): a subtest's name (commas, quotes) would break the
+	// filter graph's syntax.
+	tmp, err := os.MkdirTemp("", "ffmpeg-stats-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	stats := filepath.Join(tmp, filter+".log")
+	if out, err := exec.Command(bin, "-hide_banner", "-loglevel", "error", "-i", distorted, "-i", reference,
+		"-lavfi", fmt.Sprintf("[0:v][1:v]%s=stats_file=%s", filter, stats), "-f", "null", "-").CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v\n%s", err, out)
+	}
+	f, err := os.Open(stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum, lo, n := 0.0, math.Inf(1), 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		for _, field := range strings.Fields(sc.Text()) {
+			if v, ok := strings.CutPrefix(field, key+":"); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				sum, lo, n = sum+x, math.Min(lo, x), n+1
+			}
+		}
+	}
+	return sum / float64(n), lo
+}
+
+func TestVmafx(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	now := time.Now()
+	submitter := w.client(w.mint("tenant-a", "ci-a", now, time.Hour, "vmafx:submitter", "vmafx:reader"))
+	readerA := w.client(w.mint("tenant-a", "dash-a", now, time.Hour, "vmafx:reader"))
+	readerB := w.client(w.mint("tenant-b", "dash-b", now, time.Hour, "vmafx:reader"))
+	clips := filepath.Join(w.dir, "clips")
+	_ = os.MkdirAll(clips, 0o700)
+	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
+	if err := clipgen.WriteFile(ref, clipgen.Spec{Width: 160, Height: 96, Frames: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if err := clipgen.WriteFile(dist, clipgen.Spec{Width: 160, Height: 96, Frames: 12, Noise: 10, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	spec := &vmafxv1.JobSpec{Reference: ref, Distorted: "file://" + dist, Metrics: []string{"psnr", "ssim"}}
+
+	t.Run("submit, claim, measure, succeed with ffmpeg's figures", func(t *testing.T) {
+		tokFile := filepath.Join(w.dir, "node-a1.token")
+		write(t, tokFile, w.mint("tenant-a", "node-a1", now, time.Hour, "vmafx:node"))
+		n1 := w.node("node-a1", tokFile)
+		defer func() { _ = n1.Stop() }()
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := w.wait(readerA, sub.GetJob().GetId(), succeeded)
+		if j.GetNode() != "node-a1" || len(j.GetScores()) != 2 {
+			t.Fatalf("job %+v", j)
+		}
+		if m := w.metrics(t); !strings.Contains(m, `vmafx_controller_jobs{state="succeeded"} 1`) ||
+			!strings.Contains(m, `vmafx_controller_rpcs_total{code="OK",method="/vmafx.v1.JobService/SubmitJob"} 1`) {
+			t.Errorf("metrics:\n%s", m)
+		}
+		for i, c := range []struct {
+			filter, key string
+			tol         float64
+		}{{"psnr", "psnr_y", 0.01}, {"ssim", "Y", 0.001}} {
+			mean, lo := ffmpegMeans(t, c.filter, c.key, ref, dist)
+			s := j.GetScores()[i]
+			if s.GetFrames() != 12 || math.Abs(s.GetMean()-mean) > c.tol || math.Abs(s.GetMin()-lo) > c.tol {
+				t.Errorf("%s: mean %.5f min %.5f over %d frames; ffmpeg %.5f %.5f", c.filter, s.GetMean(), s.GetMin(), s.GetFrames(), mean, lo)
+			}
+		}
+		// Tenant B cannot see it: NotFound, as a job that does not exist.
+		_, err = readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: j.GetId()})
+		_, none := readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: "00000000-0000-0000-0000-000000000000"})
+		if status.Code(err) != codes.NotFound || status.Convert(err).Message() != status.Convert(none).Message() {
+			t.Errorf("tenant B: %v (a missing job: %v)", err, none)
+		}
+		// A reader cannot submit: PermissionDenied naming the role.
+		_, err = readerA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if status.Code(err) != codes.PermissionDenied || requiredRole(err) != "vmafx:submitter" {
+			t.Errorf("reader submitting: %v", err)
+		}
+	})
+
+	t.Run("an expired token file is reported and never sent; a refreshed one resumes", func(t *testing.T) {
+		tokFile := filepath.Join(w.dir, "node-a2.token")
+		past := now.Add(-2 * time.Hour)
+		write(t, tokFile, w.mint("tenant-a", "node-a2", past, time.Hour, "vmafx:node"))
+		n := w.node("node-a2", tokFile)
+		defer func() { _ = n.Stop() }()
+		expiry := past.Truncate(time.Second).Add(time.Hour).UTC().Format(time.RFC3339)
+		if got := n.LogValue(t, "node: the token file holds an expired token; not sending it, polling on (is its refresher running?)", "expiry", 30*time.Second); got != expiry {
+			t.Fatalf("logged expiry %s, want %s", got, expiry)
+		}
+		if !strings.Contains(n.Output(), tokFile) {
+			t.Fatalf("the node's log does not name the file:\n%s", n.Output())
+		}
+		// Nothing reached the controller: no ClaimJob was refused.
+		if m := w.metrics(t); strings.Contains(m, `vmafx_controller_rpcs_total{code="Unauthenticated",method="/vmafx.v1.JobService/ClaimJob"}`) {
+			t.Fatalf("the expired token reached the controller:\n%s", m)
+		}
+		// The refresher comes back: the next poll reads the new file.
+		write(t, tokFile, w.mint("tenant-a", "node-a2", time.Now(), time.Hour, "vmafx:node"))
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j := w.wait(readerA, sub.GetJob().GetId(), succeeded); j.GetNode() != "node-a2" {
+			t.Fatalf("finished by %s, want node-a2 (resumed without a restart)", j.GetNode())
+		}
+	})
+
+	t.Run("a node killed mid-job: the job returns after the lease and another node finishes it", func(t *testing.T) {
+		fifo := filepath.Join(clips, "slow.y4m")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tok := filepath.Join(w.dir, "node-a3.token")
+		write(t, tok, w.mint("tenant-a", "node-a3", now, time.Hour, "vmafx:node"))
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: fifo, Metrics: []string{"psnr"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doomed := w.node("node-a3", tok)
+		// It claims and blocks on the clip nobody writes yet.
+		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool {
+			return j.GetNode() == "node-a3" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING
+		})
+		if err := doomed.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_PENDING })
+		tok4 := filepath.Join(w.dir, "node-a4.token")
+		write(t, tok4, w.mint("tenant-a", "node-a4", now, time.Hour, "vmafx:node"))
+		n4 := w.node("node-a4", tok4)
+		defer func() { _ = n4.Stop() }()
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_ = clipgen.Write(f, clipgen.Spec{Width: 160, Height: 96, Frames: 12, Noise: 10, Seed: 3})
+		}()
+		j := w.wait(readerA, sub.GetJob().GetId(), succeeded)
+		if j.GetNode() != "node-a4" {
+			t.Fatalf("finished by %s", j.GetNode())
+		}
+		if !strings.Contains(w.ctl.Output(), "leases expired") {
+			t.Error("the lease expiry was not logged")
+		}
+	})
+
+	t.Run("a controller restart loses nothing", func(t *testing.T) {
+		list, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
+		if err != nil || len(list.GetJobs()) != 3 {
+			t.Fatalf("before: %v %v", list, err)
+		}
+		if err := w.ctl.Stop(); err != nil {
+			t.Fatalf("controller exit: %v", err)
+		}
+		w.startController()
+		after := w.client(w.mint("tenant-a", "dash-a", time.Now(), time.Hour, "vmafx:reader"))
+		list2, err := after.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
+		if err != nil || len(list2.GetJobs()) != 3 {
+			t.Fatalf("after: %v %v", list2, err)
+		}
+		for i, j := range list2.GetJobs() {
+			if j.GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetScores()) == 0 || j.GetScores()[0].GetMean() != list.GetJobs()[i].GetScores()[0].GetMean() {
+				t.Errorf("after the restart: %+v", j)
+			}
+		}
+	})
+}
+
+// metrics is the controller's /metrics.
+func (w *world) metrics(t *testing.T) string {
+	t.Helper()
+	addr := w.ctl.LogValue(t, "controller: serving", "metrics", time.Second)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func requiredRole(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()["required_role"]
+		}
+	}
+	return ""
+}
