@@ -96,6 +96,8 @@ type Issuer struct {
 	regMu   sync.Mutex
 	reg     *registry
 	regStat os.FileInfo
+
+	mu sync.Mutex // the OAuth2 client registry
 }
 
 // State directory file names.

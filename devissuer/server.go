@@ -48,6 +48,7 @@ func (i *Issuer) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathDiscovery, i.serveDiscovery)
 	mux.HandleFunc("GET "+PathJWKS, i.serveJWKS)
 	mux.HandleFunc("POST "+PathTokenReviews, i.serveTokenReview)
+	mux.HandleFunc("POST "+PathToken, i.serveToken)
 	mux.HandleFunc("DELETE /api/v1/namespaces/{namespace}/pods/{name}", i.serveDeletePod)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
@@ -59,6 +60,8 @@ func (i *Issuer) serveDiscovery(w http.ResponseWriter, r *http.Request) {
 	doc := map[string]any{
 		"issuer":                                i.issuer,
 		"jwks_uri":                              "https://" + r.Host + PathJWKS,
+		"token_endpoint":                        "https://" + r.Host + PathToken,
+		"grant_types_supported":                 []string{"client_credentials"},
 		"response_types_supported":              []string{"id_token"},
 		"subject_types_supported":               []string{"public"},
 		"id_token_signing_alg_values_supported": []string{string(i.alg)},

@@ -36,7 +36,7 @@ func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
 
 func newIssuerCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "issuer", Short: "The embedded dev issuer"}
-	cmd.AddCommand(newIssuerServeCmd(o), newIssuerCertCmd(o), newIssuerDeletePodCmd(o))
+	cmd.AddCommand(newIssuerServeCmd(o), newIssuerCertCmd(o), newIssuerClientCmd(o), newIssuerDeletePodCmd(o))
 	return cmd
 }
 

@@ -17,8 +17,8 @@ import (
 )
 
 func newTokenCmd(o *Options) *cobra.Command {
-	cmd := &cobra.Command{Use: "token", Short: "Mint and inspect service-account tokens"}
-	cmd.AddCommand(newTokenMintCmd(o), newTokenInspectCmd(o))
+	cmd := &cobra.Command{Use: "token", Short: "Mint, inspect and refresh tokens"}
+	cmd.AddCommand(newTokenMintCmd(o), newTokenInspectCmd(o), newTokenRefreshCmd(o))
 	return cmd
 }
 
