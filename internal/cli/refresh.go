@@ -25,9 +25,9 @@ import (
 func newTokenRefreshCmd(o *Options) *cobra.Command {
 	var (
 		tokenURL, clientID, secretFile, audience, out, caFile string
-		scopes                                               []string
-		once                                                 bool
-		renewAt                                              float64
+		scopes                                                []string
+		once                                                  bool
+		renewAt                                               float64
 	)
 	cmd := &cobra.Command{
 		Use:   "refresh --token-url URL --client-id ID --client-secret-file FILE --out FILE",
