@@ -87,6 +87,7 @@ func Run(ctx context.Context) ([]Result, error) {
 	scenarios = append(scenarios, nodeScenarios...)
 	scenarios = append(scenarios, connectorSocket, connectorDeployment, connectorConfigRefused)
 	scenarios = append(scenarios, pdpScenarios...)
+	scenarios = append(scenarios, vmafxScenarios...)
 	results := make([]Result, 0, len(scenarios))
 	for _, s := range scenarios {
 		results = append(results, s(ctx, e))

@@ -1,0 +1,250 @@
+package demo
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/internal/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/vmafx/node"
+	"github.com/callerauth/callerauth/token"
+)
+
+// The vmafx controller and node in-process, with two dev issuers as the
+// identity providers of tenant-a and tenant-b.
+
+type vmafxWorld struct {
+	dir    string
+	idp    map[string]*devissuer.Issuer
+	addr   string
+	ca     *pki.CA
+	caFile string
+	stop   func()
+}
+
+func (e *env) startVmafx() (*vmafxWorld, error) {
+	dir, err := os.MkdirTemp(e.dir, "vmafx-")
+	if err != nil {
+		return nil, err
+	}
+	w := &vmafxWorld{dir: dir, idp: map[string]*devissuer.Issuer{}}
+	var stops []func()
+	w.stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		iss, err := devissuer.Open(filepath.Join(dir, name), devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		srv, err := iss.Serve("127.0.0.1:0", nil)
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		stops = append(stops, func() { _ = srv.Close() })
+		w.idp[name] = iss
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+	}
+	tenantsFile := filepath.Join(dir, "tenants.yaml")
+	if err := os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600); err != nil {
+		w.stop()
+		return nil, err
+	}
+	if w.ca, err = pki.NewCA("vmafx demo"); err != nil {
+		w.stop()
+		return nil, err
+	}
+	certPEM, keyPEM, _ := w.ca.Issue("127.0.0.1", "127.0.0.1")
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(cert, certPEM, 0o600)
+	_ = os.WriteFile(key, keyPEM, 0o600)
+	w.caFile, _ = w.ca.WriteCA(filepath.Join(dir, "ca.crt"))
+	ctl, err := controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
+		Tenants: tenantsFile, Datastore: filepath.Join(dir, "jobs.db"), Lease: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		w.stop()
+		return nil, err
+	}
+	if w.addr, err = ctl.Listen(); err != nil {
+		w.stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ctl.Run(ctx); close(done) }()
+	stops = append(stops, func() { cancel(); <-done })
+	return w, nil
+}
+
+func (w *vmafxWorld) mint(tenant, subject string, issued time.Time, roles ...string) string {
+	tok, err := w.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
+		IssuedAt: issued, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+	if err != nil {
+		return ""
+	}
+	return tok.Token
+}
+
+func (w *vmafxWorld) client(tok string) (vmafxv1.JobServiceClient, func(), error) {
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	if err != nil {
+		return nil, nil, err
+	}
+	return vmafxv1.NewJobServiceClient(conn), func() { _ = conn.Close() }, nil
+}
+
+// runNode runs a node with tokenFile until stop is called; its log goes to
+// the returned buffer.
+func (w *vmafxWorld) runNode(tokenFile string) (*capture.Buffer, func(), error) {
+	env := map[string]string{"VMAFX_CONTROLLER_ADDRESS": w.addr, "VMAFX_CONTROLLER_TLS": "true", "VMAFX_CONTROLLER_CA_FILE": w.caFile,
+		"VMAFX_CONTROLLER_SERVER_NAME": "127.0.0.1", "VMAFX_CONTROLLER_TOKEN_FILE": tokenFile}
+	var log capture.Buffer
+	n, err := node.New(node.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Poll: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(done) }()
+	return &log, func() { cancel(); <-done; _ = n.Close() }, nil
+}
+
+func (w *vmafxWorld) clips() (ref, dist string, err error) {
+	ref, dist = filepath.Join(w.dir, "ref.y4m"), filepath.Join(w.dir, "dist.y4m")
+	if err = clipgen.WriteFile(ref, clipgen.Spec{Width: 176, Height: 144, Frames: 10}); err == nil {
+		err = clipgen.WriteFile(dist, clipgen.Spec{Width: 176, Height: 144, Frames: 10, Noise: 8, Seed: 1})
+	}
+	return ref, dist, err
+}
+
+func vmafxMeasure(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: submit, node claims and measures", Expected: "SUCCEEDED with luma PSNR and SSIM"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	tokFile := filepath.Join(w.dir, "node.token")
+	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
+	_, stopNode, err := w.runNode(tokFile)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeC()
+	sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: "file://" + dist, Metrics: []string{"psnr", "ssim"}}})
+	if err != nil {
+		return fail(r, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		g, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+		if err == nil && g.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED && len(g.GetJob().GetScores()) == 2 {
+			s := g.GetJob().GetScores()
+			r.Observed = fmt.Sprintf("SUCCEEDED by %s: psnr mean %.2f dB, ssim mean %.4f over %d frames", g.GetJob().GetNode(), s[0].GetMean(), s[1].GetMean(), s[0].GetFrames())
+			r.Pass = s[0].GetFrames() == 10 && s[0].GetMean() > 20 && s[1].GetMean() > 0 && s[1].GetMean() < 1
+			return r
+		}
+	}
+	return fail(r, fmt.Errorf("the job did not succeed in 20 s"))
+}
+
+func vmafxScoping(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: tenant B reads tenant A's job; a reader submits", Expected: "NotFound; PermissionDenied naming vmafx:submitter"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	a, closeA, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeA()
+	b, closeB, _ := w.client(w.mint("tenant-b", "dash-b", time.Time{}, controller.RoleReader))
+	defer closeB()
+	reader, closeR, _ := w.client(w.mint("tenant-a", "dash-a", time.Time{}, controller.RoleReader))
+	defer closeR()
+	sub, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "/r.y4m", Distorted: "/d.y4m", Metrics: []string{"psnr"}}})
+	if err != nil {
+		return fail(r, err)
+	}
+	_, errB := b.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+	_, errR := reader.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: sub.GetJob().GetSpec()})
+	role := ""
+	for _, d := range status.Convert(errR).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			role = info.GetMetadata()["required_role"]
+		}
+	}
+	r.Observed = fmt.Sprintf("%s; %s %s (required_role %s)", status.Code(errB), status.Code(errR), status.Convert(errR).Message(), role)
+	r.Pass = status.Code(errB).String() == "NotFound" && status.Code(errR).String() == "PermissionDenied" && role == controller.RoleSubmitter
+	return r
+}
+
+func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: node's token file holds an expired JWT", Expected: "logged with the file and expiry, never sent; a refreshed file resumes"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	tokFile := filepath.Join(w.dir, "node.token")
+	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a2", time.Now().Add(-3*time.Hour), controller.RoleNode)), 0o600)
+	log, stopNode, err := w.runNode(tokFile)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), "expired token") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	named := strings.Contains(log.String(), tokFile) && strings.Contains(log.String(), `"expiry"`)
+	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a2", time.Time{}, controller.RoleNode)), 0o600)
+	for !strings.Contains(log.String(), "polling") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := strings.Count(log.String(), "expired token")
+	time.Sleep(300 * time.Millisecond)
+	resumed := strings.Count(log.String(), "expired token") == before
+	r.Observed = fmt.Sprintf("logged naming file and expiry: %t; after refresh, no more refusals: %t", named, resumed)
+	r.Pass = named && resumed
+	return r
+}
+
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile}
