@@ -247,6 +247,19 @@ func TestVmafx(t *testing.T) {
 		if status.Code(err) != codes.NotFound || status.Convert(err).Message() != status.Convert(none).Message() {
 			t.Errorf("tenant B: %v (a missing job: %v)", err, none)
 		}
+		// Clips that do not match fail the job, naming both.
+		wide := filepath.Join(clips, "wide.y4m")
+		if err := clipgen.WriteFile(wide, clipgen.Spec{Width: 176, Height: 96, Frames: 12}); err != nil {
+			t.Fatal(err)
+		}
+		bad, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: wide, Metrics: []string{"psnr"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := w.wait(readerA, bad.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_FAILED })
+		if !strings.Contains(failed.GetError(), "frame sizes differ: reference "+ref+" is 160x96, distorted "+wide+" is 176x96") {
+			t.Errorf("failed job's error: %q", failed.GetError())
+		}
 		// A reader cannot submit: PermissionDenied naming the role.
 		_, err = readerA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 		if status.Code(err) != codes.PermissionDenied || requiredRole(err) != "vmafx:submitter" {
@@ -325,7 +338,7 @@ func TestVmafx(t *testing.T) {
 
 	t.Run("a controller restart loses nothing", func(t *testing.T) {
 		list, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
-		if err != nil || len(list.GetJobs()) != 3 {
+		if err != nil || len(list.GetJobs()) != 4 {
 			t.Fatalf("before: %v %v", list, err)
 		}
 		if err := w.ctl.Stop(); err != nil {
@@ -334,12 +347,14 @@ func TestVmafx(t *testing.T) {
 		w.startController()
 		after := w.client(w.mint("tenant-a", "dash-a", time.Now(), time.Hour, "vmafx:reader"))
 		list2, err := after.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
-		if err != nil || len(list2.GetJobs()) != 3 {
+		if err != nil || len(list2.GetJobs()) != 4 {
 			t.Fatalf("after: %v %v", list2, err)
 		}
 		for i, j := range list2.GetJobs() {
-			if j.GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetScores()) == 0 || j.GetScores()[0].GetMean() != list.GetJobs()[i].GetScores()[0].GetMean() {
-				t.Errorf("after the restart: %+v", j)
+			was := list.GetJobs()[i]
+			if j.GetId() != was.GetId() || j.GetState() != was.GetState() || j.GetError() != was.GetError() || len(j.GetScores()) != len(was.GetScores()) ||
+				(len(j.GetScores()) > 0 && j.GetScores()[0].GetMean() != was.GetScores()[0].GetMean()) {
+				t.Errorf("after the restart: %+v, before %+v", j, was)
 			}
 		}
 	})
