@@ -57,6 +57,13 @@ func run(t *testing.T, o connector.Options, config string) *running {
 	r := &running{s: s, done: make(chan error, 1), stop: cancel, log: lb}
 	go func() { r.done <- s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-r.done })
+	// Serving once the start-up line is out: a stale socket file at the
+	// path exists before the connector listens on it.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(lb.String(), "connector: serving"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connector did not start:\n%s", lb.String())
+		}
+	}
 	return r
 }
 
