@@ -23,7 +23,7 @@ import (
 // PathToken is the OAuth2 token endpoint (RFC 6749 §3.2): the
 // client-credentials grant (§4.4), as a tenant's identity provider serves
 // it to a refresher.
-const PathToken = "/oauth2/token"
+const PathToken = "/oauth2/token" //nolint:gosec // a URL path, not a credential.
 
 // fileClients holds the registered OAuth2 clients.
 const fileClients = "clients.json"

@@ -111,11 +111,11 @@ func (w *world) startController() {
 	w.addr = w.ctl.LogValue(w.t, "controller: serving", "address", 60*time.Second)
 }
 
-// mint is a token of tenant for subject with roles, valid for lifetime
-// from issued.
-func (w *world) mint(tenant, subject string, issued time.Time, lifetime time.Duration, roles ...string) string {
+// mint is a token of tenant for subject with roles, valid for an hour from
+// issued.
+func (w *world) mint(tenant, subject string, issued time.Time, roles ...string) string {
 	tok, err := w.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
-		Lifetime: lifetime, IssuedAt: issued, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+		Lifetime: time.Hour, IssuedAt: issued, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -200,9 +200,9 @@ func TestVmafx(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	now := time.Now()
-	submitter := w.client(w.mint("tenant-a", "ci-a", now, time.Hour, "vmafx:submitter", "vmafx:reader"))
-	readerA := w.client(w.mint("tenant-a", "dash-a", now, time.Hour, "vmafx:reader"))
-	readerB := w.client(w.mint("tenant-b", "dash-b", now, time.Hour, "vmafx:reader"))
+	submitter := w.client(w.mint("tenant-a", "ci-a", now, "vmafx:submitter", "vmafx:reader"))
+	readerA := w.client(w.mint("tenant-a", "dash-a", now, "vmafx:reader"))
+	readerB := w.client(w.mint("tenant-b", "dash-b", now, "vmafx:reader"))
 	clips := filepath.Join(w.dir, "clips")
 	_ = os.MkdirAll(clips, 0o700)
 	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
@@ -216,7 +216,7 @@ func TestVmafx(t *testing.T) {
 
 	t.Run("submit, claim, measure, succeed with ffmpeg's figures", func(t *testing.T) {
 		tokFile := filepath.Join(w.dir, "node-a1.token")
-		write(t, tokFile, w.mint("tenant-a", "node-a1", now, time.Hour, "vmafx:node"))
+		write(t, tokFile, w.mint("tenant-a", "node-a1", now, "vmafx:node"))
 		n1 := w.node("node-a1", tokFile)
 		defer func() { _ = n1.Stop() }()
 		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
@@ -270,7 +270,7 @@ func TestVmafx(t *testing.T) {
 	t.Run("an expired token file is reported and never sent; a refreshed one resumes", func(t *testing.T) {
 		tokFile := filepath.Join(w.dir, "node-a2.token")
 		past := now.Add(-2 * time.Hour)
-		write(t, tokFile, w.mint("tenant-a", "node-a2", past, time.Hour, "vmafx:node"))
+		write(t, tokFile, w.mint("tenant-a", "node-a2", past, "vmafx:node"))
 		n := w.node("node-a2", tokFile)
 		defer func() { _ = n.Stop() }()
 		expiry := past.Truncate(time.Second).Add(time.Hour).UTC().Format(time.RFC3339)
@@ -285,7 +285,7 @@ func TestVmafx(t *testing.T) {
 			t.Fatalf("the expired token reached the controller:\n%s", m)
 		}
 		// The refresher comes back: the next poll reads the new file.
-		write(t, tokFile, w.mint("tenant-a", "node-a2", time.Now(), time.Hour, "vmafx:node"))
+		write(t, tokFile, w.mint("tenant-a", "node-a2", time.Now(), "vmafx:node"))
 		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 		if err != nil {
 			t.Fatal(err)
@@ -301,7 +301,7 @@ func TestVmafx(t *testing.T) {
 			t.Fatal(err)
 		}
 		tok := filepath.Join(w.dir, "node-a3.token")
-		write(t, tok, w.mint("tenant-a", "node-a3", now, time.Hour, "vmafx:node"))
+		write(t, tok, w.mint("tenant-a", "node-a3", now, "vmafx:node"))
 		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: fifo, Metrics: []string{"psnr"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -316,7 +316,7 @@ func TestVmafx(t *testing.T) {
 		}
 		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_PENDING })
 		tok4 := filepath.Join(w.dir, "node-a4.token")
-		write(t, tok4, w.mint("tenant-a", "node-a4", now, time.Hour, "vmafx:node"))
+		write(t, tok4, w.mint("tenant-a", "node-a4", now, "vmafx:node"))
 		n4 := w.node("node-a4", tok4)
 		defer func() { _ = n4.Stop() }()
 		go func() {
@@ -345,7 +345,7 @@ func TestVmafx(t *testing.T) {
 			t.Fatalf("controller exit: %v", err)
 		}
 		w.startController()
-		after := w.client(w.mint("tenant-a", "dash-a", time.Now(), time.Hour, "vmafx:reader"))
+		after := w.client(w.mint("tenant-a", "dash-a", time.Now(), "vmafx:reader"))
 		list2, err := after.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
 		if err != nil || len(list2.GetJobs()) != 4 {
 			t.Fatalf("after: %v %v", list2, err)

@@ -91,10 +91,10 @@ func start(t *testing.T, dir string) *env {
 
 // client is a JobService client with a token of tenant for subject with
 // the roles.
-func (e *env) client(t *testing.T, tenant, subject string, lifetime time.Duration, roles ...string) vmafxv1.JobServiceClient {
+func (e *env) client(t *testing.T, tenant, subject string, roles ...string) vmafxv1.JobServiceClient {
 	t.Helper()
 	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
-		Lifetime: lifetime, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+		Claims: map[string]any{"scp": strings.Join(roles, " ")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +136,12 @@ func code(err error) codes.Code { return status.Code(err) }
 func TestTenantsAndRoles(t *testing.T) {
 	e := start(t, t.TempDir())
 	ctx := context.Background()
-	submitterA := e.client(t, "tenant-a", "ci-a", time.Hour, controller.RoleSubmitter, controller.RoleReader)
-	readerA := e.client(t, "tenant-a", "dash-a", time.Hour, controller.RoleReader)
-	readerB := e.client(t, "tenant-b", "dash-b", time.Hour, controller.RoleReader)
-	nodeA := e.client(t, "tenant-a", "node-a1", time.Hour, controller.RoleNode)
-	nodeA2 := e.client(t, "tenant-a", "node-a2", time.Hour, controller.RoleNode)
-	nodeB := e.client(t, "tenant-b", "node-b1", time.Hour, controller.RoleNode)
+	submitterA := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	readerA := e.client(t, "tenant-a", "dash-a", controller.RoleReader)
+	readerB := e.client(t, "tenant-b", "dash-b", controller.RoleReader)
+	nodeA := e.client(t, "tenant-a", "node-a1", controller.RoleNode)
+	nodeA2 := e.client(t, "tenant-a", "node-a2", controller.RoleNode)
+	nodeB := e.client(t, "tenant-b", "node-b1", controller.RoleNode)
 
 	sub, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 	if err != nil {
@@ -264,16 +264,16 @@ func TestLeaseExpiryAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	e := start(t, dir)
 	ctx := context.Background()
-	sub, err := e.client(t, "tenant-a", "ci-a", time.Hour, controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	sub, err := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, alive := e.client(t, "tenant-a", "node-dead", time.Hour, controller.RoleNode), e.client(t, "tenant-a", "node-alive", time.Hour, controller.RoleNode)
+	dead, alive := e.client(t, "tenant-a", "node-dead", controller.RoleNode), e.client(t, "tenant-a", "node-alive", controller.RoleNode)
 	if c, err := dead.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob() == nil {
 		t.Fatalf("claim: %v", err)
 	}
 	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano()) // past the lease
-	reader := e.client(t, "tenant-a", "dash", time.Hour, controller.RoleReader)
+	reader := e.client(t, "tenant-a", "dash", controller.RoleReader)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		g, err := reader.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
 		if err == nil && g.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_PENDING {
@@ -299,7 +299,7 @@ func TestLeaseExpiryAndRestart(t *testing.T) {
 	// Restart on the same datastore: everything is there.
 	e.stop()
 	e2 := start(t, dir)
-	g, err := e2.client(t, "tenant-a", "dash", time.Hour, controller.RoleReader).GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+	g, err := e2.client(t, "tenant-a", "dash", controller.RoleReader).GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
 	if err != nil || g.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || g.GetJob().GetScores()[0].GetMean() != 30 {
 		t.Fatalf("after a restart: %v %v", g, err)
 	}

@@ -27,10 +27,10 @@ const MaxPSNR = 100.0
 
 // LumaPSNR is the PSNR of two luma planes of equal size, in dB.
 func LumaPSNR(a, b []byte) float64 {
-	var sum uint64
+	var sum int64
 	for i := range a {
-		d := int(a[i]) - int(b[i])
-		sum += uint64(d * d)
+		d := int64(a[i]) - int64(b[i])
+		sum += d * d
 	}
 	if sum == 0 {
 		return MaxPSNR
