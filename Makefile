@@ -77,9 +77,11 @@ fuzz:
 	done
 
 # Regenerates the Go code committed beside the protos (buf, protoc-gen-go and
-# protoc-gen-go-grpc pinned in tools/go.mod), and lints the protos.
+# protoc-gen-go-grpc pinned in tools/go.mod), lints the protos, and
+# regenerates the VmafxJob deepcopy functions and CRD (controller-gen).
 generate:
 	cd api && $(GO) tool -modfile=../tools/go.mod buf lint && $(GO) tool -modfile=../tools/go.mod buf generate
+	$(GO) tool -modfile=tools/go.mod controller-gen object paths=./api/vmafxjob/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
 
 tidy:
 	$(GO) mod tidy
