@@ -356,8 +356,13 @@ func (x *Job) GetProgress() float64 {
 }
 
 type SubmitJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// request_id makes a submission idempotent: a second SubmitJob of the
+	// same tenant with the same request_id returns the job the first created
+	// (a retry after a lost reply creates nothing). The operator sends the
+	// VmafxJob's UID. Optional; at most 128 bytes.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,6 +402,13 @@ func (x *SubmitJobRequest) GetSpec() *JobSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *SubmitJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type SubmitJobResponse struct {
@@ -878,9 +890,11 @@ const file_vmafx_v1_vmafx_proto_rawDesc = "" +
 	"updated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
 	"\fsubmitted_by\x18\v \x01(\tR\vsubmittedBy\x12\x1a\n" +
-	"\bprogress\x18\f \x01(\x01R\bprogress\"9\n" +
+	"\bprogress\x18\f \x01(\x01R\bprogress\"X\n" +
 	"\x10SubmitJobRequest\x12%\n" +
-	"\x04spec\x18\x01 \x01(\v2\x11.vmafx.v1.JobSpecR\x04spec\"4\n" +
+	"\x04spec\x18\x01 \x01(\v2\x11.vmafx.v1.JobSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"4\n" +
 	"\x11SubmitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job\"\x1f\n" +
 	"\rGetJobRequest\x12\x0e\n" +

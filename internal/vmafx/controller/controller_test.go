@@ -183,16 +183,29 @@ func TestTenantsAndRoles(t *testing.T) {
 			t.Errorf("%s token: %v", name, err)
 		}
 	}
+	// A submission with a request_id is idempotent per tenant.
+	first, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil || again.GetJob().GetId() != first.GetJob().GetId() {
+		t.Fatalf("a retried submission created another job: %v %v", again, err)
+	}
+	otherTenant, err := e.client(t, "tenant-b", "ci-b", controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil || otherTenant.GetJob().GetId() == first.GetJob().GetId() || otherTenant.GetJob().GetTenant() != "tenant-b" {
+		t.Fatalf("tenant B's request uid-1: %v %v", otherTenant, err)
+	}
 	// Lists are the caller's tenant's.
-	if l, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 1 {
+	if l, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 2 {
 		t.Fatalf("list A: %v %v", l, err)
 	}
-	if l, err := readerB.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 0 {
+	if l, err := readerB.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 1 || l.GetJobs()[0].GetTenant() != "tenant-b" {
 		t.Fatalf("list B: %v %v", l, err)
 	}
 	// A node claims only its tenant's jobs.
-	if c, err := nodeB.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob() != nil {
-		t.Fatalf("node B claimed %v %v", c, err)
+	if c, err := nodeB.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob().GetTenant() != "tenant-b" || c.GetJob().GetId() != otherTenant.GetJob().GetId() {
+		t.Fatalf("node B claimed %v %v; want tenant B's job", c, err)
 	}
 	claim, err := nodeA.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
 	if err != nil || claim.GetJob().GetId() != job.GetId() || claim.GetJob().GetNode() != "node-a1" || claim.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_RUNNING {

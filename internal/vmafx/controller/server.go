@@ -328,7 +328,10 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	if err := measure.ParseMetrics(spec.GetMetrics()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, spec)
+	if len(in.GetRequestId()) > 128 {
+		return nil, status.Error(codes.InvalidArgument, "request_id is longer than 128 bytes")
+	}
+	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec)
 	if err != nil {
 		return nil, storeError(err)
 	}

@@ -38,6 +38,9 @@ var migrations = []string{
 	);
 	CREATE INDEX jobs_claim ON jobs(tenant, state, seq);
 	CREATE INDEX jobs_lease ON jobs(state, lease_expires_at);`,
+	// 2: idempotent submissions.
+	`ALTER TABLE jobs ADD COLUMN request_id TEXT;
+	CREATE UNIQUE INDEX jobs_request ON jobs(tenant, request_id) WHERE request_id IS NOT NULL;`,
 }
 
 // Store keeps jobs in SQLite, one transaction per state change, durable
@@ -100,15 +103,27 @@ func scan(row interface{ Scan(...any) error }) (*vmafxv1.Job, error) {
 	return &j, nil
 }
 
-// Submit stores a new PENDING job.
-func (s *Store) Submit(ctx context.Context, tenant, by string, spec *vmafxv1.JobSpec) (*vmafxv1.Job, error) {
+// Submit stores a new PENDING job. With a requestID, a job of the tenant
+// already stored under it is returned instead (idempotent submission).
+func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *vmafxv1.JobSpec) (*vmafxv1.Job, error) {
 	now := s.now().UnixNano()
 	id := uuid.NewString()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at)
-		VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now)
+	var rid any
+	if requestID != "" {
+		rid = requestID
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at, request_id)
+		VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now, rid)
 	if err != nil {
 		return nil, fmt.Errorf("controller: storing a job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 && requestID != "" {
+		j, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM jobs WHERE tenant = ? AND request_id = ?`, tenant, requestID))
+		if err != nil {
+			return nil, fmt.Errorf("controller: reading the job of request %q: %w", requestID, err)
+		}
+		return j, nil
 	}
 	return s.Get(ctx, tenant, id)
 }
