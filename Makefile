@@ -23,7 +23,15 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
                 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
 export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
 
-.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate ffmpeg
+# Ory Hydra, a real OAuth2/OIDC provider, as each tenant's identity provider
+# in the vmafx operator's end-to-end tests: built from its Go module in a
+# tools module of its own (test/tools/hydra, with the replace its own go.mod
+# needs), with cgo and SQLite for DSN=memory. About 2-4 minutes cold.
+HYDRA_VERSION := v2.3.0
+HYDRA_BIN     := $(CACHE)/hydra/$(HYDRA_VERSION)
+export CALLERAUTH_HYDRA_BIN := $(HYDRA_BIN)
+
+.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate ffmpeg hydra-tools
 
 all: lint test
 
@@ -52,6 +60,13 @@ $(KUBE_BIN)/kube-apiserver:
 $(KUBE_BIN)/etcd:
 	@mkdir -p $(KUBE_BIN)
 	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
+
+hydra-tools: $(HYDRA_BIN)/hydra
+
+$(HYDRA_BIN)/hydra:
+	@mkdir -p $(HYDRA_BIN)
+	cd test/tools/hydra && CGO_ENABLED=1 $(GO) build -trimpath -tags sqlite,sqlite_omit_load_extension -o $@.tmp github.com/ory/hydra/v2
 	mv $@.tmp $@
 
 lint:
@@ -87,6 +102,7 @@ tidy:
 	$(GO) mod tidy
 	cd tools && $(GO) mod tidy
 	cd test/tools/kube && $(GO) mod tidy
+	cd test/tools/hydra && $(GO) mod tidy
 
 clean:
 	rm -rf $(CACHE)
