@@ -206,7 +206,7 @@ func (r *Reconciler) save(ctx context.Context, job *jobsv1.VmafxJob, before *job
 	if !statusEqual(before, &job.Status) {
 		if err := r.Client.Status().Update(ctx, job); err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: time.Second}, nil // someone else wrote it: read again
 			}
 			return ctrl.Result{}, fmt.Errorf("operator: writing the status of %s/%s: %w", job.Namespace, job.Name, err)
 		}
