@@ -26,7 +26,8 @@ export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
 # Ory Hydra, a real OAuth2/OIDC provider, as each tenant's identity provider
 # in the vmafx operator's end-to-end tests: built from its Go module in a
 # tools module of its own (test/tools/hydra, with the replace its own go.mod
-# needs), with cgo and SQLite for DSN=memory. About 2-4 minutes cold.
+# needs), with cgo and SQLite for DSN=memory. About 2-4 minutes cold;
+# test/hydra starts it (a missing binary fails those tests, never skips).
 HYDRA_VERSION := v2.3.0
 HYDRA_BIN     := $(CACHE)/hydra/$(HYDRA_VERSION)
 export CALLERAUTH_HYDRA_BIN := $(HYDRA_BIN)
@@ -35,7 +36,7 @@ export CALLERAUTH_HYDRA_BIN := $(HYDRA_BIN)
 
 all: lint test
 
-test: kube-tools ffmpeg
+test: kube-tools hydra-tools ffmpeg
 	$(GO) test -race -count=1 $(PKGS)
 
 # ffmpeg is the reference the vmafx node's PSNR and SSIM are checked

@@ -1,0 +1,206 @@
+// Package hydra starts Ory Hydra v2.3.0 on loopback as a tenant's real
+// OAuth2/OIDC identity provider for the end-to-end tests: TLS from a CA the
+// test holds, JWT access tokens, an in-memory database, and clients
+// registered through the admin API for the client-credentials grant. The
+// binary is built by `make hydra-tools` (test/tools/hydra) and found through
+// $CALLERAUTH_HYDRA_BIN, or under .cache/hydra/<version> at the repository
+// root.
+package hydra
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/pki"
+)
+
+// Version is the Hydra release the harness builds and runs.
+const Version = "v2.3.0"
+
+// Server is a running Hydra.
+type Server struct {
+	// Issuer is the iss of its tokens (with Hydra's trailing slash); also
+	// where discovery is served.
+	Issuer string
+	// TokenURL is the OAuth2 token endpoint.
+	TokenURL string
+	admin    string
+	client   *http.Client
+	cmd      *exec.Cmd
+	log      *capture.Buffer
+	done     chan struct{}
+}
+
+// Bin finds the hydra binary.
+func Bin() (string, error) {
+	dir := os.Getenv("CALLERAUTH_HYDRA_BIN")
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil && filepath.Base(filepath.Dir(d)) != "tools" {
+				if _, err := os.Stat(filepath.Join(d, "test", "tools", "hydra")); err == nil {
+					dir = filepath.Join(d, ".cache", "hydra", Version)
+					break
+				}
+			}
+			if filepath.Dir(d) == d {
+				return "", errors.New("hydra: no repository root above the working directory")
+			}
+		}
+	}
+	bin := filepath.Join(dir, "hydra")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("hydra: %s is missing: run make hydra-tools (make test does): %w", bin, err)
+	}
+	return bin, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs Hydra serving TLS with a certificate from ca, in dir.
+func Start(ctx context.Context, dir string, ca *pki.CA) (*Server, error) {
+	bin, err := Bin()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	adm, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := ca.Issue("127.0.0.1", "127.0.0.1", "localhost")
+	if err != nil {
+		return nil, err
+	}
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(cert, certPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	issuer := fmt.Sprintf("https://127.0.0.1:%d/", pub)
+	cfg := fmt.Sprintf(`serve:
+  public:
+    host: 127.0.0.1
+    port: %[1]d
+    tls: {enabled: true, cert: {path: %[3]s}, key: {path: %[4]s}}
+  admin:
+    host: 127.0.0.1
+    port: %[2]d
+    tls: {enabled: true, cert: {path: %[3]s}, key: {path: %[4]s}}
+urls:
+  self: {issuer: %[5]s}
+strategies:
+  access_token: jwt
+secrets:
+  system: [callerauth-e2e-hydra-system-secret-0123456789]
+log:
+  level: warn
+`, pub, adm, cert, key, issuer)
+	cfgFile := filepath.Join(dir, "hydra.yml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	s := &Server{Issuer: issuer, TokenURL: issuer + "oauth2/token", admin: fmt.Sprintf("https://127.0.0.1:%d", adm),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}},
+		log:    &capture.Buffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(bin, "serve", "all", "-c", cfgFile) //nolint:gosec // the harness runs the binary it built.
+	s.cmd.Env = append(os.Environ(), "DSN=memory")
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	s.cmd.Dir = dir
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("hydra: %w", err)
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := s.client.Get(issuer + ".well-known/openid-configuration")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("hydra exited:\n%s", s.log.String())
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("hydra did not serve discovery in 60 s:\n%s", s.log.String())
+		}
+	}
+}
+
+// Stop ends Hydra.
+func (s *Server) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Client registers a client-credentials client allowed scopes and the
+// audience, and returns its id (the sub of its tokens) and secret.
+func (s *Server) Client(id string, scopes []string, audience string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"client_id": id, "grant_types": []string{"client_credentials"},
+		"scope": strings.Join(scopes, " "), "audience": []string{audience}, "token_endpoint_auth_method": "client_secret_basic"})
+	resp, err := s.client.Post(s.admin+"/admin/clients", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return "", fmt.Errorf("hydra: creating client %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("hydra: creating client %s: %s %s", id, resp.Status, b)
+	}
+	var out struct {
+		Secret string `json:"client_secret"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.Secret == "" {
+		return "", fmt.Errorf("hydra: creating client %s: no secret in %s", id, b)
+	}
+	return out.Secret, nil
+}
+
+// Log is what Hydra printed.
+func (s *Server) Log() string { return s.log.String() }
