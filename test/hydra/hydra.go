@@ -81,8 +81,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs Hydra serving TLS with a certificate from ca, in dir.
-func Start(ctx context.Context, dir string, ca *pki.CA) (*Server, error) {
+// Start runs Hydra serving TLS with a certificate from ca, in dir. ttl is
+// the lifetime of its access tokens (0: Hydra's default, 1 h).
+func Start(ctx context.Context, dir string, ca *pki.CA, ttl time.Duration) (*Server, error) {
 	bin, err := Bin()
 	if err != nil {
 		return nil, err
@@ -125,6 +126,9 @@ secrets:
 log:
   level: warn
 `, pub, adm, cert, key, issuer)
+	if ttl > 0 {
+		cfg += fmt.Sprintf("ttl:\n  access_token: %s\n", ttl)
+	}
 	cfgFile := filepath.Join(dir, "hydra.yml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err

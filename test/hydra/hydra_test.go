@@ -28,7 +28,7 @@ func TestClientCredentials(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	h, err := hydra.Start(ctx, t.TempDir(), ca)
+	h, err := hydra.Start(ctx, t.TempDir(), ca, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

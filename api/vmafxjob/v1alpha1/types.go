@@ -38,16 +38,23 @@ const (
 // VmafxJobSpec is what to measure.
 type VmafxJobSpec struct {
 	// Reference is the reference clip: a path or file:// URI the nodes can
-	// read (YUV4MPEG2, 8-bit 4:2:0).
-	// +kubebuilder:validation:MinLength=1
-	Reference string `json:"reference"`
-	// Distorted is the clip measured against the reference.
-	// +kubebuilder:validation:MinLength=1
-	Distorted string `json:"distorted"`
-	// Metrics wanted.
-	// +kubebuilder:validation:MinItems=1
+	// read (YUV4MPEG2, 8-bit 4:2:0). Required unless JobID is set.
+	// +optional
+	Reference string `json:"reference,omitempty"`
+	// Distorted is the clip measured against the reference. Required
+	// unless JobID is set.
+	// +optional
+	Distorted string `json:"distorted,omitempty"`
+	// Metrics wanted. Required unless JobID is set.
+	// +optional
 	// +kubebuilder:validation:items:Enum=psnr;ssim
 	Metrics []string `json:"metrics"`
+	// JobID, when set, tracks a job already submitted to the controller
+	// (by a CLI, say) instead of submitting a new one: the operator only
+	// polls it. It must be a job of the operator's tenant, or the
+	// controller answers NotFound.
+	// +optional
+	JobID string `json:"jobID,omitempty"`
 }
 
 // Score is one metric over the clip.

@@ -85,6 +85,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	var remote *vmafxv1.Job
 	var err error
+	if job.Status.JobID == "" && job.Spec.JobID != "" {
+		job.Status.JobID = job.Spec.JobID // track a job submitted elsewhere
+	}
 	if job.Status.JobID == "" {
 		var resp *vmafxv1.SubmitJobResponse
 		resp, err = r.Jobs.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{

@@ -1,0 +1,331 @@
+// Package operator_test runs the whole vmafx chain for real: the
+// kube-apiserver with the VmafxJob CRD, two tenants' Ory Hydra identity
+// providers, `callerauth token refresh` keeping the operator's and the
+// node's token files current, and the vmafx-controller, vmafx-node and
+// vmafx-operator binaries. It checks the seed's consequences as a user sees
+// them in the VmafxJob's status and events.
+package operator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/test/hydra"
+	"github.com/callerauth/callerauth/test/kubeapi"
+)
+
+var (
+	bins      map[string]string
+	apiserver *kubeapi.Server
+	jobs      = schema.GroupVersionResource{Group: "vmafx.callerauth.dev", Version: "v1alpha1", Resource: "vmafxjobs"}
+	crds      = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "operator-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if bins, err = e2e.Build(dir, "cmd/vmafx-controller", "cmd/vmafx-node", "cmd/vmafx-operator", "cmd/callerauth"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	apiserver, err = kubeapi.Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/operator: cannot start the kube-apiserver:", err)
+		return 1
+	}
+	defer apiserver.Stop()
+	return m.Run()
+}
+
+func write(t *testing.T, path, body string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// installCRD applies the committed CRD and waits until it is served.
+func installCRD(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/crds/vmafx.callerauth.dev_vmafxjobs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj unstructured.Unstructured
+	if err := json.Unmarshal(j, &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := dyn.Resource(crds).Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := dyn.Resource(jobs).Namespace("default").List(ctx, metav1.ListOptions{}); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the VmafxJob CRD is not served")
+		}
+	}
+}
+
+func TestOperator(t *testing.T) {
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(apiserver.REST)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCRD(t, dyn)
+	if err := apiserver.Namespace(ctx, "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := pki.NewCA("operator e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.WriteCA(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two tenants, each with its own Hydra; tokens live 12 s, so that a
+	// stopped refresher shows within the test.
+	idp := map[string]*hydra.Server{}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		d := filepath.Join(dir, name)
+		_ = os.MkdirAll(d, 0o700)
+		h, err := hydra.Start(ctx, d, ca, 12*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		idp[name] = h
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, h.Issuer, caFile)
+	}
+	// The controller.
+	certPEM, keyPEM, _ := ca.Issue("127.0.0.1", "127.0.0.1")
+	cert, key := write(t, filepath.Join(dir, "ctl.crt"), string(certPEM)), write(t, filepath.Join(dir, "ctl.key"), string(keyPEM))
+	ctl := e2e.Start(t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--tls-cert-file", cert, "--tls-key-file", key,
+		"--tenants", write(t, filepath.Join(dir, "tenants.yaml"), tenants.String()), "--datastore", filepath.Join(dir, "jobs.db"), "--lease", "3s"})
+	addr := ctl.LogValue(t, "controller: serving", "address", 60*time.Second)
+	// A refresher keeps each token file current from its tenant's Hydra.
+	refresher := func(tenantName, client string, scopes ...string) (string, func() *e2e.Process) {
+		secret, err := idp[tenantName].Client(client, scopes, "vmafx-controller")
+		if err != nil {
+			t.Fatal(err)
+		}
+		secretFile := write(t, filepath.Join(dir, client+".secret"), secret)
+		tokenFile := filepath.Join(dir, client+".token")
+		args := []string{"token", "refresh", "--token-url", idp[tenantName].TokenURL, "--ca-file", caFile, "--client-id", client,
+			"--client-secret-file", secretFile, "--audience", "vmafx-controller", "--out", tokenFile}
+		for _, s := range scopes {
+			args = append(args, "--scope", s)
+		}
+		return tokenFile, func() *e2e.Process { return e2e.Start(t, bins["callerauth"], args) }
+	}
+	connection := func(name, tokenFile string) string {
+		return write(t, filepath.Join(dir, name+".yaml"), fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", addr, caFile, tokenFile))
+	}
+	opToken, startOpRefresher := refresher("tenant-a", "operator-a", "vmafx:reader", "vmafx:submitter")
+	opRefresher := startOpRefresher()
+	nodeToken, startNodeRefresher := refresher("tenant-a", "node-a1", "vmafx:node")
+	startNodeRefresher()
+	waitFile(t, opToken)
+	waitFile(t, nodeToken)
+	e2e.Start(t, bins["vmafx-node"], []string{"--config", connection("node", nodeToken), "--poll", "200ms", "--report-every", "1s"})
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := apiserver.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
+		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"})
+	clips := filepath.Join(dir, "clips")
+	_ = os.MkdirAll(clips, 0o700)
+	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
+	if err := clipgen.WriteFile(ref, clipgen.Spec{Width: 96, Height: 64, Frames: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := clipgen.WriteFile(dist, clipgen.Spec{Width: 96, Height: 64, Frames: 6, Noise: 6, Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string, spec map[string]any) {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vmafx.callerauth.dev/v1alpha1", "kind": "VmafxJob",
+			"metadata": map[string]any{"name": name, "namespace": "team-a"}, "spec": spec}}
+		if _, err := dyn.Resource(jobs).Namespace("team-a").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(name string, until func(map[string]any) bool) map[string]any {
+		t.Helper()
+		var st map[string]any
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			obj, err := dyn.Resource(jobs).Namespace("team-a").Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				st, _ = obj.Object["status"].(map[string]any)
+				if st != nil && until(st) {
+					return st
+				}
+			}
+		}
+		t.Fatalf("VmafxJob %s never got there; status %v", name, st)
+		return nil
+	}
+	phase := func(p string) func(map[string]any) bool {
+		return func(st map[string]any) bool { return st["phase"] == p }
+	}
+
+	t.Run("Pending → Running → Succeeded with the node's scores", func(t *testing.T) {
+		create("measure", map[string]any{"reference": ref, "distorted": "file://" + dist, "metrics": []any{"psnr", "ssim"}})
+		st := status("measure", phase("Succeeded"))
+		scores, _ := st["scores"].([]any)
+		if len(scores) != 2 || !strings.Contains(fmt.Sprint(st["summary"]), "psnr=") || st["jobID"] == "" {
+			t.Fatalf("status %v", st)
+		}
+	})
+
+	t.Run("tenant B's job stays Pending with the refusal in a condition and an event", func(t *testing.T) {
+		// A job submitted by tenant B's CLI, tracked by tenant A's operator.
+		bToken, startB := refresher("tenant-b", "cli-b", "vmafx:submitter")
+		startB()
+		waitFile(t, bToken)
+		jobB := submitAs(t, addr, ca, bToken, ref, dist)
+		create("foreign", map[string]any{"jobID": jobB})
+		st := status("foreign", func(st map[string]any) bool { return condition(st, "ControllerReachable", "False") == "JobNotFound" })
+		if st["phase"] != "Pending" {
+			t.Fatalf("status %v", st)
+		}
+		if !hasEvent(t, "foreign", "JobNotFound") {
+			t.Fatal("no JobNotFound event")
+		}
+	})
+
+	t.Run("an expired token file is shown as that file and expiry; a restarted refresher finishes the job", func(t *testing.T) {
+		if err := opRefresher.Stop(); err != nil {
+			t.Logf("refresher exit: %v", err)
+		}
+		time.Sleep(13 * time.Second) // the last token (12 s) expires
+		create("stalled", map[string]any{"reference": ref, "distorted": dist, "metrics": []any{"psnr"}})
+		st := status("stalled", func(st map[string]any) bool { return condition(st, "ControllerReachable", "False") == "TokenExpired" })
+		msg := conditionMessage(st, "ControllerReachable")
+		if !strings.Contains(msg, opToken) || !strings.Contains(msg, "expired at") {
+			t.Fatalf("condition message %q does not name the file and the expiry", msg)
+		}
+		startOpRefresher()
+		status("stalled", phase("Succeeded"))
+	})
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never written", path)
+		}
+	}
+}
+
+// submitAs submits a job with the token in tokenFile, as a tenant's CLI.
+func submitAs(t *testing.T, addr string, ca *pki.CA, tokenFile, ref, dist string) string {
+	t.Helper()
+	cfg := credentials.Config{Address: addr, TLS: true, ServerName: "127.0.0.1", TokenFile: tokenFile}
+	caFile, err := ca.WriteCA(filepath.Join(t.TempDir(), "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CAFile = caFile
+	opts, err := cfg.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := vmafxv1.NewJobServiceClient(conn).SubmitJob(context.Background(), &vmafxv1.SubmitJobRequest{
+		Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: dist, Metrics: []string{"psnr"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetJob().GetId()
+}
+
+// condition is the reason of the condition of type typ with status want,
+// "" when there is none.
+func condition(st map[string]any, typ, want string) string {
+	conds, _ := st["conditions"].([]any)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ && m["status"] == want {
+			r, _ := m["reason"].(string)
+			return r
+		}
+	}
+	return ""
+}
+
+func conditionMessage(st map[string]any, typ string) string {
+	conds, _ := st["conditions"].([]any)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			msg, _ := m["message"].(string)
+			return msg
+		}
+	}
+	return ""
+}
+
+// hasEvent reports an event about the VmafxJob with the reason.
+func hasEvent(t *testing.T, name, reason string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		list, err := apiserver.Client.EventsV1().Events("team-a").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == name && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+				return true
+			}
+		}
+	}
+	return false
+}
