@@ -210,7 +210,7 @@ func TestDemoCommand(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("%v\n%s", r.err, r.stdout.String())
 	}
-	if !strings.Contains(r.stdout.String(), "36 passed, 0 failed") {
+	if !strings.Contains(r.stdout.String(), "38 passed, 0 failed") {
 		t.Fatalf("output:\n%s", r.stdout.String())
 	}
 }

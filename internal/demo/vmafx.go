@@ -16,7 +16,16 @@ import (
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/capture"
@@ -25,6 +34,7 @@ import (
 	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/vmafx/node"
+	"github.com/callerauth/callerauth/internal/vmafx/operator"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -247,4 +257,106 @@ func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
 	return r
 }
 
-var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile}
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile, vmafxOperatorJob, vmafxOperatorExpired}
+
+// The operator's reconciler, against controller-runtime's fake Kubernetes
+// client (no API server here; test/operator runs it against the real one).
+
+func (w *vmafxWorld) reconciler(tokenFile string, job *jobsv1.VmafxJob) (*operator.Reconciler, client.Client, func(), error) {
+	cfg := credentials.Config{Address: w.addr, TLS: true, CAFile: w.caFile, ServerName: "127.0.0.1", TokenFile: tokenFile}
+	opts, err := cfg.DialOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := grpc.NewClient(cfg.Address, opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	scheme := runtime.NewScheme()
+	_ = jobsv1.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(job).WithStatusSubresource(&jobsv1.VmafxJob{}).Build()
+	return &operator.Reconciler{Client: c, Jobs: vmafxv1.NewJobServiceClient(conn), Tokens: cfg.TokenSource(), Poll: 100 * time.Millisecond},
+		c, func() { _ = conn.Close() }, nil
+}
+
+func demoJob(name, ref, dist string) *jobsv1.VmafxJob {
+	return &jobsv1.VmafxJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-" + name)},
+		Spec: jobsv1.VmafxJobSpec{Reference: ref, Distorted: dist, Metrics: []string{"psnr", "ssim"}}}
+}
+
+// reconcileUntil reconciles until the status satisfies done (10 s at most).
+func reconcileUntil(ctx context.Context, r *operator.Reconciler, c client.Client, name string, done func(*jobsv1.VmafxJob) bool) (*jobsv1.VmafxJob, error) {
+	key := types.NamespacedName{Namespace: "team-a", Name: name}
+	var job jobsv1.VmafxJob
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			return nil, err
+		}
+		if err := c.Get(ctx, key, &job); err != nil {
+			return nil, err
+		}
+		if done(&job) {
+			return &job, nil
+		}
+	}
+	return &job, fmt.Errorf("status %+v after 10 s", job.Status)
+}
+
+func vmafxOperatorJob(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx operator (fake Kubernetes client): a VmafxJob", Expected: "Pending → Succeeded with the node's scores in status"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	nodeTok, opTok := filepath.Join(w.dir, "node.token"), filepath.Join(w.dir, "operator.token")
+	_ = os.WriteFile(nodeTok, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
+	_ = os.WriteFile(opTok, []byte(w.mint("tenant-a", "operator-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader)), 0o600)
+	_, stopNode, err := w.runNode(nodeTok)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	rec, c, closeConn, err := w.reconciler(opTok, demoJob("measure", ref, "file://"+dist))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeConn()
+	job, err := reconcileUntil(ctx, rec, c, "measure", func(j *jobsv1.VmafxJob) bool { return j.Status.Phase == jobsv1.PhaseSucceeded })
+	if err != nil {
+		return fail(r, err)
+	}
+	r.Observed = fmt.Sprintf("%s: %s (job %s…)", job.Status.Phase, job.Status.Summary, job.Status.JobID[:8])
+	r.Pass = len(job.Status.Scores) == 2 && meta.IsStatusConditionTrue(job.Status.Conditions, jobsv1.ConditionFinished)
+	return r
+}
+
+func vmafxOperatorExpired(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx operator (fake Kubernetes client): expired token file", Expected: "Pending, condition TokenExpired naming the file and expiry"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	opTok := filepath.Join(w.dir, "operator.token")
+	_ = os.WriteFile(opTok, []byte(w.mint("tenant-a", "operator-a", time.Now().Add(-3*time.Hour), controller.RoleSubmitter, controller.RoleReader)), 0o600)
+	rec, c, closeConn, err := w.reconciler(opTok, demoJob("stalled", "/r.y4m", "/d.y4m"))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeConn()
+	job, err := reconcileUntil(ctx, rec, c, "stalled", func(j *jobsv1.VmafxJob) bool {
+		return meta.FindStatusCondition(j.Status.Conditions, jobsv1.ConditionControllerReachable) != nil
+	})
+	if err != nil {
+		return fail(r, err)
+	}
+	cond := meta.FindStatusCondition(job.Status.Conditions, jobsv1.ConditionControllerReachable)
+	r.Observed = fmt.Sprintf("%s, %s: %s", job.Status.Phase, cond.Reason, strings.Replace(cond.Message, w.dir, "…", 1))
+	r.Pass = job.Status.Phase == jobsv1.PhasePending && cond.Reason == operator.ReasonTokenExpired && strings.Contains(cond.Message, opTok) && job.Status.JobID == ""
+	return r
+}
