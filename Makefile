@@ -98,6 +98,7 @@ fuzz:
 generate:
 	cd api && $(GO) tool -modfile=../tools/go.mod buf lint && $(GO) tool -modfile=../tools/go.mod buf generate
 	$(GO) tool -modfile=tools/go.mod controller-gen object paths=./api/vmafxjob/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
+	cp deploy/crds/vmafx.callerauth.dev_vmafxjobs.yaml deploy/charts/vmafx/crds/
 
 tidy:
 	$(GO) mod tidy

@@ -1,0 +1,94 @@
+{{- define "vmafx.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "vmafx.controllerAddress" -}}
+vmafx-controller.{{ .Release.Namespace }}.svc.cluster.local.:{{ .Values.controller.port }}
+{{- end -}}
+
+{{/* The controller connection of the node and the operator (credentials.Load's keys). */}}
+{{- define "vmafx.connection" -}}
+controller:
+  address: {{ include "vmafx.controllerAddress" . }}
+  tls: {{ .Values.controller.tls.enabled }}
+  ca_file: /etc/vmafx/controller-ca/ca.crt
+  server_name: vmafx-controller.{{ .Release.Namespace }}.svc
+  token_file: /var/run/vmafx/token/token
+{{- end -}}
+
+{{/* Render-time validation: what would otherwise fail at start-up. */}}
+{{- define "vmafx.validate" -}}
+{{- if not .Values.tenants -}}
+{{- fail "vmafx: tenants: at least one tenant is required (name, issuer, audiences): nobody could call the controller" -}}
+{{- end -}}
+{{- range $i, $t := .Values.tenants -}}
+{{- if not $t.name -}}{{- fail (printf "vmafx: tenants[%d]: name is required" $i) -}}{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $t.name) -}}{{- fail (printf "vmafx: tenants[%d].name %q: want a DNS label" $i $t.name) -}}{{- end -}}
+{{- if not $t.issuer -}}{{- fail (printf "vmafx: tenants[%d] (%s): issuer is required: the issuer decides the tenant" $i $t.name) -}}{{- end -}}
+{{- if not (hasPrefix "https://" $t.issuer) -}}{{- fail (printf "vmafx: tenants[%d] (%s): issuer %q must be https://" $i $t.name $t.issuer) -}}{{- end -}}
+{{- if not $t.audiences -}}{{- fail (printf "vmafx: tenants[%d] (%s): audiences: at least one is required" $i $t.name) -}}{{- end -}}
+{{- end -}}
+{{- if not .Values.controller.tls.enabled -}}
+{{- fail "vmafx: controller.tls.enabled is false but the node and the operator send a bearer token: a token never travels over plaintext TCP" -}}
+{{- end -}}
+{{- if not (has .Values.credentials.mode (list "secret" "refresher")) -}}
+{{- fail (printf "vmafx: credentials.mode %q: want secret or refresher" .Values.credentials.mode) -}}
+{{- end -}}
+{{- if not .Values.credentials.tenant -}}
+{{- fail "vmafx: credentials.tenant is required: a token is one tenant's" -}}
+{{- end -}}
+{{- if eq .Values.credentials.mode "refresher" -}}
+{{- if not (hasPrefix "https://" (.Values.credentials.refresher.tokenURL | default "")) -}}
+{{- fail "vmafx: credentials.refresher.tokenURL must be the tenant IdP's https:// token endpoint" -}}
+{{- end -}}
+{{- $r := float64 .Values.credentials.refresher.renewAt -}}
+{{- if or (le $r 0.0) (ge $r 1.0) -}}
+{{- fail (printf "vmafx: credentials.refresher.renewAt %v: want a fraction of the token lifetime between 0 and 1" .Values.credentials.refresher.renewAt) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The token volume and, in refresher mode, the sidecar; $who is node or operator. */}}
+{{- define "vmafx.tokenVolume" -}}
+{{- $c := index .root.Values.credentials .who -}}
+- name: token
+{{- if eq .root.Values.credentials.mode "secret" }}
+  secret:
+    secretName: {{ $c.tokenSecret }}
+{{- else }}
+  emptyDir:
+    medium: Memory
+- name: client
+  secret:
+    secretName: {{ $c.clientSecret }}
+{{- end }}
+- name: controller-ca
+  secret:
+    secretName: {{ .root.Values.controller.tls.secretName }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end -}}
+
+{{- define "vmafx.refresher" -}}
+{{- $c := index .root.Values.credentials .who -}}
+{{- if eq .root.Values.credentials.mode "refresher" }}
+- name: token-refresher
+  image: {{ include "vmafx.image" .root }}
+  command: ["callerauth", "token", "refresh"]
+  env:
+    - name: CLIENT_ID
+      valueFrom: {secretKeyRef: {name: {{ $c.clientSecret }}, key: client-id}}
+  args:
+    - --token-url={{ .root.Values.credentials.refresher.tokenURL }}
+    - --client-id=$(CLIENT_ID)
+    - --client-secret-file=/etc/vmafx/client/client-secret
+    - --audience={{ .root.Values.credentials.refresher.audience }}
+    - --renew-at={{ .root.Values.credentials.refresher.renewAt }}
+    - --out=/var/run/vmafx/token/token
+    {{- range $c.scopes }}
+    - --scope={{ . }}
+    {{- end }}
+  volumeMounts:
+    - {name: token, mountPath: /var/run/vmafx/token}
+    - {name: client, mountPath: /etc/vmafx/client, readOnly: true}
+{{- end }}
+{{- end -}}

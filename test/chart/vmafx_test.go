@@ -1,0 +1,157 @@
+package chart_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/vmafx/operator"
+)
+
+const vmafxChart = "../../deploy/charts/vmafx"
+
+func renderVmafx(t *testing.T, values string) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(vmafxChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "vmafx", Namespace: "vmafx-system", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, rv)
+}
+
+const goodVmafx = `tenants:
+  - name: tenant-a
+    issuer: https://idp.tenant-a.example/
+    audiences: [vmafx-controller]
+  - name: tenant-b
+    issuer: https://idp.tenant-b.example/
+    audiences: [vmafx-controller]
+    rolesClaim: roles
+    tenantClaim: tenant
+credentials:
+  tenant: tenant-a
+`
+
+// configMapFile extracts one file of a rendered ConfigMap.
+func configMapFile(t *testing.T, out map[string]string, template, name, key string) string {
+	t.Helper()
+	for _, doc := range strings.Split(out["vmafx/templates/"+template], "\n---") {
+		var cm struct {
+			Kind     string                `json:"kind"`
+			Metadata struct{ Name string } `json:"metadata"`
+			Data     map[string]string     `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &cm); err == nil && cm.Kind == "ConfigMap" && cm.Metadata.Name == name {
+			return cm.Data[key]
+		}
+	}
+	t.Fatalf("no ConfigMap %s in %s", name, template)
+	return ""
+}
+
+// TestVmafxChartFeedsTheBinaries: the rendered tenants file is accepted by
+// the controller's loader, and the node's and operator's connection by the
+// credentials loader they use, for both credential modes.
+func TestVmafxChartFeedsTheBinaries(t *testing.T) {
+	for _, mode := range []string{"secret", "refresher"} {
+		t.Run(mode, func(t *testing.T) {
+			values := goodVmafx + "  mode: " + mode + "\n  refresher:\n    tokenURL: https://idp.tenant-a.example/oauth2/token\n"
+			out, err := renderVmafx(t, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			tenantsFile := filepath.Join(dir, "tenants.yaml")
+			_ = os.WriteFile(tenantsFile, []byte(configMapFile(t, out, "controller.yaml", "vmafx-controller-tenants", "tenants.yaml")), 0o600)
+			tenants, err := controller.LoadTenants(tenantsFile)
+			if err != nil {
+				t.Fatalf("the controller refuses the chart's tenants file: %v", err)
+			}
+			if len(tenants.Tenants) != 2 || tenants.Tenants[1].RolesClaim != "roles" || tenants.Tenants[1].TenantClaim != "tenant" {
+				t.Fatalf("tenants %+v", tenants)
+			}
+			// The controller's CA as the pods see it: the Secret's ca.crt
+			// mounted where the rendered connection says.
+			ca, err := pki.NewCA("chart test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			caFile, err := ca.WriteCA(filepath.Join(dir, "ca.crt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct{ template, name, key string }{{"node.yaml", "vmafx-node", "node.yaml"}, {"operator.yaml", "vmafx-operator", "operator.yaml"}} {
+				p := filepath.Join(dir, c.key)
+				conn := configMapFile(t, out, c.template, c.name, c.key)
+				if !strings.Contains(conn, "ca_file: /etc/vmafx/controller-ca/ca.crt") {
+					t.Fatalf("%s: the connection does not use the mounted CA:\n%s", c.key, conn)
+				}
+				_ = os.WriteFile(p, []byte(strings.Replace(conn, "/etc/vmafx/controller-ca/ca.crt", caFile, 1)), 0o600)
+				cfg, err := operator.Load(operator.Options{Config: p, LookupEnv: func(string) (string, bool) { return "", false }})
+				if err != nil {
+					t.Fatalf("%s: the credentials loader refuses the chart's connection: %v", c.key, err)
+				}
+				if !cfg.TLS || cfg.TokenFile != "/var/run/vmafx/token/token" || !strings.HasSuffix(cfg.Address, ".svc.cluster.local.:8443") {
+					t.Fatalf("%s: %+v", c.key, cfg)
+				}
+			}
+			hasSidecar := strings.Contains(out["vmafx/templates/node.yaml"], "token-refresher") && strings.Contains(out["vmafx/templates/operator.yaml"], "token-refresher")
+			if hasSidecar != (mode == "refresher") {
+				t.Fatalf("refresher sidecars rendered: %v in mode %s", hasSidecar, mode)
+			}
+		})
+	}
+}
+
+func TestVmafxChartRefusals(t *testing.T) {
+	for _, tt := range []struct{ name, values, want string }{
+		{"no tenants", "credentials: {tenant: a}\n", "at least one tenant is required"},
+		{"a tenant without issuer", "tenants: [{name: a, audiences: [x]}]\ncredentials: {tenant: a}\n", "tenants[0] (a): issuer is required"},
+		{"a plain-HTTP issuer", "tenants: [{name: a, issuer: 'http://idp', audiences: [x]}]\ncredentials: {tenant: a}\n", `issuer "http://idp" must be https://`},
+		{"a tenant without audiences", "tenants: [{name: a, issuer: 'https://idp'}]\ncredentials: {tenant: a}\n", "audiences: at least one is required"},
+		{"a bad tenant name", "tenants: [{name: Tenant_A, issuer: 'https://idp', audiences: [x]}]\ncredentials: {tenant: a}\n", "want a DNS label"},
+		{"TLS off with a token", goodVmafx + "controller: {tls: {enabled: false}}\n", "a token never travels over plaintext TCP"},
+		{"no credentials tenant", strings.Replace(goodVmafx, "  tenant: tenant-a\n", "  tenant: \"\"\n", 1), "credentials.tenant is required"},
+		{"refresher without a token URL", goodVmafx + "  mode: refresher\n", "tokenURL must be the tenant IdP's https:// token endpoint"},
+		{"refresher renewing past the lifetime", goodVmafx + "  mode: refresher\n  refresher: {tokenURL: 'https://idp/oauth2/token', renewAt: 1.5}\n", "renewAt 1.5: want a fraction"},
+		{"an unknown mode", goodVmafx + "  mode: vault\n", `credentials.mode "vault"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := renderVmafx(t, tt.values); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("render = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestVmafxChartCRDIsTheGeneratedOne: the chart ships the CRD controller-gen
+// made (deploy/crds).
+func TestVmafxChartCRDIsTheGeneratedOne(t *testing.T) {
+	a, err := os.ReadFile(filepath.Join(vmafxChart, "crds", "vmafx.callerauth.dev_vmafxjobs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../../deploy/crds/vmafx.callerauth.dev_vmafxjobs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Fatal("deploy/charts/vmafx/crds differs from deploy/crds: make generate copies it")
+	}
+}
