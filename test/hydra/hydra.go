@@ -66,7 +66,7 @@ func Bin() (string, error) {
 		}
 	}
 	bin := filepath.Join(dir, "hydra")
-	if _, err := os.Stat(bin); err != nil {
+	if _, err := os.Stat(bin); err != nil { //nolint:gosec // the harness's own cache path, or the developer's CALLERAUTH_HYDRA_BIN.
 		return "", fmt.Errorf("hydra: %s is missing: run make hydra-tools (make test does): %w", bin, err)
 	}
 	return bin, nil
@@ -147,7 +147,7 @@ log:
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		resp, err := s.client.Get(issuer + ".well-known/openid-configuration")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return s, nil
 			}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,8 +109,10 @@ func TestOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	installCRD(t, dyn)
-	if err := apiserver.Namespace(ctx, "team-a"); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{"team-a", "vmafx-system"} {
+		if err := apiserver.Namespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dir := t.TempDir()
 	ca, err := pki.NewCA("operator e2e")
@@ -172,7 +175,7 @@ func TestOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"})
+		"--leader-election-namespace", "vmafx-system", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"})
 	clips := filepath.Join(dir, "clips")
 	_ = os.MkdirAll(clips, 0o700)
 	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
@@ -209,7 +212,22 @@ func TestOperator(t *testing.T) {
 	}
 
 	t.Run("Pending → Running → Succeeded with the node's scores", func(t *testing.T) {
-		create("measure", map[string]any{"reference": ref, "distorted": "file://" + dist, "metrics": []any{"psnr", "ssim"}})
+		// The distorted clip is a FIFO nobody writes yet: the node claims the
+		// job and blocks, so Running can be seen, then the clip arrives.
+		fifo := filepath.Join(clips, "live.y4m")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		create("measure", map[string]any{"reference": ref, "distorted": "file://" + fifo, "metrics": []any{"psnr", "ssim"}})
+		status("measure", phase("Running"))
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_ = clipgen.Write(f, clipgen.Spec{Width: 96, Height: 64, Frames: 6, Noise: 6, Seed: 2})
+		}()
 		st := status("measure", phase("Succeeded"))
 		scores, _ := st["scores"].([]any)
 		if len(scores) != 2 || !strings.Contains(fmt.Sprint(st["summary"]), "psnr=") || st["jobID"] == "" {
