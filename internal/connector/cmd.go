@@ -109,11 +109,5 @@ func newEventsCommand(stdout io.Writer) *cobra.Command {
 
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
-	cmd := NewCommand(os.Stdout, os.Stderr, os.Getenv)
-	cmd.SetArgs(args)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "platform-connector:", err)
-		return 1
-	}
-	return 0
+	return serve.Execute(ctx, NewCommand(os.Stdout, os.Stderr, os.Getenv), args, os.Stderr)
 }

@@ -2,7 +2,6 @@ package pdp
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -49,11 +48,5 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
-	cmd := NewCommand(os.Stderr)
-	cmd.SetArgs(args)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "pdp:", err)
-		return 1
-	}
-	return 0
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
 }

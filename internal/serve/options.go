@@ -1,12 +1,14 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -88,11 +90,14 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Logger is a JSON logger at the configured level, writing to w.
+// Logger is a JSON logger at the configured level, writing to w (info
+// when the level does not parse: Validate refuses it first).
 func (o Options) Logger(w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(o.LogLevel))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+	l, err := NewLogger(o.LogLevel, w)
+	if err != nil {
+		l, _ = NewLogger("info", w)
+	}
+	return l
 }
 
 // HasTLS says whether a serving key pair is configured.
@@ -114,4 +119,25 @@ func (o Options) MetricsServer(h *Health) (*HTTPServer, error) {
 		return nil, err
 	}
 	return &HTTPServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(h.Handler()), ShutdownTimeout: o.ShutdownTimeout}, nil
+}
+
+// NewLogger is a JSON logger at level (debug, info, warn or error) writing
+// to w; an unknown level is an error naming the flag.
+func NewLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// Execute runs a service's command with args and returns the process exit
+// code: 0, or 1 after printing the error after the service's name.
+func Execute(ctx context.Context, cmd *cobra.Command, args []string, stderr io.Writer) int {
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), err)
+		return 1
+	}
+	return 0
 }

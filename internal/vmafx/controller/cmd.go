@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -51,11 +50,5 @@ vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
-	cmd := NewCommand(os.Stderr)
-	cmd.SetArgs(args)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "vmafx-controller:", err)
-		return 1
-	}
-	return 0
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
 }

@@ -21,6 +21,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/vmafx/measure"
 	"github.com/callerauth/callerauth/token"
 )
@@ -201,11 +202,11 @@ environment variables (docs/vmafx.md); the token file is read on every call.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			log, err := serve.NewLogger(logLevel, stderr)
+			if err != nil {
+				return err
 			}
-			o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			o.Logger = log
 			n, err := New(o)
 			if err != nil {
 				return err
@@ -224,11 +225,5 @@ environment variables (docs/vmafx.md); the token file is read on every call.`,
 
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
-	cmd := NewCommand(os.Stderr)
-	cmd.SetArgs(args)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "vmafx-node:", err)
-		return 1
-	}
-	return 0
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
 }

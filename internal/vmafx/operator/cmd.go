@@ -23,6 +23,7 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // Options configure the operator.
@@ -138,14 +139,14 @@ every call. See docs/vmafx.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			log, err := serve.NewLogger(logLevel, stderr)
+			if err != nil {
+				return err
 			}
 			if o.Poll <= 0 {
 				return fmt.Errorf("--poll %s: want a positive duration", o.Poll)
 			}
-			o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			o.Logger = log
 			return Run(cmd.Context(), o)
 		},
 	}
@@ -163,11 +164,5 @@ every call. See docs/vmafx.md.`,
 
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
-	cmd := NewCommand(os.Stderr)
-	cmd.SetArgs(args)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "vmafx-operator:", err)
-		return 1
-	}
-	return 0
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
 }
