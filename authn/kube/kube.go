@@ -210,12 +210,20 @@ func (a *Authenticator) caller(st *authv1.TokenReviewStatus, token string) (*aut
 func (a *Authenticator) review(ctx context.Context, token string) (*authv1.TokenReviewStatus, error) {
 	tr := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
 	backoff := 50 * time.Millisecond
+	var answered authn.Reason // the class of the validator's last own answer
 	for attempt := 1; ; attempt++ {
 		res, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, tr, metav1.CreateOptions{})
 		if err == nil {
 			return &res.Status, nil
 		}
 		class, transient := classify(ctx, err)
+		if ctx.Err() != nil && answered != "" {
+			// Our own deadline cut this attempt short, after the validator
+			// had already answered: its answer is the class, not how many
+			// retries happened to fit (which a loaded machine changes).
+			return nil, &authn.Error{Reason: answered, Err: fmt.Errorf("TokenReview (attempt %d, out of time; earlier attempts: %s): %w", attempt, answered, err)}
+		}
+		answered = class
 		if !transient {
 			return nil, &authn.Error{Reason: class, Err: fmt.Errorf("TokenReview (attempt %d): %w", attempt, err)}
 		}

@@ -401,3 +401,31 @@ func TestClientThrottlingIsUnavailable(t *testing.T) {
 		t.Fatalf("%d reviews reached the server; the throttled one must not", n)
 	}
 }
+
+// TestClassIsTheValidatorsNotTheClocks: a validator that answers 503 and
+// then stops answering is validator_unavailable — what it said — however
+// many retries fit before the deadline (a loaded machine fits fewer). It was
+// validator_timeout when the deadline cut the last retry short.
+func TestClassIsTheValidatorsNotTheClocks(t *testing.T) {
+	var calls atomic.Int64
+	var e *env
+	e = start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "tokenreviews") && calls.Add(1) == 1 {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":503,"reason":"ServiceUnavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "tokenreviews") {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		e.iss.Handler().ServeHTTP(w, r)
+	}))
+	a := e.authenticator(t, kube.Config{Timeout: 700 * time.Millisecond})
+	_, err := a.Authenticate(context.Background(), e.mint(t, devissuer.TokenRequest{}).Token)
+	if authn.ReasonOf(err) != authn.ValidatorUnavailable || calls.Load() < 2 {
+		t.Fatalf("class %s after %d reviews (%v); want validator_unavailable after a retry", authn.ReasonOf(err), calls.Load(), err)
+	}
+}

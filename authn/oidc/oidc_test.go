@@ -149,6 +149,13 @@ func TestTenantsRolesAndRouting(t *testing.T) {
 		{"aud as a string, another service", forge.Sign(claims(a.issuer, now, map[string]any{"aud": "flex-auth"}), ka, jose.ES256, "a1"), "include none of"},
 		{"no aud", forge.Sign(claims(a.issuer, now, map[string]any{"aud": []string{}}), ka, jose.ES256, "a1"), "include none of"},
 		{"no exp", forge.Sign(map[string]any{"iss": a.issuer, "sub": "x", "aud": "vmafx-controller"}, ka, jose.ES256, "a1"), "no exp"},
+		// RFC 7519 §2: a NumericDate is a JSON number. A quoted one, signed
+		// by a trusted issuer, was read as a date (exp in 2286).
+		{"exp as a string", forge.Sign(claims(a.issuer, now, map[string]any{"exp": "9999999999"}), ka, jose.ES256, "a1"), "not a NumericDate"},
+		{"iat as a string", forge.Sign(claims(a.issuer, now, map[string]any{"iat": fmt.Sprint(now.Unix())}), ka, jose.ES256, "a1"), "not a NumericDate"},
+		{"nbf as a string", forge.Sign(claims(a.issuer, now, map[string]any{"nbf": fmt.Sprint(now.Unix())}), ka, jose.ES256, "a1"), "not a NumericDate"},
+		{"exp as null", forge.Sign(claims(a.issuer, now, map[string]any{"exp": nil}), ka, jose.ES256, "a1"), "no exp"},
+		{"a claim named twice", forge.SignRaw([]byte(`{"iss":"`+a.issuer+`","sub":"x","aud":"vmafx-controller","exp":1,"exp":`+fmt.Sprint(now.Add(time.Hour).Unix())+`}`), ka, jose.ES256, "a1"), "more than once"},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.name, func(t *testing.T) {

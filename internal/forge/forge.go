@@ -28,15 +28,20 @@ func segment(v any) string {
 
 // Sign signs claims with key under alg, with kid in the header.
 func Sign(claims any, key crypto.Signer, alg jose.SignatureAlgorithm, kid string) string {
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
-	if err != nil {
-		panic(err)
-	}
 	b, err := json.Marshal(claims)
 	if err != nil {
 		panic(err)
 	}
-	jws, err := signer.Sign(b)
+	return SignRaw(b, key, alg, kid)
+}
+
+// SignRaw signs the payload bytes as they are (a claim twice, say).
+func SignRaw(payload []byte, key crypto.Signer, alg jose.SignatureAlgorithm, kid string) string {
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
+	if err != nil {
+		panic(err)
+	}
+	jws, err := signer.Sign(payload)
 	if err != nil {
 		panic(err)
 	}
