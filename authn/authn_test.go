@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,22 +140,73 @@ func TestCacheTTLAndExpiry(t *testing.T) {
 	}
 }
 
-func TestCacheNeverCachesFailures(t *testing.T) {
+// TestCacheFailures: validator failures are never cached — they say
+// nothing about the token; a token_invalid verdict is reused for
+// NegativeTTL, so that a repeated bad token costs one verification per
+// NegativeTTL, then asked again.
+func TestCacheFailures(t *testing.T) {
+	now := time.Unix(1700000000, 0)
 	inner := &counting{}
-	c := authn.NewCache(inner, authn.CacheConfig{})
-	for _, r := range []authn.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
+	c := authn.NewCache(inner, authn.CacheConfig{Now: func() time.Time { return now }})
+	for _, r := range []authn.Reason{authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
 		for range 2 {
-			_, err := c.Authenticate(context.Background(), string(r))
-			if authn.ReasonOf(err) != r {
+			if _, err := c.Authenticate(context.Background(), string(r)); authn.ReasonOf(err) != r {
 				t.Fatalf("class %s; want %s", authn.ReasonOf(err), r)
 			}
 		}
 	}
-	if n := inner.calls.Load(); n != 8 {
-		t.Fatalf("inner called %d times; want 8", n)
+	if n := inner.calls.Load(); n != 6 || c.Len() != 0 {
+		t.Fatalf("validator failures: inner called %d times, %d cached; want 6 and 0", n, c.Len())
 	}
-	if c.Len() != 0 {
-		t.Fatalf("%d entries cached", c.Len())
+	for range 5 {
+		if _, err := c.Authenticate(context.Background(), string(authn.TokenInvalid)); authn.ReasonOf(err) != authn.TokenInvalid {
+			t.Fatalf("class %v", err)
+		}
+	}
+	if n := inner.calls.Load(); n != 7 || c.Stats().NegativeHits != 4 {
+		t.Fatalf("a repeated bad token: inner called %d times (want 7), %d negative hits", n, c.Stats().NegativeHits)
+	}
+	now = now.Add(authn.DefaultCacheNegativeTTL)
+	if _, err := c.Authenticate(context.Background(), string(authn.TokenInvalid)); authn.ReasonOf(err) != authn.TokenInvalid || inner.calls.Load() != 8 {
+		t.Fatalf("after NegativeTTL: %v, %d calls", err, inner.calls.Load())
+	}
+	off := authn.NewCache(inner, authn.CacheConfig{NegativeTTL: -1})
+	for range 2 {
+		_, _ = off.Authenticate(context.Background(), string(authn.TokenInvalid))
+	}
+	if inner.calls.Load() != 10 {
+		t.Fatalf("NegativeTTL -1 cached a refusal: %d calls", inner.calls.Load())
+	}
+}
+
+// TestCacheMaxInFlight: beyond MaxInFlight running verifications a lookup
+// fails at once as validator_unavailable; cached verdicts are unaffected.
+func TestCacheMaxInFlight(t *testing.T) {
+	inner := &counting{}
+	c := authn.NewCache(inner, authn.CacheConfig{MaxInFlight: 2})
+	if _, err := c.Authenticate(context.Background(), "good-cached"); err != nil {
+		t.Fatal(err)
+	}
+	inner.release = make(chan struct{})
+	done := make(chan error, 2)
+	for _, tok := range []string{"good-1", "good-2"} {
+		go func() { _, err := c.Authenticate(context.Background(), tok); done <- err }()
+	}
+	for inner.calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := c.Authenticate(context.Background(), "good-3")
+	if authn.ReasonOf(err) != authn.ValidatorUnavailable || !strings.Contains(err.Error(), "in flight") || c.Stats().Shed != 1 {
+		t.Fatalf("the third concurrent verification: %v; want validator_unavailable, shed", err)
+	}
+	if caller, err := c.Authenticate(context.Background(), "good-cached"); err != nil || caller == nil {
+		t.Fatalf("a cached verdict during the flood: %v", err)
+	}
+	close(inner.release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

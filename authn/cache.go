@@ -22,6 +22,19 @@ type CacheConfig struct {
 	// A verdict is never reused past the token's exp. It bounds how long a
 	// revoked token (a deleted pod's) is still accepted.
 	TTL time.Duration
+	// NegativeTTL is how long a token_invalid verdict is reused, so that a
+	// client repeating one bad token costs one verification per NegativeTTL
+	// rather than one per request. Default 10 s — the kube-apiserver's own
+	// token cache keeps failures as long; short, because a token refused
+	// for not being valid yet may become valid. Negative: no negative
+	// caching. Validator failures (unavailable, timeout, error) are never
+	// cached: they say nothing about the token.
+	NegativeTTL time.Duration
+	// MaxInFlight bounds the verifications running at once (a flood of
+	// distinct tokens); a lookup beyond it fails at once as
+	// validator_unavailable, so that fail-open rules apply and the metric
+	// tells. Cached verdicts are unaffected. Default 64.
+	MaxInFlight int
 	// MaxEntries bounds the cache; the least recently used entry is evicted.
 	// Default 10000.
 	MaxEntries int
@@ -31,8 +44,10 @@ type CacheConfig struct {
 
 // Defaults for [CacheConfig].
 const (
-	DefaultCacheTTL        = 2 * time.Minute
-	DefaultCacheMaxEntries = 10000
+	DefaultCacheTTL         = 2 * time.Minute
+	DefaultCacheNegativeTTL = 10 * time.Second
+	DefaultCacheMaxInFlight = 64
+	DefaultCacheMaxEntries  = 10000
 )
 
 // Audienced is implemented by authenticators whose verdict depends on the
@@ -42,13 +57,16 @@ type Audienced interface {
 }
 
 // Cache is an [Authenticator] that remembers successful verdicts of
-// another. Failures are never cached. Concurrent misses for the same token
+// another, and token_invalid verdicts for a short while (NegativeTTL);
+// validator failures are never cached. Concurrent misses for the same token
 // share one lookup. Entries are keyed by HMAC-SHA-256 of the token under a
 // key drawn at random per Cache, plus the required audiences; the token
 // itself is never stored.
 type Cache struct {
-	inner Authenticator
-	ttl   time.Duration
+	inner    Authenticator
+	ttl      time.Duration
+	negTTL   time.Duration
+	inFlight chan struct{}
 	max   int
 	now   func() time.Time
 	// audPrefix is the length-prefixed required audiences, hashed before
@@ -67,11 +85,15 @@ type Cache struct {
 // CacheStats counts cache outcomes.
 type CacheStats struct {
 	Hits, Misses, Evictions uint64
+	// NegativeHits are refusals answered from the cache; Shed are lookups
+	// refused because MaxInFlight verifications were running.
+	NegativeHits, Shed uint64
 }
 
 type cacheEntry struct {
 	key     [sha256.Size]byte
 	caller  *Caller
+	err     error // a cached token_invalid verdict when caller is nil
 	expires time.Time
 }
 
@@ -79,11 +101,19 @@ var _ Authenticator = (*Cache)(nil)
 
 // NewCache wraps inner with a verdict cache.
 func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
-	c := &Cache{inner: inner, ttl: cfg.TTL, max: cfg.MaxEntries, now: cfg.Now,
+	c := &Cache{inner: inner, ttl: cfg.TTL, negTTL: cfg.NegativeTTL, max: cfg.MaxEntries, now: cfg.Now,
 		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New()}
 	if c.ttl <= 0 {
 		c.ttl = DefaultCacheTTL
 	}
+	if c.negTTL == 0 {
+		c.negTTL = DefaultCacheNegativeTTL
+	}
+	inFlight := cfg.MaxInFlight
+	if inFlight <= 0 {
+		inFlight = DefaultCacheMaxInFlight
+	}
+	c.inFlight = make(chan struct{}, inFlight)
 	if c.max <= 0 {
 		c.max = DefaultCacheMaxEntries
 	}
@@ -130,16 +160,28 @@ func (c *Cache) keyOf(token string) [sha256.Size]byte {
 // authenticator once however many goroutines ask at the same time.
 func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error) {
 	key := c.keyOf(token)
-	if caller := c.get(key); caller != nil {
+	if caller, err := c.get(key); caller != nil || err != nil {
 		reportHit(ctx)
-		return caller, nil
+		return caller, err
 	}
 	// The shared lookup must not die with the first caller's context; the
 	// inner authenticator bounds its own time.
 	ch := c.group.DoChan(string(key[:]), func() (any, error) {
+		select {
+		case c.inFlight <- struct{}{}:
+			defer func() { <-c.inFlight }()
+		default:
+			c.mu.Lock()
+			c.stats.Shed++
+			c.mu.Unlock()
+			return nil, Fail(ValidatorUnavailable, "%d verifications already in flight; refusing more until they finish", cap(c.inFlight))
+		}
 		caller, err := c.inner.Authenticate(context.WithoutCancel(ctx), token)
-		if err == nil {
-			c.put(key, caller)
+		switch {
+		case err == nil:
+			c.put(key, caller, nil)
+		case ReasonOf(err) == TokenInvalid && c.negTTL > 0:
+			c.put(key, nil, err)
 		}
 		return caller, err
 	})
@@ -154,40 +196,50 @@ func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error)
 	}
 }
 
-func (c *Cache) get(key [sha256.Size]byte) *Caller {
+func (c *Cache) get(key [sha256.Size]byte) (*Caller, error) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[key]
 	if !ok {
 		c.stats.Misses++
-		return nil
+		return nil, nil
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.expires) {
 		c.lru.Remove(el)
 		delete(c.entries, key)
 		c.stats.Misses++
-		return nil
+		return nil, nil
 	}
 	c.lru.MoveToFront(el)
+	if e.err != nil {
+		c.stats.NegativeHits++
+		return nil, e.err
+	}
 	c.stats.Hits++
-	return e.caller
+	return e.caller, nil
 }
 
-func (c *Cache) put(key [sha256.Size]byte, caller *Caller) {
-	expires := c.now().Add(c.ttl)
-	if !caller.Expiry.IsZero() && caller.Expiry.Before(expires) {
-		expires = caller.Expiry
+func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error) {
+	var expires time.Time
+	if refusal != nil {
+		expires = c.now().Add(c.negTTL)
+	} else {
+		expires = c.now().Add(c.ttl)
+		if !caller.Expiry.IsZero() && caller.Expiry.Before(expires) {
+			expires = caller.Expiry
+		}
 	}
+	e := &cacheEntry{key: key, caller: caller, err: refusal, expires: expires}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
-		el.Value = &cacheEntry{key: key, caller: caller, expires: expires}
+		el.Value = e
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, caller: caller, expires: expires})
+	c.entries[key] = c.lru.PushFront(e)
 	for c.lru.Len() > c.max {
 		old := c.lru.Back()
 		c.lru.Remove(old)

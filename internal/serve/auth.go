@@ -40,6 +40,12 @@ type AuthOptions struct {
 	OIDCIssuers string
 	// CacheTTL is how long a successful verification is reused.
 	CacheTTL time.Duration
+	// NegativeCacheTTL is how long a token_invalid verdict is reused
+	// (authn.CacheConfig.NegativeTTL). Zero: the default.
+	NegativeCacheTTL time.Duration
+	// MaxInFlight bounds the verifications running at once
+	// (authn.CacheConfig.MaxInFlight). Zero: the default.
+	MaxInFlight int
 	// ReviewTimeout bounds one verification, retries included.
 	ReviewTimeout time.Duration
 }
@@ -62,6 +68,14 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
 	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
 	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
+	if a.NegativeCacheTTL == 0 {
+		a.NegativeCacheTTL = authn.DefaultCacheNegativeTTL
+	}
+	if a.MaxInFlight == 0 {
+		a.MaxInFlight = authn.DefaultCacheMaxInFlight
+	}
+	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
+	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag.
@@ -84,6 +98,9 @@ func (a AuthOptions) Validate() error {
 	}
 	if a.CacheTTL < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-cache-ttl %s: want zero (no cache) or more", a.CacheTTL))
+	}
+	if a.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-max-in-flight %d: want a positive number", a.MaxInFlight))
 	}
 	if a.ReviewTimeout < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-review-timeout %s: want a positive duration", a.ReviewTimeout))
@@ -136,7 +153,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 	}
 	return guard.New(guard.Config{
 		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
-		Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL}),
+		Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL, NegativeTTL: a.NegativeCacheTTL, MaxInFlight: a.MaxInFlight}),
 		Rule:          spec.Rule, Metrics: m, Logger: spec.Logger,
 	})
 }
