@@ -67,8 +67,8 @@ type Cache struct {
 	ttl      time.Duration
 	negTTL   time.Duration
 	inFlight chan struct{}
-	max   int
-	now   func() time.Time
+	max      int
+	now      func() time.Time
 	// audPrefix is the length-prefixed required audiences, hashed before
 	// the token.
 	audPrefix []byte
