@@ -122,26 +122,39 @@ func TestRefusedTokens(t *testing.T) {
 	e := start(t, nil)
 	tok := e.mint(t, devissuer.TokenRequest{Pod: "p", Node: "n"})
 	exp := tok.Claims.Expiry.Time()
+	other := e.mint(t, devissuer.TokenRequest{})
 	tests := []struct {
-		name  string
-		cfg   kube.Config
-		token string
-		want  string
+		name     string
+		cfg      kube.Config
+		token    string
+		want     string
+		reviewed bool // whether a TokenReview was spent on it
 	}{
-		{"wrong audience", kube.Config{Audiences: []string{"flex-auth"}}, tok.Token, "is invalid for the target audiences"},
-		{"one second past exp (the API server would allow a minute)", kube.Config{Now: func() time.Time { return exp.Add(time.Second) }}, tok.Token, "expired"},
-		{"garbage", kube.Config{}, "garbage", "not a JWT"},
-		{"empty", kube.Config{}, "", "empty"},
-		{"oversize", kube.Config{}, strings.Repeat("a", token.MaxLength+1), "longer than"},
+		{"wrong audience", kube.Config{Audiences: []string{"flex-auth"}}, tok.Token, "refused without review: token audiences", false},
+		{"one second past exp (the API server would allow a minute)", kube.Config{Now: func() time.Time { return exp.Add(time.Second) }}, tok.Token, "refused without review: token expired", false},
+		{"garbage, no issuers configured: the API server decides", kube.Config{}, "garbage", "not a JWT", true},
+		{"garbage, issuers configured", kube.Config{Issuers: []string{devissuer.DefaultIssuer}}, "garbage", "refused without review: not a service-account JWT", false},
+		{"another issuer", kube.Config{Issuers: []string{"https://kubernetes.default.svc.cluster.local"}}, other.Token, "refused without review: iss", false},
+		{"empty", kube.Config{}, "", "empty", false},
+		{"oversize", kube.Config{}, strings.Repeat("a", token.MaxLength+1), "longer than", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := e.faults.Count(reviews)
 			_, err := e.authenticator(t, tt.cfg).Authenticate(context.Background(), tt.token)
 			if authn.ReasonOf(err) != authn.TokenInvalid || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v; want token_invalid containing %q", err, tt.want)
 			}
+			if reviewed := e.faults.Count(reviews) != before; reviewed != tt.reviewed {
+				t.Fatalf("reviewed: %v; want %v", reviewed, tt.reviewed)
+			}
 		})
 	}
+	t.Run("the configured issuer's token is reviewed and accepted", func(t *testing.T) {
+		if _, err := e.authenticator(t, kube.Config{Issuers: []string{devissuer.DefaultIssuer}}).Authenticate(context.Background(), other.Token); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("the oversize token never reaches the validator", func(t *testing.T) {
 		before := e.faults.Count(reviews)
 		_, _ = e.authenticator(t, kube.Config{}).Authenticate(context.Background(), strings.Repeat("a", token.MaxLength+1))

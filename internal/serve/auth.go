@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,10 @@ type AuthOptions struct {
 	Backend string
 	// Kubeconfig is TokenReview's client; empty: in-cluster.
 	Kubeconfig string
+	// Issuers are the API server's service-account issuers: tokens that are
+	// not JWTs of one of them are refused without a TokenReview. Empty:
+	// every token is reviewed.
+	Issuers []string
 	// OIDCIssuers is the issuers file of the oidc backend
 	// (oidc.LoadConfigFile).
 	OIDCIssuers string
@@ -65,6 +70,7 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	}
 	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against --caller-oidc-issuers)")
 	f.StringVar(&a.Kubeconfig, "kubeconfig", a.Kubeconfig, "tokenreview: kubeconfig of the API server that reviews tokens (default: in-cluster)")
+	f.StringArrayVar(&a.Issuers, "caller-issuer", a.Issuers, "tokenreview: the API server's service-account issuer (repeatable); other tokens are refused without a review")
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
 	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
 	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
@@ -85,6 +91,11 @@ func (a AuthOptions) Validate() error {
 	case BackendTokenReview, "":
 		if a.OIDCIssuers != "" {
 			errs = append(errs, errors.New("serve: --caller-oidc-issuers belongs to --caller-backend oidc"))
+		}
+		for _, iss := range a.Issuers {
+			if !strings.HasPrefix(iss, "https://") {
+				errs = append(errs, fmt.Errorf("serve: --caller-issuer %q: want the https:// issuer of the API server's service-account tokens", iss))
+			}
 		}
 	case BackendOIDC:
 		if a.OIDCIssuers == "" {
@@ -170,7 +181,7 @@ func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
 	if audience == "" {
 		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
-	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout})
+	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers})
 	if err != nil {
 		return nil, fmt.Errorf("serve: TokenReview: %w", err)
 	}
