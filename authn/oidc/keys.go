@@ -156,10 +156,18 @@ func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 	if err := k.getJSON(ctx, jwksURL, &set); err != nil {
 		return nil, err
 	}
+	keys := usableKeys(set)
+	if len(keys) == 0 {
+		return nil, authn.Fail(authn.ValidatorError, "JWKS at %s holds no usable public signing key", jwksURL)
+	}
+	return keys, nil
+}
+
+// usableKeys keeps a JWKS's public signing keys: a symmetric or private key
+// in a JWKS is a misconfiguration and is never used.
+func usableKeys(set jose.JSONWebKeySet) []jose.JSONWebKey {
 	var keys []jose.JSONWebKey
 	for _, key := range set.Keys {
-		// Only public signing keys; a symmetric or private key in a JWKS
-		// is a misconfiguration and is never used.
 		if key.Use != "" && key.Use != "sig" || !key.Valid() || !key.IsPublic() {
 			continue
 		}
@@ -168,10 +176,7 @@ func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 		}
 		keys = append(keys, key)
 	}
-	if len(keys) == 0 {
-		return nil, authn.Fail(authn.ValidatorError, "JWKS at %s holds no usable public signing key", jwksURL)
-	}
-	return keys, nil
+	return keys
 }
 
 func (k *keySet) getJSON(ctx context.Context, url string, v any) error {
