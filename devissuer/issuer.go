@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,7 +99,13 @@ type Issuer struct {
 	regStat os.FileInfo
 
 	mu sync.Mutex // the OAuth2 client registry
+
+	reviews atomic.Int64 // TokenReviews received
 }
+
+// Reviews is how many TokenReviews the served API has received: what a
+// flood of bad tokens costs the reviewer.
+func (i *Issuer) Reviews() int64 { return i.reviews.Load() }
 
 // State directory file names.
 const (

@@ -103,6 +103,7 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request, verb, resourc
 }
 
 func (i *Issuer) serveTokenReview(w http.ResponseWriter, r *http.Request) {
+	i.reviews.Add(1)
 	if !i.authorize(w, r, "create", "tokenreviews", "authentication.k8s.io") {
 		return
 	}

@@ -1,0 +1,232 @@
+// Package reliability_test measures what a flood of bad tokens costs the
+// real pdp binary and the API server behind it (the dev issuer, counting
+// the TokenReviews it receives), and what callers with a cached verdict see
+// meanwhile. Bounded in count and time; loopback only.
+package reliability_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/test/e2e"
+)
+
+var pdpBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "reliability-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins, err := e2e.Build(dir, "cmd/pdp")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pdpBin = bins["pdp"]
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const example = "../../examples/secrets-engine"
+
+// phase is one flood: its bad-token generator and what it cost.
+type phase struct {
+	name                 string
+	bad                  func(i int) string
+	requests, reviews    int64
+	answers              map[string]int64
+	legitOK, legitAll    int64
+	legitP99, legitP50   time.Duration
+	heapBefore, heapPeak float64
+}
+
+func TestBadTokenFlood(t *testing.T) {
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	// Another issuer of the same name with another key: its tokens look right
+	// until the signature is checked, so only a review can refuse them.
+	forger, _ := devissuertest.Serve(t, devissuer.Config{})
+	// A stranger: another issuer altogether.
+	stranger, _ := devissuertest.Serve(t, devissuer.Config{Issuer: "https://stranger.example"})
+	dir := t.TempDir()
+	key := filepath.Join(dir, "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		t.Fatal(err)
+	}
+	p := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--insecure-http", "--metrics-listen", "127.0.0.1:0",
+		"--policy-dir", filepath.Join(example, "policy"), "--registry", filepath.Join(example, "registry.json"),
+		"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
+		"--signing-key-file", key, "--caller-issuer", devissuer.DefaultIssuer, "--caller-max-in-flight", "8"})
+	addr := p.LogValue(t, "pdp: serving", "address", 60*time.Second)
+	metrics := p.LogValue(t, "pdp: serving", "metrics", time.Second)
+	body, err := os.ReadFile(filepath.Join(example, "check_request_allow_rotate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(i *devissuer.Issuer, aud string, issued time.Time) string {
+		tok, err := i.Mint(devissuer.TokenRequest{Namespace: "secrets-engine", ServiceAccount: "secrets-engine", Audiences: []string{aud}, Lifetime: 10 * time.Minute, IssuedAt: issued})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	good := mint(iss, "flex-auth", time.Time{})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	check := func(tok string) (int, string, time.Duration) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/check", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error(), time.Since(start)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		reason := ""
+		if resp.StatusCode != http.StatusOK {
+			_, after, _ := strings.Cut(string(b), `"reason":"`)
+			reason, _, _ = strings.Cut(after, `"`)
+		}
+		return resp.StatusCode, reason, time.Since(start)
+	}
+	if code, reason, _ := check(good); code != http.StatusOK {
+		t.Fatalf("the good caller: %d %s", code, reason)
+	}
+	// Pre-minted bad tokens, distinct, so that no cache helps the flood.
+	const perKind = 300
+	expired, otherAud, foreign, forged := make([]string, perKind), make([]string, perKind), make([]string, perKind), make([]string, perKind)
+	for i := range perKind {
+		expired[i] = mint(iss, "flex-auth", time.Now().Add(-time.Hour))
+		otherAud[i] = mint(iss, "another-service", time.Time{})
+		foreign[i] = mint(stranger, "flex-auth", time.Time{})
+		forged[i] = mint(forger, "flex-auth", time.Time{})
+	}
+	phases := []*phase{
+		{name: "refusable without review (expired, other audience, other issuer, not a JWT)", bad: func(i int) string {
+			switch i % 4 {
+			case 0:
+				return expired[i/4%perKind]
+			case 1:
+				return otherAud[i/4%perKind]
+			case 2:
+				return foreign[i/4%perKind]
+			default:
+				return "opaque-" + strconv.Itoa(i)
+			}
+		}},
+		{name: "right issuer and audience, wrong key (only a review can tell)", bad: func(i int) string { return forged[i%perKind] }},
+	}
+	for _, ph := range phases {
+		ph.answers = map[string]int64{}
+		ph.heapBefore = gauge(t, metrics, "go_memstats_heap_inuse_bytes")
+		before := iss.Reviews()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var n atomic.Int64
+		for range 8 { // flooding clients
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					i := n.Add(1)
+					if i > 1200 {
+						return
+					}
+					code, reason, _ := check(ph.bad(int(i)))
+					mu.Lock()
+					ph.answers[fmt.Sprintf("%d %s", code, reason)]++
+					mu.Unlock()
+				}
+			}()
+		}
+		var lat []time.Duration
+		for range 2 { // callers with a cached verdict
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					code, _, d := check(good)
+					mu.Lock()
+					ph.legitAll++
+					if code == http.StatusOK {
+						ph.legitOK++
+					}
+					lat = append(lat, d)
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		}
+		go func() {
+			for ctx.Err() == nil {
+				if h := gauge(t, metrics, "go_memstats_heap_inuse_bytes"); h > ph.heapPeak {
+					mu.Lock()
+					ph.heapPeak = h
+					mu.Unlock()
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+		wg.Wait()
+		cancel()
+		ph.requests = min(n.Load(), 1200)
+		ph.reviews = iss.Reviews() - before
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			ph.legitP50, ph.legitP99 = lat[len(lat)/2], lat[len(lat)*99/100]
+		}
+	}
+	t.Logf("%-78s %8s %8s %s", "flood", "requests", "reviews", "answers; cached callers: ok/all, p50, p99; heap in use before → peak")
+	for _, ph := range phases {
+		t.Logf("%-78s %8d %8d %v; %d/%d, %s, %s; %.1f → %.1f MiB", ph.name, ph.requests, ph.reviews, ph.answers,
+			ph.legitOK, ph.legitAll, ph.legitP50.Round(time.Microsecond), ph.legitP99.Round(time.Microsecond), ph.heapBefore/(1<<20), ph.heapPeak/(1<<20))
+	}
+	if ph := phases[0]; ph.reviews != 0 || ph.answers["401 token_invalid"] != ph.requests {
+		t.Errorf("locally refusable tokens cost %d TokenReviews for %d requests (answers %v); want none, all 401 token_invalid", ph.reviews, ph.requests, ph.answers)
+	}
+	if ph := phases[1]; ph.reviews > ph.requests || ph.answers["401 token_invalid"]+ph.answers["503 validator_unavailable"] != ph.requests {
+		t.Errorf("forged tokens: %d reviews for %d requests, answers %v; want at most one review each, every answer 401 token_invalid or 503 validator_unavailable (shed)", ph.reviews, ph.requests, ph.answers)
+	}
+	for _, ph := range phases {
+		if ph.legitAll == 0 || ph.legitOK != ph.legitAll {
+			t.Errorf("%s: cached callers got %d/%d answers right during the flood", ph.name, ph.legitOK, ph.legitAll)
+		}
+	}
+}
+
+// gauge reads one unlabelled gauge from a Prometheus text endpoint.
+func gauge(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
