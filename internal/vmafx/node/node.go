@@ -22,6 +22,7 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/vmafx/connection"
 	"github.com/callerauth/callerauth/internal/vmafx/measure"
 	"github.com/callerauth/callerauth/token"
 )
@@ -63,33 +64,18 @@ func New(o Options) (*Node, error) {
 	if o.ReportEvery <= 0 {
 		o.ReportEvery = 5 * time.Second
 	}
-	if o.LookupEnv == nil {
-		o.LookupEnv = os.LookupEnv
-	}
 	n := &Node{o: o, log: o.Logger}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
-	loads := []credentials.LoadOption{credentials.FromEnv("VMAFX_CONTROLLER_"), credentials.WithLookupEnv(o.LookupEnv)}
-	if o.Config != "" {
-		loads = append(loads, credentials.FromFile(o.Config))
-	}
-	cfg, err := credentials.Load("controller", loads...)
-	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	if cfg.Address == "" {
-		return nil, errors.New("node: controller.address (VMAFX_CONTROLLER_ADDRESS) is required")
-	}
-	opts, err := cfg.DialOptions()
+	cfg, err := connection.Load(o.Config, o.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.cfg, n.tokens = cfg, cfg.TokenSource()
-	if n.conn, err = grpc.NewClient(cfg.Address, opts...); err != nil {
-		return nil, fmt.Errorf("node: controller.address %q: %w", cfg.Address, err)
+	if n.conn, n.client, err = connection.Dial(cfg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.client = vmafxv1.NewJobServiceClient(n.conn)
 	return n, nil
 }
 

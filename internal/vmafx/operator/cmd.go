@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -20,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/vmafx/connection"
 )
 
 // Options configure the operator.
@@ -47,22 +45,8 @@ type Options struct {
 // Load reads and validates the controller connection: a combination that
 // cannot be honoured is an error naming the key and the variable.
 func Load(o Options) (credentials.Config, error) {
-	lookup := o.LookupEnv
-	if lookup == nil {
-		lookup = os.LookupEnv
-	}
-	loads := []credentials.LoadOption{credentials.FromEnv("VMAFX_CONTROLLER_"), credentials.WithLookupEnv(lookup)}
-	if o.Config != "" {
-		loads = append(loads, credentials.FromFile(o.Config))
-	}
-	cfg, err := credentials.Load("controller", loads...)
+	cfg, err := connection.Load(o.Config, o.LookupEnv)
 	if err != nil {
-		return cfg, fmt.Errorf("operator: %w", err)
-	}
-	if cfg.Address == "" {
-		return cfg, errors.New("operator: controller.address (VMAFX_CONTROLLER_ADDRESS) is required")
-	}
-	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("operator: %w", err)
 	}
 	return cfg, nil
@@ -74,13 +58,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	opts, err := cfg.DialOptions()
+	conn, jobs, err := connection.Dial(cfg)
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
-	}
-	conn, err := grpc.NewClient(cfg.Address, opts...)
-	if err != nil {
-		return fmt.Errorf("operator: controller.address %q: %w", cfg.Address, err)
 	}
 	defer conn.Close()
 	var rc *rest.Config
@@ -114,7 +94,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
-	r := &Reconciler{Client: mgr.GetClient(), Jobs: vmafxv1.NewJobServiceClient(conn), Tokens: cfg.TokenSource(), Poll: o.Poll,
+	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: o.Poll,
 		Events: mgr.GetEventRecorder("vmafx-operator"), Log: log}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&jobsv1.VmafxJob{}).Named("vmafxjob").Complete(r); err != nil {
 		return fmt.Errorf("operator: %w", err)
