@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,8 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 	f.BoolVar(&o.AllowAuthOff, "insecure-caller-auth-off", false, "allow --caller-auth-mode off: callers are not authenticated at all")
 	f.StringVar(&o.CallerAudience, "caller-audience", "flex-auth", "the audience callers' tokens must be minted for")
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", nil, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
-	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published")
+	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
+	f.DurationVar(&o.ReloadInterval, "reload-interval", 2*time.Second, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
 	return cmd
 }
 

@@ -95,6 +95,9 @@ func (o Options) Validate() error {
 	} else if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("pdp: --tls-cert-file and --tls-key-file are required (or --insecure-http on a loopback --listen)"))
 	}
+	if o.ReloadInterval < 0 {
+		errs = append(errs, fmt.Errorf("pdp: --reload-interval %s: want a positive duration", o.ReloadInterval))
+	}
 	if o.PolicyDir == "" {
 		errs = append(errs, errors.New("pdp: --policy-dir is required"))
 	}
@@ -157,11 +160,14 @@ func parseBindings(values []string) (map[string]string, []string, error) {
 	return bindings, warnings, errors.Join(errs...)
 }
 
-// state is what a reload replaces.
+// state is what a reload replaces, whole: the policy package, the registry
+// and the record signer. A check reads one state, so the key that signs its
+// record is one that the JWKS endpoint publishes from that moment on.
 type state struct {
-	pkg *policy.Package
-	reg *policy.Registry
-	sig string // file signature, to see changes
+	pkg    *policy.Package
+	reg    *policy.Registry
+	signer *decision.Signer
+	sig    string // file signature, to see changes
 }
 
 // Server is a running PDP.
@@ -169,7 +175,6 @@ type Server struct {
 	o        Options
 	log      *slog.Logger
 	guard    *guard.Guard
-	signer   *decision.Signer
 	certs    *serve.CertReloader // nil under --insecure-http
 	state    atomic.Pointer[state]
 	failed   atomic.Value // the file signature of the last failed reload
@@ -177,6 +182,7 @@ type Server struct {
 	checks   *prometheus.CounterVec
 	authViol *prometheus.CounterVec
 	latency  prometheus.Histogram
+	reloads  *prometheus.CounterVec
 	now      func() time.Time
 }
 
@@ -192,18 +198,11 @@ func New(o Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	st, err := load(o.PolicyDir, o.Registry)
+	st, err := load(o.PolicyDir, o.Registry, o.SigningKeyFile)
 	if err != nil {
 		return nil, err
 	}
 	s.state.Store(st)
-	keys, err := decision.LoadKeyFile(o.SigningKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
-	}
-	if s.signer, err = decision.NewSigner(RecordProfile, keys...); err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
-	}
 	if !o.InsecureHTTP {
 		if s.certs, err = o.Serve.CertReloader(s.log); err != nil {
 			return nil, fmt.Errorf("pdp: %w", err)
@@ -213,7 +212,10 @@ func New(o Options) (*Server, error) {
 	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
 	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
 	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
-	reg.MustRegister(s.checks, s.authViol, s.latency)
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
+	s.reloads.WithLabelValues("success")
+	s.reloads.WithLabelValues("failure")
+	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -241,7 +243,8 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-func load(dir, registry string) (*state, error) {
+func load(dir, registry, keyFile string) (*state, error) {
+	sig := signature(dir, registry, keyFile) // before reading: a change while loading is seen next time
 	pkg, err := policy.LoadPackage(dir)
 	if err != nil {
 		return nil, err
@@ -250,11 +253,19 @@ func load(dir, registry string) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &state{pkg: pkg, reg: reg, sig: signature(dir, registry)}, nil
+	keys, err := decision.LoadKeyFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
+	}
+	signer, err := decision.NewSigner(RecordProfile, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	}
+	return &state{pkg: pkg, reg: reg, signer: signer, sig: sig}, nil
 }
 
 // signature summarises the files' sizes and times, to notice a change.
-func signature(dir, registry string) string {
+func signature(dir, registry, keyFile string) string {
 	var b strings.Builder
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -263,26 +274,42 @@ func signature(dir, registry string) string {
 		}
 	}
 	if info, err := os.Stat(registry); err == nil {
-		fmt.Fprintf(&b, "registry:%d:%d", info.Size(), info.ModTime().UnixNano())
+		fmt.Fprintf(&b, "registry:%d:%d;", info.Size(), info.ModTime().UnixNano())
+	}
+	if info, err := os.Stat(keyFile); err == nil {
+		fmt.Fprintf(&b, "keys:%d:%d", info.Size(), info.ModTime().UnixNano())
 	}
 	return b.String()
 }
 
-// Reload loads the package and registry again; on failure the previous
-// version keeps serving and the error says why.
+// Reload loads the package, the registry and the signing keys again, all
+// or nothing; on failure the previous version keeps serving and the error
+// says why.
 func (s *Server) Reload() error {
-	st, err := load(s.o.PolicyDir, s.o.Registry)
+	old := s.state.Load()
+	st, err := load(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
 	if err != nil {
-		s.log.Error("pdp: reload failed; the previous policy keeps serving", "err", err, "policy_version", s.state.Load().pkg.Version)
+		s.reloads.WithLabelValues("failure").Inc()
+		s.log.Error("pdp: reload failed; the previous policy and keys keep serving", "err", err, "policy_version", old.pkg.Version, "signing_kid", old.signer.KeyID())
 		return err
 	}
 	s.state.Store(st)
-	s.log.Info("pdp: reloaded", "package", st.pkg.ID, "policy_version", st.pkg.Version, "digest", st.pkg.Digest)
+	s.reloads.WithLabelValues("success").Inc()
+	s.log.Info("pdp: reloaded", "package", st.pkg.ID, "policy_version", st.pkg.Version, "digest", st.pkg.Digest,
+		"signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
 	return nil
 }
 
-// Signer returns the record signer.
-func (s *Server) Signer() *decision.Signer { return s.signer }
+func kids(s *decision.Signer) []string {
+	var out []string
+	for _, k := range s.JWKS().Keys {
+		out = append(out, k.KeyID)
+	}
+	return out
+}
+
+// Signer returns the record signer now in use.
+func (s *Server) Signer() *decision.Signer { return s.state.Load().signer }
 
 // Registry returns the metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
@@ -294,7 +321,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
-		_ = json.NewEncoder(w).Encode(s.signer.JWKS())
+		_ = json.NewEncoder(w).Encode(s.state.Load().signer.JWKS())
 	})
 	mux.HandleFunc("GET /healthz", s.health.Healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -375,7 +402,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		}
 		caller = callerBlock(v, s.o.Auth.VerifiedBy())
 	}
-	st := s.state.Load()
+	st := s.state.Load() // one snapshot: policy, registry and signer
 	d := st.pkg.Evaluate(st.reg, *req)
 	if d.Detail != "" {
 		s.log.Info("pdp: denied against the registry", "reason", d.Reason, "detail", guard.LogValue(d.Detail))
@@ -392,7 +419,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
 		return
 	}
-	signed, err := s.signer.Sign(rec)
+	signed, err := st.signer.Sign(rec)
 	if err != nil {
 		s.log.Error("pdp: signing failed", "err", err)
 		guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
@@ -518,8 +545,8 @@ func decodeRequest(body []byte) (*policy.Request, error) {
 
 // Run serves until ctx ends, through the service skeleton: the API (HTTPS
 // with the key pair reloaded on change, or plain HTTP on loopback), the
-// metrics listener, and the policy reload loop. SIGHUP, or a change to the
-// policy or registry files (polled), reloads them. A listener that cannot
+// metrics listener, and the reload loop. SIGHUP, or a change to the policy,
+// registry or signing key files (polled), reloads them. A listener that cannot
 // be opened, or dies, is an error.
 func (s *Server) Run(ctx context.Context) error {
 	lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
@@ -545,11 +572,12 @@ func (s *Server) Run(ctx context.Context) error {
 	runnables = append(runnables, serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
 	st := s.state.Load()
 	s.log.Info("pdp: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "tls", s.certs != nil, "caller_auth_mode", s.o.CallerAuthMode,
-		"caller_backend", s.o.Auth.VerifiedBy(), "package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", s.signer.KeyID())
+		"caller_backend", s.o.Auth.VerifiedBy(), "package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
 	return serve.Run(ctx, runnables...)
 }
 
-// reloadLoop reloads the policy on SIGHUP or when its files change.
+// reloadLoop reloads the policy and keys on SIGHUP or when their files
+// change.
 func (s *Server) reloadLoop(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -567,7 +595,7 @@ func (s *Server) reloadLoop(ctx context.Context) error {
 		case <-hup:
 			_ = s.Reload()
 		case <-tick.C:
-			sig := signature(s.o.PolicyDir, s.o.Registry)
+			sig := signature(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
 			if failed, _ := s.failed.Load().(string); sig != s.state.Load().sig && sig != failed {
 				if err := s.Reload(); err != nil {
 					s.failed.Store(sig) // say it once, not every tick

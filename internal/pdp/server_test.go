@@ -422,3 +422,98 @@ func TestRunReloadsOnFileChange(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"package_id":"secrets-engine","policy_version":"v3"}`), 0o600)
 	waitFor("secrets-engine v3")
 }
+
+// TestSigningKeyRotation walks the rotation procedure of docs/pdp.md, one
+// reload per step: publish the new key (first in the file, so the old one,
+// last, still signs), sign with it (last), retire the old one. A consumer
+// that pinned the key set after the first step verifies every record
+// throughout; a broken key file changes nothing.
+func TestSigningKeyRotation(t *testing.T) {
+	dir := t.TempDir()
+	pem := func(name string) []byte {
+		path := filepath.Join(dir, name)
+		if err := decision.GenerateKeyFile(path); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		return b
+	}
+	oldKey, newKey := pem("old.pem"), pem("new.pem")
+	keyFile := filepath.Join(dir, "signing.pem")
+	if err := os.WriteFile(keyFile, oldKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "enforce", func(o *pdp.Options) { o.SigningKeyFile = keyFile })
+	oldKid := e.srv.Signer().KeyID()
+	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	allow := readExample(t, "check_request_allow_rotate.json")
+	step := func(name string, keys []byte) {
+		t.Helper()
+		if err := os.WriteFile(keyFile, keys, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.srv.Reload(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	published := func() []string {
+		resp, err := e.client.Get(e.url + "/.well-known/jwks.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var set jose.JSONWebKeySet
+		if err := json.NewDecoder(resp.Body).Decode(&set); err != nil {
+			t.Fatal(err)
+		}
+		var kids []string
+		for _, k := range set.Keys {
+			kids = append(kids, k.KeyID)
+		}
+		return kids
+	}
+	signedBy := func(keys jose.JSONWebKeySet) string {
+		t.Helper()
+		code, body := e.post(t, tok, allow, "application/json")
+		if code != 200 {
+			t.Fatalf("check: %d %s", code, body)
+		}
+		var s decision.Signed
+		_ = json.Unmarshal(body, &s)
+		h, _ := jose.ParseSigned(s.RecordJWS, []jose.SignatureAlgorithm{jose.ES256})
+		if _, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: keys, Request: allow}); err != nil {
+			t.Fatalf("a record does not verify against the pinned key set: %v", err)
+		}
+		return h.Signatures[0].Header.KeyID
+	}
+
+	step("publish", append(append([]byte{}, newKey...), oldKey...))
+	pinned := e.srv.Signer().JWKS()
+	newKid := pinned.Keys[0].KeyID
+	if got := published(); len(got) != 2 || got[0] != newKid || got[1] != oldKid {
+		t.Fatalf("after publishing, the JWKS holds %v; want [%s %s]", got, newKid, oldKid)
+	}
+	if kid := signedBy(pinned); kid != oldKid {
+		t.Fatalf("after publishing, records are signed by %s; want the old key %s still", kid, oldKid)
+	}
+	step("sign", append(append([]byte{}, oldKey...), newKey...))
+	if kid := signedBy(pinned); kid != newKid {
+		t.Fatalf("after switching, records are signed by %s; want the new key %s", kid, newKid)
+	}
+	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Reload(); err == nil || !strings.Contains(err.Error(), "--signing-key-file") {
+		t.Fatalf("a broken key file: Reload = %v; want an error naming --signing-key-file", err)
+	}
+	if kid := signedBy(pinned); kid != newKid {
+		t.Fatalf("after a failed reload, records are signed by %s; want %s still", kid, newKid)
+	}
+	step("retire", newKey)
+	if got := published(); len(got) != 1 || got[0] != newKid {
+		t.Fatalf("after retiring, the JWKS holds %v; want [%s]", got, newKid)
+	}
+	if kid := signedBy(pinned); kid != newKid {
+		t.Fatalf("after retiring, records are signed by %s; want %s", kid, newKid)
+	}
+}
