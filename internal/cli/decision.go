@@ -121,18 +121,16 @@ func newDecisionVerifyCmd(o *Options) *cobra.Command {
 	var maxAge time.Duration
 	profile := pdp.RecordProfile
 	cmd := &cobra.Command{
-		Use:   "verify --jwks FILE|URL [--request FILE] RESPONSE|-",
-		Short: "Verify a PDP response: signature, key, typ, request digest, freshness",
+		Use:   "verify --jwks FILE|URL [--request FILE] RESPONSE|- [RESPONSE...]",
+		Short: "Verify PDP responses: signature, key, typ, request digest, freshness",
 		Long: `verify checks a PDP response ({"record": ..., "record_jws": ...}) and prints
-the verified record, or exactly what failed. It exits non-zero on any failure:
-a consumer must read that as deny.`,
-		Args: cobra.ExactArgs(1),
+the verified record, or exactly what failed. Given several responses (stored
+records re-verified for an audit, say), it checks each against the same key
+set and request, prints one line per response and a count. It exits non-zero
+if any fails: a consumer must read that as deny.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			keys, err := readJWKS(jwks)
-			if err != nil {
-				return err
-			}
-			resp, err := readArg(o, args[0])
 			if err != nil {
 				return err
 			}
@@ -142,12 +140,37 @@ a consumer must read that as deny.`,
 					return fmt.Errorf("--request: %w", err)
 				}
 			}
-			rec, err := decision.Verify(resp, opts)
-			if err != nil {
-				return fmt.Errorf("NOT VERIFIED (treat as deny): %w", err)
+			if len(args) == 1 {
+				resp, err := readArg(o, args[0])
+				if err != nil {
+					return err
+				}
+				rec, err := decision.Verify(resp, opts)
+				if err != nil {
+					return fmt.Errorf("NOT VERIFIED (treat as deny): %w", err)
+				}
+				b, _ := json.MarshalIndent(rec, "", "  ")
+				fmt.Fprintf(o.Stdout, "verified: effect %s, reason %s, caller %s\n%s\n", rec.Effect, rec.Reason, callerName(rec), b)
+				return nil
 			}
-			b, _ := json.MarshalIndent(rec, "", "  ")
-			fmt.Fprintf(o.Stdout, "verified: effect %s, reason %s, caller %s\n%s\n", rec.Effect, rec.Reason, callerName(rec), b)
+			var failed []string
+			for _, arg := range args {
+				resp, err := readArg(o, arg)
+				var rec *decision.Record
+				if err == nil {
+					rec, err = decision.Verify(resp, opts)
+				}
+				if err != nil {
+					failed = append(failed, arg)
+					fmt.Fprintf(o.Stdout, "%s: NOT VERIFIED (treat as deny): %v\n", arg, err)
+					continue
+				}
+				fmt.Fprintf(o.Stdout, "%s: verified: effect %s, reason %s, caller %s\n", arg, rec.Effect, rec.Reason, callerName(rec))
+			}
+			fmt.Fprintf(o.Stdout, "%d of %d verified\n", len(args)-len(failed), len(args))
+			if len(failed) > 0 {
+				return fmt.Errorf("NOT VERIFIED (treat as deny): %d of %d responses: %s", len(failed), len(args), strings.Join(failed, ", "))
+			}
 			return nil
 		},
 	}

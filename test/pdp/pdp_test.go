@@ -228,6 +228,33 @@ func TestDevIssuer(t *testing.T) {
 			}
 		}
 	})
+	t.Run("several responses at once, one bad", func(t *testing.T) {
+		p := startPDP(t, "enforce", iss.KubeconfigFile(), "secrets-engine="+principal)
+		allow, _ := os.ReadFile(filepath.Join(example, "check_request_allow_rotate.json"))
+		tok := mint("secrets-engine", "flex-auth", time.Time{})
+		dir := t.TempDir()
+		qf := filepath.Join(dir, "request.json")
+		_ = os.WriteFile(qf, allow, 0o600)
+		var files []string
+		for i := range 3 {
+			_, body := p.check(t, tok, allow)
+			if i == 1 {
+				body = bytes.Replace(body, []byte(`"effect":"allow"`), []byte(`"effect":"deny"`), 1)
+			}
+			f := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
+			_ = os.WriteFile(f, body, 0o600)
+			files = append(files, f)
+		}
+		out, err := exec.Command(callerauthBin, append([]string{"decision", "verify", "--jwks", p.jwks, "--request", qf}, files...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "2 of 3 verified") || !strings.Contains(string(out), files[1]+": NOT VERIFIED") ||
+			!strings.Contains(string(out), files[0]+": verified: effect allow") || strings.Contains(string(out), files[2]+": NOT") {
+			t.Errorf("verify of three responses, the second tampered: %v\n%s", err, out)
+		}
+		out, err = exec.Command(callerauthBin, "decision", "verify", "--jwks", p.jwks, "--request", qf, files[0], files[2]).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "2 of 2 verified") {
+			t.Errorf("verify of two good responses: %v\n%s", err, out)
+		}
+	})
 }
 
 // TestKubeAPIServer: tokens minted by TokenRequest, reviewed by the real API
