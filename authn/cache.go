@@ -255,6 +255,9 @@ func (c *Cache) Len() int {
 	return c.lru.Len()
 }
 
+// InFlight returns the number of verifications running now.
+func (c *Cache) InFlight() int { return len(c.inFlight) }
+
 // Stats returns the counts so far.
 func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()

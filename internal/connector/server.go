@@ -128,6 +128,8 @@ type Server struct {
 	certs   *serve.CertReloader // deployment role
 	guard   *guard.Guard
 	refused *prometheus.CounterVec
+	stored  prometheus.Counter // events
+	failed  prometheus.Counter // batches the datastore could not store
 	// The node-binding settings in force: the deployment role always
 	// enforces and never fails open, whatever config.json says.
 	mode     guard.Mode
@@ -161,7 +163,11 @@ func New(o Options) (*Server, error) {
 		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
 	s.refused.WithLabelValues("events")
 	s.refused.WithLabelValues("bytes")
-	s.health.Registry.MustRegister(s.refused)
+	s.stored = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_events_stored_total",
+		Help: "Events stored (durable before the call returned)."})
+	s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_datastore_failures_total",
+		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
+	s.health.Registry.MustRegister(s.refused, s.stored, s.failed)
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
 		grpc.ChainUnaryInterceptor(s.limitBatch)}
 	if o.Role == RoleDeployment {
@@ -325,8 +331,10 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		return &emptypb.Empty{}, nil
 	}
 	if err := s.store.Append(ctx, caller, scope, events); err != nil {
+		s.failed.Inc()
 		s.log.Error("connector: storing a batch failed", "err", err, "events", len(events))
 		return nil, status.Error(codes.Unavailable, "datastore unavailable; the batch was not stored, retry")
 	}
+	s.stored.Add(float64(len(events)))
 	return &emptypb.Empty{}, nil
 }

@@ -119,7 +119,9 @@ func gather(reg *prometheus.Registry) map[string]float64 {
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			out[mf.GetName()+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
+			if len(m.GetLabel()) > 0 {
+				out[mf.GetName()+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
+			}
 		}
 	}
 	return out

@@ -51,6 +51,9 @@ type AuthOptions struct {
 	// MaxInFlight bounds the verifications running at once
 	// (authn.CacheConfig.MaxInFlight). Zero: the default.
 	MaxInFlight int
+	// CacheMaxEntries bounds the verdict cache (authn.CacheConfig.MaxEntries).
+	// Zero: the default.
+	CacheMaxEntries int
 	// ReviewTimeout bounds one verification, retries included.
 	ReviewTimeout time.Duration
 }
@@ -74,6 +77,13 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
 	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
 	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
+	a.AddCacheFlags(f)
+}
+
+// AddCacheFlags registers the verdict cache's bounds, for a service that
+// wires its own verification flags: --caller-negative-cache-ttl,
+// --caller-max-in-flight and --caller-cache-max-entries.
+func (a *AuthOptions) AddCacheFlags(f *pflag.FlagSet) {
 	if a.NegativeCacheTTL == 0 {
 		a.NegativeCacheTTL = authn.DefaultCacheNegativeTTL
 	}
@@ -82,6 +92,10 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	}
 	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
 	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
+	if a.CacheMaxEntries == 0 {
+		a.CacheMaxEntries = authn.DefaultCacheMaxEntries
+	}
+	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); the least recently used is evicted")
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag.
@@ -112,6 +126,9 @@ func (a AuthOptions) Validate() error {
 	}
 	if a.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-max-in-flight %d: want a positive number", a.MaxInFlight))
+	}
+	if a.CacheMaxEntries < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-cache-max-entries %d: want a positive number", a.CacheMaxEntries))
 	}
 	if a.ReviewTimeout < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-review-timeout %s: want a positive duration", a.ReviewTimeout))
@@ -162,11 +179,44 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache := authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL, NegativeTTL: a.NegativeCacheTTL, MaxInFlight: a.MaxInFlight, MaxEntries: a.CacheMaxEntries})
+	if err := registerCacheMetrics(spec.Registry, spec.MetricsPrefix, cache); err != nil {
+		return nil, err
+	}
 	return guard.New(guard.Config{
 		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
-		Authenticator: authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL, NegativeTTL: a.NegativeCacheTTL, MaxInFlight: a.MaxInFlight}),
-		Rule:          spec.Rule, Metrics: m, Logger: spec.Logger,
+		Authenticator: cache, Rule: spec.Rule, Metrics: m, Logger: spec.Logger,
 	})
+}
+
+// registerCacheMetrics exports the verdict cache's size, lookups and
+// verifications in flight, read from the cache when scraped.
+func registerCacheMetrics(reg prometheus.Registerer, prefix string, c *authn.Cache) error {
+	stat := func(f func(authn.CacheStats) uint64) func() float64 {
+		return func() float64 { return float64(f(c.Stats())) }
+	}
+	lookups := func(result string, f func(authn.CacheStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_cache_lookups_total",
+			Help:        "Verdict-cache lookups by result: hit (a cached success), negative_hit (a cached token_invalid), miss (not cached: verified, or joined a running verification of the same token), shed (a miss refused as validator_unavailable because --caller-max-in-flight verifications were running; also counted as a miss).",
+			ConstLabels: prometheus.Labels{"result": result}}, stat(f))
+	}
+	for _, col := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_cache_entries", Help: "Verdicts in the cache (at most --caller-cache-max-entries; the least recently used is evicted)."},
+			func() float64 { return float64(c.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_cache_evictions_total", Help: "Verdicts evicted from a full cache."},
+			stat(func(s authn.CacheStats) uint64 { return s.Evictions })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_verifications_in_flight", Help: "Verifications (TokenReviews or JWKS checks) running now; at most --caller-max-in-flight."},
+			func() float64 { return float64(c.InFlight()) }),
+		lookups("hit", func(s authn.CacheStats) uint64 { return s.Hits }),
+		lookups("negative_hit", func(s authn.CacheStats) uint64 { return s.NegativeHits }),
+		lookups("miss", func(s authn.CacheStats) uint64 { return s.Misses }),
+		lookups("shed", func(s authn.CacheStats) uint64 { return s.Shed }),
+	} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("serve: registering the cache metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {

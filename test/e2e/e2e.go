@@ -146,3 +146,6 @@ func (p *Process) LogValue(t testing.TB, msg, key string, timeout time.Duration)
 
 // Signal sends sig to the process (SIGKILL: a node dying mid-job).
 func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Pid is the process's id (to change its resource limits, say).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }

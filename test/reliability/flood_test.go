@@ -26,7 +26,7 @@ import (
 	"github.com/callerauth/callerauth/test/e2e"
 )
 
-var pdpBin string
+var pdpBin, connectorBin, callerauthBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "reliability-")
@@ -34,12 +34,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins, err := e2e.Build(dir, "cmd/pdp")
+	bins, err := e2e.Build(dir, "cmd/pdp", "cmd/platform-connector", "cmd/callerauth")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	pdpBin = bins["pdp"]
+	pdpBin, connectorBin, callerauthBin = bins["pdp"], bins["platform-connector"], bins["callerauth"]
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -50,6 +50,8 @@ const example = "../../examples/secrets-engine"
 // phase is one flood: its bad-token generator and what it cost.
 type phase struct {
 	name                 string
+	dur                  time.Duration // how long the flood lasts
+	count                int64         // at most this many bad requests
 	bad                  func(i int) string
 	requests, reviews    int64
 	answers              map[string]int64
@@ -73,7 +75,7 @@ func TestBadTokenFlood(t *testing.T) {
 	p := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--insecure-http", "--metrics-listen", "127.0.0.1:0",
 		"--policy-dir", filepath.Join(example, "policy"), "--registry", filepath.Join(example, "registry.json"),
 		"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
-		"--signing-key-file", key, "--caller-issuer", devissuer.DefaultIssuer, "--caller-max-in-flight", "8"})
+		"--signing-key-file", key, "--caller-issuer", devissuer.DefaultIssuer, "--caller-max-in-flight", "8", "--caller-cache-max-entries", "2000"})
 	addr := p.LogValue(t, "pdp: serving", "address", 60*time.Second)
 	metrics := p.LogValue(t, "pdp: serving", "metrics", time.Second)
 	body, err := os.ReadFile(filepath.Join(example, "check_request_allow_rotate.json"))
@@ -120,7 +122,7 @@ func TestBadTokenFlood(t *testing.T) {
 		forged[i] = mint(forger, "flex-auth", time.Time{})
 	}
 	phases := []*phase{
-		{name: "refusable without review (expired, other audience, other issuer, not a JWT)", bad: func(i int) string {
+		{name: "refusable without review (expired, other audience, other issuer, not a JWT)", dur: 2 * time.Second, count: 20000, bad: func(i int) string {
 			switch i % 4 {
 			case 0:
 				return expired[i/4%perKind]
@@ -132,23 +134,26 @@ func TestBadTokenFlood(t *testing.T) {
 				return "opaque-" + strconv.Itoa(i)
 			}
 		}},
-		{name: "right issuer and audience, wrong key (only a review can tell)", bad: func(i int) string { return forged[i%perKind] }},
+		{name: "right issuer and audience, wrong key (only a review can tell)", dur: 2 * time.Second, count: 20000, bad: func(i int) string { return forged[i%perKind] }},
+		// Every refusal is cached briefly, so distinct garbage fills the
+		// cache: more of it than the cache holds.
+		{name: "distinct non-JWTs (more than the cache's 2,000 entries)", dur: 3 * time.Second, count: 20000, bad: func(i int) string { return "garbage-" + strconv.Itoa(i) }},
 	}
 	for _, ph := range phases {
 		ph.answers = map[string]int64{}
 		ph.heapBefore = gauge(t, metrics, "go_memstats_heap_inuse_bytes")
 		before := iss.Reviews()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), ph.dur)
 		var mu sync.Mutex
-		var wg sync.WaitGroup
+		var wg, flood sync.WaitGroup
 		var n atomic.Int64
 		for range 8 { // flooding clients
-			wg.Add(1)
+			flood.Add(1)
 			go func() {
-				defer wg.Done()
+				defer flood.Done()
 				for ctx.Err() == nil {
 					i := n.Add(1)
-					if i > 1200 {
+					if i > ph.count {
 						return
 					}
 					code, reason, _ := check(ph.bad(int(i)))
@@ -186,25 +191,50 @@ func TestBadTokenFlood(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 		}()
+		flood.Wait()
+		cancel() // the cached callers stop with the flood
 		wg.Wait()
-		cancel()
-		ph.requests = min(n.Load(), 1200)
+		ph.requests = min(n.Load(), ph.count)
 		ph.reviews = iss.Reviews() - before
 		slices.Sort(lat)
 		if len(lat) > 0 {
 			ph.legitP50, ph.legitP99 = lat[len(lat)/2], lat[len(lat)*99/100]
 		}
 	}
+	// After the flood: nothing left in flight, the cache within its bound,
+	// and the heap back within a small factor of where it started.
+	time.Sleep(2 * time.Second)
+	inFlight := gauge(t, metrics, "pdp_caller_verifications_in_flight")
+	entries := gauge(t, metrics, "pdp_caller_cache_entries")
+	evictions := gauge(t, metrics, "pdp_caller_cache_evictions_total")
+	heapAfter := gauge(t, metrics, "go_memstats_heap_inuse_bytes")
+	if code, reason, _ := check(good); code != http.StatusOK {
+		t.Errorf("the good caller after the flood: %d %s", code, reason)
+	}
 	t.Logf("%-78s %8s %8s %s", "flood", "requests", "reviews", "answers; cached callers: ok/all, p50, p99; heap in use before → peak")
 	for _, ph := range phases {
 		t.Logf("%-78s %8d %8d %v; %d/%d, %s, %s; %.1f → %.1f MiB", ph.name, ph.requests, ph.reviews, ph.answers,
 			ph.legitOK, ph.legitAll, ph.legitP50.Round(time.Microsecond), ph.legitP99.Round(time.Microsecond), ph.heapBefore/(1<<20), ph.heapPeak/(1<<20))
 	}
+	t.Logf("after the flood: %g verifications in flight, %g cache entries (%g evicted), heap in use %.1f MiB (%.1f before the first flood)",
+		inFlight, entries, evictions, heapAfter/(1<<20), phases[0].heapBefore/(1<<20))
+	if inFlight != 0 {
+		t.Errorf("%g verifications still in flight after the flood; want 0", inFlight)
+	}
+	if entries > 2000 || evictions == 0 {
+		t.Errorf("the cache holds %g entries after %d distinct bad tokens, %g evicted; want at most 2,000 (--caller-cache-max-entries), the oldest evicted", entries, phases[2].requests, evictions)
+	}
+	if before := phases[0].heapBefore; before == 0 || heapAfter > 4*before {
+		t.Errorf("heap in use %.1f MiB after the flood, %.1f MiB before; want within 4×", heapAfter/(1<<20), before/(1<<20))
+	}
+	if ph := phases[2]; ph.reviews != 0 || ph.answers["401 token_invalid"] != ph.requests {
+		t.Errorf("distinct garbage: %d reviews for %d requests, answers %v; want none, all 401 token_invalid", ph.reviews, ph.requests, ph.answers)
+	}
 	if ph := phases[0]; ph.reviews != 0 || ph.answers["401 token_invalid"] != ph.requests {
 		t.Errorf("locally refusable tokens cost %d TokenReviews for %d requests (answers %v); want none, all 401 token_invalid", ph.reviews, ph.requests, ph.answers)
 	}
-	if ph := phases[1]; ph.reviews > ph.requests || ph.answers["401 token_invalid"]+ph.answers["503 validator_unavailable"] != ph.requests {
-		t.Errorf("forged tokens: %d reviews for %d requests, answers %v; want at most one review each, every answer 401 token_invalid or 503 validator_unavailable (shed)", ph.reviews, ph.requests, ph.answers)
+	if ph := phases[1]; ph.reviews > perKind || ph.answers["401 token_invalid"]+ph.answers["503 validator_unavailable"] != ph.requests {
+		t.Errorf("forged tokens: %d reviews for %d requests, answers %v; want at most one review per distinct token (%d), every answer 401 token_invalid or 503 validator_unavailable (shed)", ph.reviews, ph.requests, ph.answers, perKind)
 	}
 	for _, ph := range phases {
 		if ph.legitAll == 0 || ph.legitOK != ph.legitAll {

@@ -45,6 +45,7 @@ vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
 	f.DurationVar(&o.Auth.CacheTTL, "caller-cache-ttl", o.Auth.CacheTTL, "how long a successful verification is reused")
 	f.DurationVar(&o.Auth.ReviewTimeout, "caller-review-timeout", o.Auth.ReviewTimeout, "how long one discovery or JWKS fetch may take")
+	o.Auth.AddCacheFlags(f)
 	return cmd
 }
 
