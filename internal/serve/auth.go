@@ -56,6 +56,10 @@ type AuthOptions struct {
 	CacheMaxEntries int
 	// ReviewTimeout bounds one verification, retries included.
 	ReviewTimeout time.Duration
+	// ReviewQPS and ReviewBurst bound the TokenReviews sent per second
+	// (kube.Config.QPS, Burst). Zero: the defaults.
+	ReviewQPS   float64
+	ReviewBurst int
 }
 
 // AddFlags registers --caller-backend, --kubeconfig, --caller-oidc-issuers,
@@ -77,6 +81,14 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
 	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
 	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
+	if a.ReviewQPS == 0 {
+		a.ReviewQPS = kube.DefaultQPS
+	}
+	if a.ReviewBurst == 0 {
+		a.ReviewBurst = kube.DefaultBurst
+	}
+	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
+	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
 	a.AddCacheFlags(f)
 }
 
@@ -126,6 +138,12 @@ func (a AuthOptions) Validate() error {
 	}
 	if a.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-max-in-flight %d: want a positive number", a.MaxInFlight))
+	}
+	if a.ReviewQPS < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-review-qps %g: want a positive number", a.ReviewQPS))
+	}
+	if a.ReviewBurst < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-review-burst %d: want a positive number", a.ReviewBurst))
 	}
 	if a.CacheMaxEntries < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-cache-max-entries %d: want a positive number", a.CacheMaxEntries))
@@ -231,7 +249,8 @@ func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
 	if audience == "" {
 		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
-	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers})
+	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers,
+		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst})
 	if err != nil {
 		return nil, fmt.Errorf("serve: TokenReview: %w", err)
 	}

@@ -54,6 +54,7 @@ type phase struct {
 	count                int64         // at most this many bad requests
 	bad                  func(i int) string
 	requests, reviews    int64
+	elapsed              time.Duration
 	answers              map[string]int64
 	legitOK, legitAll    int64
 	legitP99, legitP50   time.Duration
@@ -61,6 +62,7 @@ type phase struct {
 }
 
 func TestBadTokenFlood(t *testing.T) {
+	const reviewQPS = 100
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	// Another issuer of the same name with another key: its tokens look right
 	// until the signature is checked, so only a review can refuse them.
@@ -75,7 +77,8 @@ func TestBadTokenFlood(t *testing.T) {
 	p := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--insecure-http", "--metrics-listen", "127.0.0.1:0",
 		"--policy-dir", filepath.Join(example, "policy"), "--registry", filepath.Join(example, "registry.json"),
 		"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
-		"--signing-key-file", key, "--caller-issuer", devissuer.DefaultIssuer, "--caller-max-in-flight", "8", "--caller-cache-max-entries", "2000"})
+		"--signing-key-file", key, "--caller-issuer", devissuer.DefaultIssuer, "--caller-max-in-flight", "8", "--caller-cache-max-entries", "2000",
+		"--caller-review-qps", strconv.Itoa(reviewQPS), "--caller-review-burst", strconv.Itoa(reviewQPS)})
 	addr := p.LogValue(t, "pdp: serving", "address", 60*time.Second)
 	metrics := p.LogValue(t, "pdp: serving", "metrics", time.Second)
 	body, err := os.ReadFile(filepath.Join(example, "check_request_allow_rotate.json"))
@@ -115,11 +118,15 @@ func TestBadTokenFlood(t *testing.T) {
 	// Pre-minted bad tokens, distinct, so that no cache helps the flood.
 	const perKind = 300
 	expired, otherAud, foreign, forged := make([]string, perKind), make([]string, perKind), make([]string, perKind), make([]string, perKind)
+	fresh := make([]string, 4000) // forged, each used once: every one needs a review
 	for i := range perKind {
 		expired[i] = mint(iss, "flex-auth", time.Now().Add(-time.Hour))
 		otherAud[i] = mint(iss, "another-service", time.Time{})
 		foreign[i] = mint(stranger, "flex-auth", time.Time{})
 		forged[i] = mint(forger, "flex-auth", time.Time{})
+	}
+	for i := range fresh {
+		fresh[i] = mint(forger, "flex-auth", time.Time{})
 	}
 	phases := []*phase{
 		{name: "refusable without review (expired, other audience, other issuer, not a JWT)", dur: 2 * time.Second, count: 20000, bad: func(i int) string {
@@ -138,11 +145,15 @@ func TestBadTokenFlood(t *testing.T) {
 		// Every refusal is cached briefly, so distinct garbage fills the
 		// cache: more of it than the cache holds.
 		{name: "distinct non-JWTs (more than the cache's 2,000 entries)", dur: 3 * time.Second, count: 20000, bad: func(i int) string { return "garbage-" + strconv.Itoa(i) }},
+		// Every request a new token only a review can judge: the review
+		// rate limit is what bounds the API server's load.
+		{name: "right issuer and audience, wrong key, a new token every request", dur: 2 * time.Second, count: int64(len(fresh)), bad: func(i int) string { return fresh[i-1] }},
 	}
 	for _, ph := range phases {
 		ph.answers = map[string]int64{}
 		ph.heapBefore = gauge(t, metrics, "go_memstats_heap_inuse_bytes")
 		before := iss.Reviews()
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), ph.dur)
 		var mu sync.Mutex
 		var wg, flood sync.WaitGroup
@@ -192,6 +203,7 @@ func TestBadTokenFlood(t *testing.T) {
 			}
 		}()
 		flood.Wait()
+		ph.elapsed = time.Since(began)
 		cancel() // the cached callers stop with the flood
 		wg.Wait()
 		ph.requests = min(n.Load(), ph.count)
@@ -226,6 +238,11 @@ func TestBadTokenFlood(t *testing.T) {
 	}
 	if before := phases[0].heapBefore; before == 0 || heapAfter > 4*before {
 		t.Errorf("heap in use %.1f MiB after the flood, %.1f MiB before; want within 4×", heapAfter/(1<<20), before/(1<<20))
+	}
+	if ph := phases[3]; float64(ph.reviews) > reviewQPS*(1+ph.elapsed.Seconds())+10 ||
+		ph.answers["401 token_invalid"]+ph.answers["503 validator_unavailable"] != ph.requests {
+		t.Errorf("distinct forged tokens: %d reviews in %s for %d requests, answers %v; want at most --caller-review-burst + --caller-review-qps × time (%d + %d/s), every answer 401 token_invalid or 503 validator_unavailable",
+			ph.reviews, ph.elapsed, ph.requests, ph.answers, reviewQPS, reviewQPS)
 	}
 	if ph := phases[2]; ph.reviews != 0 || ph.answers["401 token_invalid"] != ph.requests {
 		t.Errorf("distinct garbage: %d reviews for %d requests, answers %v; want none, all 401 token_invalid", ph.reviews, ph.requests, ph.answers)
