@@ -63,25 +63,9 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 	if s.RecordJWS == "" {
 		return nil, ErrUnsigned
 	}
-	jws, err := jose.ParseSignedCompact(s.RecordJWS, Algorithms)
+	payload, err := verifyCompact(s.RecordJWS, o)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
-	}
-	hdr := jws.Signatures[0].Protected
-	if typ, _ := hdr.ExtraHeaders[jose.HeaderType].(string); typ != o.Profile.Type {
-		return nil, fmt.Errorf("%w: typ %q, want %q", ErrSignature, typ, o.Profile.Type)
-	}
-	keys := o.Keys.Key(hdr.KeyID)
-	if hdr.KeyID == "" || len(keys) != 1 {
-		return nil, fmt.Errorf("%w: kid %q", ErrUnknownKey, hdr.KeyID)
-	}
-	key := keys[0]
-	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
-		return nil, fmt.Errorf("%w: key %s is for %s, the record says %s", ErrSignature, hdr.KeyID, key.Algorithm, hdr.Algorithm)
-	}
-	payload, err := jws.Verify(key.Key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+		return nil, err
 	}
 	// The unsigned copy, if any, must say exactly what was signed.
 	if len(s.Record) > 0 && string(s.Record) != "null" {
@@ -113,6 +97,50 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 			return nil, fmt.Errorf("%w: request_digest %s, the request sent digests to %s", ErrRequestMismatch, r.RequestDigest, want)
 		}
 	}
+	if err := checkFresh(r.Provenance.DecidedAt, o); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// digestOfRequest digests the normalized form of a request the consumer
+// sent: the PDP binds the request as it decoded it, so the consumer's JSON
+// is canonicalized the same way.
+func digestOfRequest(req []byte) (string, error) {
+	return Digest(req)
+}
+
+// verifyCompact checks a compact JWS against the options' profile and
+// keys: an allowed algorithm, the profile's typ, a kid naming exactly one
+// published key of that algorithm, a valid signature. It returns the
+// payload.
+func verifyCompact(compact string, o VerifyOptions) ([]byte, error) {
+	jws, err := jose.ParseSignedCompact(compact, Algorithms)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	hdr := jws.Signatures[0].Protected
+	if typ, _ := hdr.ExtraHeaders[jose.HeaderType].(string); typ != o.Profile.Type {
+		return nil, fmt.Errorf("%w: typ %q, want %q", ErrSignature, typ, o.Profile.Type)
+	}
+	keys := o.Keys.Key(hdr.KeyID)
+	if hdr.KeyID == "" || len(keys) != 1 {
+		return nil, fmt.Errorf("%w: kid %q", ErrUnknownKey, hdr.KeyID)
+	}
+	key := keys[0]
+	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
+		return nil, fmt.Errorf("%w: key %s is for %s, the record says %s", ErrSignature, hdr.KeyID, key.Algorithm, hdr.Algorithm)
+	}
+	payload, err := jws.Verify(key.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	return payload, nil
+}
+
+// checkFresh refuses a record decided longer than MaxAge ago (default 5
+// minutes) or more than Skew (default 30 s) in the future.
+func checkFresh(at time.Time, o VerifyOptions) error {
 	now, maxAge, skew := time.Now, o.MaxAge, o.Skew
 	if o.Now != nil {
 		now = o.Now
@@ -124,15 +152,8 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		skew = 30 * time.Second
 	}
 	t := now()
-	if at := r.Provenance.DecidedAt; at.IsZero() || t.Sub(at) > maxAge || at.Sub(t) > skew {
-		return nil, fmt.Errorf("%w: decided at %s, now %s, max age %s", ErrStale, at.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), maxAge)
+	if at.IsZero() || t.Sub(at) > maxAge || at.Sub(t) > skew {
+		return fmt.Errorf("%w: decided at %s, now %s, max age %s", ErrStale, at.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), maxAge)
 	}
-	return &r, nil
-}
-
-// digestOfRequest digests the normalized form of a request the consumer
-// sent: the PDP binds the request as it decoded it, so the consumer's JSON
-// is canonicalized the same way.
-func digestOfRequest(req []byte) (string, error) {
-	return Digest(req)
+	return nil
 }

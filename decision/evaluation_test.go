@@ -1,0 +1,128 @@
+package decision_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/decision"
+)
+
+var evalProfile = decision.Profile{Schema: "test.evaluations.v1", Type: "test-evaluations+jwt"}
+
+// signBatch signs n evaluations and returns each answer as a PEP receives
+// it, and the evaluation requests.
+func signBatch(t *testing.T, s *decision.Signer, n int, at time.Time) ([][]byte, [][]byte, []byte) {
+	t.Helper()
+	var leaves []decision.EvaluationLeaf
+	var reqs [][]byte
+	for i := range n {
+		req := []byte(fmt.Sprintf(`{"subject":{"type":"user","id":"u%d"},"action":{"name":"can_read"},"resource":{"type":"doc","id":"d%d"}}`, i, i))
+		d, err := decision.Digest(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: d, Decision: i%2 == 0, Reason: fmt.Sprintf("reason_%d", i)})
+	}
+	rec := &decision.EvaluationRecord{DecisionID: "d-1", PolicyVersion: "v1", Provenance: decision.Provenance{DecidedAt: at},
+		Caller: decision.Caller{Authenticated: true, Principal: "system:serviceaccount:todo:backend"}}
+	payload, proofs, err := s.SignEvaluations(rec, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers [][]byte
+	for i, p := range proofs {
+		b, _ := json.Marshal(map[string]any{"decision": leaves[i].Decision, "context": map[string]any{decision.ContextKey: p}})
+		answers = append(answers, b)
+	}
+	return answers, reqs, payload
+}
+
+// TestEvaluationBatchSignedOnce: a batch carries one signature; every item
+// verifies on its own against its own request, and only against it.
+func TestEvaluationBatchSignedOnce(t *testing.T) {
+	s, err := decision.NewSigner(evalProfile, newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.JWKS()
+	for _, n := range []int{1, 2, 3, 10, 100} {
+		answers, reqs, payload := signBatch(t, s, n, time.Now())
+		if !strings.Contains(string(payload), fmt.Sprintf(`"evaluations":%d`, n)) || !strings.Contains(string(payload), `"principal":"system:serviceaccount:todo:backend"`) {
+			t.Fatalf("n=%d: the record does not state the count or the caller: %s", n, payload)
+		}
+		jws := map[string]bool{}
+		for i, a := range answers {
+			rec, leaf, err := decision.VerifyEvaluation(a, decision.VerifyOptions{Profile: evalProfile, Keys: keys, Request: reqs[i]})
+			if err != nil {
+				t.Fatalf("n=%d item %d: %v", n, i, err)
+			}
+			if leaf.Index != i || leaf.Decision != (i%2 == 0) || rec.Evaluations != n {
+				t.Fatalf("n=%d item %d: leaf %+v, record of %d", n, i, leaf, rec.Evaluations)
+			}
+			var parsed struct {
+				Context map[string]decision.EvaluationProof
+			}
+			_ = json.Unmarshal(a, &parsed)
+			jws[parsed.Context[decision.ContextKey].RecordJWS] = true
+			if n > 1 {
+				other := reqs[(i+1)%n]
+				if _, _, err := decision.VerifyEvaluation(a, decision.VerifyOptions{Profile: evalProfile, Keys: keys, Request: other}); !errors.Is(err, decision.ErrRequestMismatch) {
+					t.Fatalf("n=%d item %d verified against another item's request: %v", n, i, err)
+				}
+			}
+		}
+		if len(jws) != 1 {
+			t.Fatalf("n=%d: %d distinct signatures; want one for the batch", n, len(jws))
+		}
+	}
+}
+
+// TestEvaluationTampering: every change to an answer is refused.
+func TestEvaluationTampering(t *testing.T) {
+	s, _ := decision.NewSigner(evalProfile, newKey(t))
+	other, _ := decision.NewSigner(evalProfile, newKey(t))
+	wrongTyp, _ := decision.NewSigner(decision.Profile{Schema: evalProfile.Schema, Type: "flex-auth-decision+jwt"}, newKey(t))
+	answers, reqs, _ := signBatch(t, s, 5, time.Now())
+	foreign, _, _ := signBatch(t, other, 5, time.Now())
+	typed, _, _ := signBatch(t, wrongTyp, 5, time.Now())
+	old, _, _ := signBatch(t, s, 5, time.Now().Add(-time.Hour))
+	opts := decision.VerifyOptions{Profile: evalProfile, Keys: s.JWKS(), Request: reqs[1]}
+	mutate := func(f func(m map[string]any, p map[string]any)) []byte {
+		var m map[string]any
+		_ = json.Unmarshal(answers[1], &m)
+		f(m, m["context"].(map[string]any)[decision.ContextKey].(map[string]any))
+		b, _ := json.Marshal(m)
+		return b
+	}
+	otherKeys := opts
+	otherKeys.Keys = wrongTyp.JWKS()
+	for name, c := range map[string]struct {
+		answer []byte
+		opts   decision.VerifyOptions
+		want   error
+	}{
+		"the decision flipped":            {mutate(func(m, _ map[string]any) { m["decision"] = true }), opts, decision.ErrSignature},
+		"the reason changed":              {mutate(func(_, p map[string]any) { p["reason"] = "reason_0" }), opts, decision.ErrSignature},
+		"moved to another index":          {mutate(func(_, p map[string]any) { p["index"] = 3 }), opts, decision.ErrSignature},
+		"a proof hash dropped":            {mutate(func(_, p map[string]any) { p["proof"] = p["proof"].([]any)[1:] }), opts, decision.ErrSignature},
+		"another item's digest":           {mutate(func(_, p map[string]any) { p["request_digest"] = "sha256:00" }), decision.VerifyOptions{Profile: evalProfile, Keys: s.JWKS()}, decision.ErrSignature},
+		"no context":                      {[]byte(`{"decision":false}`), opts, decision.ErrUnsigned},
+		"a decision that is not a bool":   {[]byte(`{"decision":"true","context":{}}`), opts, decision.ErrUnsigned},
+		"an unknown proof member":         {mutate(func(_, p map[string]any) { p["extra"] = 1 }), opts, decision.ErrUnsigned},
+		"signed by a key not in the JWKS": {foreign[1], opts, decision.ErrUnknownKey},
+		"a /v1/check record's typ":        {typed[1], otherKeys, decision.ErrSignature},
+		"an hour old":                     {old[1], opts, decision.ErrStale},
+	} {
+		if _, _, err := decision.VerifyEvaluation(c.answer, c.opts); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v; want %v", name, err, c.want)
+		}
+	}
+	if _, _, err := decision.VerifyEvaluation(answers[1], opts); err != nil {
+		t.Fatalf("the untouched answer: %v", err)
+	}
+}
