@@ -44,6 +44,7 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 	f.StringVar(&o.CallerAudience, "caller-audience", "flex-auth", "the audience callers' tokens must be minted for")
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", nil, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
+	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", "", "the https:// URL the AuthZEN metadata names as this PDP (default: the URL each metadata request reached)")
 	f.DurationVar(&o.ReloadInterval, "reload-interval", 2*time.Second, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
 	return cmd
 }

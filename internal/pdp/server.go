@@ -15,6 +15,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -67,6 +68,9 @@ type Options struct {
 	CallerBindings []string
 	SigningKeyFile string
 	ReloadInterval time.Duration
+	// AuthZENBaseURL is the PDP identifier its AuthZEN metadata publishes
+	// (--authzen-base-url); empty: the URL each metadata request reached.
+	AuthZENBaseURL string
 	Logger         *slog.Logger
 	Authenticator  authn.Authenticator // replaces the backend, for tests
 }
@@ -94,6 +98,12 @@ func (o Options) Validate() error {
 		}
 	} else if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("pdp: --tls-cert-file and --tls-key-file are required (or --insecure-http on a loopback --listen)"))
+	}
+	if o.AuthZENBaseURL != "" {
+		u, err := url.Parse(o.AuthZENBaseURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: want an https:// URL with no query or fragment (AuthZEN §11.1)", o.AuthZENBaseURL))
+		}
 	}
 	if o.ReloadInterval < 0 {
 		errs = append(errs, fmt.Errorf("pdp: --reload-interval %s: want a positive duration", o.ReloadInterval))
@@ -167,7 +177,10 @@ type state struct {
 	pkg    *policy.Package
 	reg    *policy.Registry
 	signer *decision.Signer
-	sig    string // file signature, to see changes
+	// evalSigner signs AuthZEN answers with the same keys, under
+	// EvaluationProfile.
+	evalSigner *decision.Signer
+	sig        string // file signature, to see changes
 }
 
 // Server is a running PDP.
@@ -183,6 +196,10 @@ type Server struct {
 	authViol *prometheus.CounterVec
 	latency  prometheus.Histogram
 	reloads  *prometheus.CounterVec
+	// AuthZEN: evaluations by decision and reason, request latency by
+	// endpoint.
+	evaluations *prometheus.CounterVec
+	azLatency   *prometheus.HistogramVec
 	now      func() time.Time
 }
 
@@ -215,7 +232,9 @@ func New(o Options) (*Server, error) {
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
 	s.reloads.WithLabelValues("success")
 	s.reloads.WithLabelValues("failure")
-	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads)
+	s.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_evaluations_total", Help: "AuthZEN evaluations answered, by decision and reason."}, []string{"decision", "reason"})
+	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
+	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads, s.evaluations, s.azLatency)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -261,7 +280,11 @@ func load(dir, registry, keyFile string) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
 	}
-	return &state{pkg: pkg, reg: reg, signer: signer, sig: sig}, nil
+	evalSigner, err := decision.NewSigner(EvaluationProfile, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	}
+	return &state{pkg: pkg, reg: reg, signer: signer, evalSigner: evalSigner, sig: sig}, nil
 }
 
 // signature summarises the files' sizes and times, to notice a change.
@@ -308,6 +331,9 @@ func kids(s *decision.Signer) []string {
 	return out
 }
 
+// EvaluationSigner returns the signer of AuthZEN answers now in use.
+func (s *Server) EvaluationSigner() *decision.Signer { return s.state.Load().evalSigner }
+
 // Signer returns the record signer now in use.
 func (s *Server) Signer() *decision.Signer { return s.state.Load().signer }
 
@@ -318,6 +344,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", s.checkHandler())
+	mux.Handle("POST "+PathEvaluation, s.authzenHandler(PathEvaluation))
+	mux.Handle("POST "+PathEvaluations, s.authzenHandler(PathEvaluations))
+	mux.HandleFunc("GET "+PathAuthZENConfig, s.authzenConfig)
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
@@ -369,7 +398,7 @@ func (s *Server) extract(r *http.Request) (binding.Request, error) {
 	if err != nil {
 		return binding.Request{}, err
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = readCloser(body)
 	return binding.Request{System: req.System, Method: "POST /v1/check"}, nil
 }
 
@@ -403,6 +432,10 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		caller = callerBlock(v, s.o.Auth.VerifiedBy())
 	}
 	st := s.state.Load() // one snapshot: policy, registry and signer
+	if st.pkg.API != policy.APICheck {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
+		return
+	}
 	d := st.pkg.Evaluate(st.reg, *req)
 	if d.Detail != "" {
 		s.log.Info("pdp: denied against the registry", "reason", d.Reason, "detail", guard.LogValue(d.Detail))
@@ -604,3 +637,5 @@ func (s *Server) reloadLoop(ctx context.Context) error {
 		}
 	}
 }
+
+func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }

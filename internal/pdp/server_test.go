@@ -88,9 +88,13 @@ func readExample(t testing.TB, name string) []byte {
 	return b
 }
 
-func (e *env) post(t *testing.T, token string, body []byte, contentType string) (int, []byte) {
+func (e *env) post(t *testing.T, token string, body []byte, contentType string, path ...string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/check", bytes.NewReader(body))
+	p := "/v1/check"
+	if len(path) > 0 {
+		p = path[0]
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.url+p, bytes.NewReader(body))
 	req.Header.Set("Content-Type", contentType)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -65,11 +65,21 @@ const (
 	TypeAction   = "Action"
 )
 
+// The APIs a package serves.
+const (
+	APICheck   = "check"   // POST /v1/check (the default)
+	APIAuthZEN = "authzen" // the AuthZEN Authorization API
+)
+
 // Package is a validated policy package.
 type Package struct {
-	ID       string
-	Version  string
-	Digest   string // sha256: over the package's files, names and contents
+	ID      string
+	Version string
+	Digest  string // sha256: over the package's files, names and contents
+	// API is the API the package's schema describes: APICheck or
+	// APIAuthZEN.
+	API      string
+	authzen  *AuthZENMapping
 	policies *cedar.PolicySet
 	ids      []cedar.PolicyID
 	validate *validate.Validator
@@ -80,6 +90,11 @@ type Package struct {
 type Manifest struct {
 	PackageID     string `json:"package_id"`
 	PolicyVersion string `json:"policy_version"`
+	// API is "check" (the default) or "authzen".
+	API string `json:"api,omitempty"`
+	// AuthZEN maps AuthZEN subject and resource types onto the schema's
+	// entity types; required with api "authzen", refused otherwise.
+	AuthZEN *AuthZENMapping `json:"authzen,omitempty"`
 }
 
 // LoadPackage reads dir: manifest.json, *.cedar policies and one
@@ -128,6 +143,19 @@ func LoadPackage(dir string) (*Package, error) {
 	if manifest.PackageID == "" || manifest.PolicyVersion == "" {
 		return nil, fmt.Errorf("policy: %s: package_id and policy_version are required", filepath.Join(dir, "manifest.json"))
 	}
+	switch manifest.API {
+	case "", APICheck:
+		manifest.API = APICheck
+		if manifest.AuthZEN != nil {
+			return nil, fmt.Errorf("policy: %s: an authzen mapping needs \"api\": \"authzen\"", filepath.Join(dir, "manifest.json"))
+		}
+	case APIAuthZEN:
+		if manifest.AuthZEN == nil {
+			return nil, fmt.Errorf("policy: %s: api authzen needs an authzen mapping of subject and resource types", filepath.Join(dir, "manifest.json"))
+		}
+	default:
+		return nil, fmt.Errorf("policy: %s: api %q: want %q or %q", filepath.Join(dir, "manifest.json"), manifest.API, APICheck, APIAuthZEN)
+	}
 	if schemaFile == "" {
 		return nil, fmt.Errorf("policy: %s: no *.cedarschema", dir)
 	}
@@ -147,10 +175,15 @@ func LoadPackage(dir string) (*Package, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
 	}
-	if err := checkSchema(res); err != nil {
-		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
+	if manifest.API == APICheck {
+		if err := checkSchema(res); err != nil {
+			return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, schemaFile), err)
+		}
+	} else if err := manifest.AuthZEN.check(res); err != nil {
+		return nil, fmt.Errorf("policy: %s: authzen: %w", filepath.Join(dir, "manifest.json"), err)
 	}
-	p := &Package{ID: manifest.PackageID, Version: manifest.PolicyVersion, policies: cedar.NewPolicySet(), validate: validate.New(res), schema: res}
+	p := &Package{ID: manifest.PackageID, Version: manifest.PolicyVersion, API: manifest.API, authzen: manifest.AuthZEN,
+		policies: cedar.NewPolicySet(), validate: validate.New(res), schema: res}
 	sort.Strings(policyFiles)
 	var errs []error
 	for _, f := range policyFiles {
@@ -272,6 +305,10 @@ func (p *Package) LoadRegistry(path string) (*Registry, error) {
 			continue
 		}
 		m[e.UID] = e
+		if p.authzen != nil && p.authzen.fromRequest(e.UID.Type) {
+			errs = append(errs, fmt.Errorf("policy: %s: entity %d, %s: %s entities are described by each request's properties (manifest authzen attributes \"request\"), not by the registry", path, i, e.UID, e.UID.Type))
+			continue
+		}
 		if err := p.validate.Entity(e); err != nil {
 			errs = append(errs, fmt.Errorf("policy: %s: entity %d, %s, does not match the schema of package %s %s: %w", path, i, e.UID, p.ID, p.Version, err))
 		}
@@ -299,8 +336,11 @@ type Request struct {
 type Decision struct {
 	Allow  bool
 	Reason string
-	// Detail explains a registry refusal, for the log.
+	// Detail explains a registry refusal or an invalid evaluation.
 	Detail string
+	// Invalid: the PDP could not evaluate the request as the schema
+	// describes it (AuthZEN's invalid_evaluation). Never an allow.
+	Invalid bool
 	// Policies that determined it.
 	Policies []string
 }
@@ -404,7 +444,14 @@ func (p *Package) Evaluate(reg *Registry, r Request) Decision {
 		// builds; should it ever happen, nothing unvalidated is allowed.
 		return Decision{Reason: ReasonStageUnknown, Detail: err.Error()}
 	}
-	ok, diag := cedar.Authorize(p.policies, reg.Entities, req)
+	return p.decide(reg.Entities, req)
+}
+
+// decide authorizes a validated request. The reason is the determining
+// policy's @reason annotation: the first forbid's when one matches, else
+// the first permit's; with neither, deny with no_policy_matched.
+func (p *Package) decide(entities types.EntityGetter, req cedar.Request) Decision {
+	ok, diag := cedar.Authorize(p.policies, entities, req)
 	d := Decision{Allow: ok == cedar.Allow}
 	reasons := diag.Reasons
 	sort.Slice(reasons, func(i, j int) bool { return reasons[i].PolicyID < reasons[j].PolicyID })

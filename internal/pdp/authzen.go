@@ -1,0 +1,439 @@
+package pdp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/pdp/policy"
+)
+
+// EvaluationProfile is the format of the records that sign AuthZEN
+// answers: one record per request, binding every evaluation in it through
+// a Merkle root (decision.EvaluationRecord).
+var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v1", Type: "callerauth-authzen+jwt"}
+
+// The AuthZEN endpoints (Authorization API 1.0, HTTPS binding).
+const (
+	PathEvaluation    = "/access/v1/evaluation"
+	PathEvaluations   = "/access/v1/evaluations"
+	PathAuthZENConfig = "/.well-known/authzen-configuration"
+)
+
+// The evaluations semantics of AuthZEN §7.
+const (
+	ExecuteAll          = "execute_all"
+	DenyOnFirstDeny     = "deny_on_first_deny"
+	PermitOnFirstPermit = "permit_on_first_permit"
+)
+
+// MaxEvaluations bounds a batch.
+const MaxEvaluations = 1000
+
+// evaluationsRequest is a decoded AuthZEN request: one evaluation (no
+// Items) or a batch, defaults already applied to each item.
+type evaluationsRequest struct {
+	batch    bool
+	semantic string
+	items    []evaluationItem
+}
+
+// evaluationItem is one evaluation: the decoded 4-tuple, and its members'
+// JSON as the request gave them (after defaults), which is what the record
+// binds.
+type evaluationItem struct {
+	eval policy.Evaluation
+	raw  map[string]json.RawMessage // subject, action, resource, context
+}
+
+// boundRequest is the evaluation request an answer's leaf binds: subject,
+// action, resource and, when present, context — the item's own members
+// where it has them, the batch's defaults where it does not.
+func (it evaluationItem) boundRequest() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	first := true
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		v, ok := it.raw[k]
+		if !ok {
+			continue
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		fmt.Fprintf(&b, "%q:", k)
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return decision.Canonicalize(b.Bytes())
+}
+
+// decodeEvaluations reads an AuthZEN request strictly, as /v1/check's:
+// I-JSON, no unknown member at any level the PDP interprets, every
+// required member present with its type. The error names the member by
+// its path (evaluations[2].subject.id).
+func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
+	if err := ijson.Check(body); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return nil, badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
+		}
+		return nil, badField("body", "body is not a JSON object: %v", err)
+	}
+	allowed := []string{"subject", "action", "resource", "context"}
+	if batch {
+		allowed = append(allowed, "evaluations", "options")
+	}
+	top, err := object(body, "", allowed...)
+	if err != nil {
+		return nil, err
+	}
+	req := &evaluationsRequest{batch: batch, semantic: ExecuteAll}
+	if !batch {
+		it, err := decodeItem(top, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		req.items = []evaluationItem{it}
+		return req, nil
+	}
+	if v, ok := top["options"]; ok {
+		opts, err := object(v, "options", "evaluations_semantic")
+		if err != nil {
+			return nil, err
+		}
+		if v, ok := opts["evaluations_semantic"]; ok {
+			if req.semantic, err = str(v, "options.evaluations_semantic"); err != nil {
+				return nil, err
+			}
+			if !slices.Contains([]string{ExecuteAll, DenyOnFirstDeny, PermitOnFirstPermit}, req.semantic) {
+				return nil, badField("options.evaluations_semantic", "options.evaluations_semantic %q: want %s, %s or %s", guard.LogValue(req.semantic), ExecuteAll, DenyOnFirstDeny, PermitOnFirstPermit)
+			}
+		}
+	}
+	raw, ok := top["evaluations"]
+	if !ok {
+		// No evaluations array: the request is a single evaluation (§7.1).
+		it, err := decodeItem(top, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		req.items = []evaluationItem{it}
+		return req, nil
+	}
+	var list []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+		return nil, badField("evaluations", "evaluations must be an array of objects")
+	}
+	if len(list) == 0 {
+		return nil, badField("evaluations", "evaluations is empty")
+	}
+	if len(list) > MaxEvaluations {
+		return nil, badField("evaluations", "%d evaluations is over the limit of %d: split the batch", len(list), MaxEvaluations)
+	}
+	defaults := map[string]json.RawMessage{}
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		if v, ok := top[k]; ok {
+			defaults[k] = v
+		}
+	}
+	for i, v := range list {
+		path := fmt.Sprintf("evaluations[%d]", i)
+		m, err := object(v, path, "subject", "action", "resource", "context")
+		if err != nil {
+			return nil, err
+		}
+		it, err := decodeItem(m, defaults, path+".")
+		if err != nil {
+			return nil, err
+		}
+		req.items = append(req.items, it)
+	}
+	return req, nil
+}
+
+// decodeItem reads one evaluation: its own members, each replacing the
+// default whole (AuthZEN §7.1.1).
+func decodeItem(own, defaults map[string]json.RawMessage, prefix string) (evaluationItem, error) {
+	it := evaluationItem{raw: map[string]json.RawMessage{}}
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		v, ok := own[k]
+		path := prefix + k
+		if !ok {
+			if v, ok = defaults[k]; ok {
+				path = k
+			}
+		}
+		if !ok {
+			if k == "context" {
+				continue
+			}
+			return it, badField(prefix+k, "%s is required", prefix+k)
+		}
+		it.raw[k] = v
+		var err error
+		switch k {
+		case "subject":
+			it.eval.Subject, err = decodeEntity(v, path)
+		case "resource":
+			it.eval.Resource, err = decodeEntity(v, path)
+		case "action":
+			var m map[string]json.RawMessage
+			if m, err = object(v, path, "name", "properties"); err == nil {
+				if it.eval.Action, err = required(m, path, "name"); err == nil {
+					it.eval.ActionProperties, err = props(m, path)
+				}
+			}
+		case "context":
+			if _, err = object(v, path); err == nil {
+				it.eval.Context = v
+			}
+		}
+		if err != nil {
+			return it, err
+		}
+	}
+	return it, nil
+}
+
+func decodeEntity(v json.RawMessage, path string) (policy.Entity, error) {
+	var e policy.Entity
+	m, err := object(v, path, "type", "id", "properties")
+	if err != nil {
+		return e, err
+	}
+	if e.Type, err = required(m, path, "type"); err != nil {
+		return e, err
+	}
+	if e.ID, err = required(m, path, "id"); err != nil {
+		return e, err
+	}
+	e.Properties, err = props(m, path)
+	return e, err
+}
+
+// object reads a JSON object whose members are among allowed (none given:
+// any member).
+func object(v json.RawMessage, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	name := path
+	if name == "" {
+		name = "body"
+	}
+	var m map[string]json.RawMessage
+	if len(v) == 0 || v[0] != '{' || json.Unmarshal(v, &m) != nil {
+		return nil, badField(name, "%s must be a JSON object", name)
+	}
+	if len(allowed) > 0 {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !slices.Contains(allowed, k) {
+				member := k
+				if path != "" {
+					member = path + "." + k
+				}
+				return nil, badField(member, "unknown member %q", guard.LogValue(member))
+			}
+		}
+	}
+	return m, nil
+}
+
+func str(v json.RawMessage, path string) (string, error) {
+	var s string
+	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", badField(path, "%s must be a string", path)
+	}
+	return s, nil
+}
+
+func required(m map[string]json.RawMessage, path, key string) (string, error) {
+	v, ok := m[key]
+	if !ok {
+		return "", badField(path+"."+key, "%s.%s is required", path, key)
+	}
+	s, err := str(v, path+"."+key)
+	if err == nil && s == "" {
+		return "", badField(path+"."+key, "%s.%s may not be empty", path, key)
+	}
+	return s, err
+}
+
+func props(m map[string]json.RawMessage, path string) (json.RawMessage, error) {
+	v, ok := m["properties"]
+	if !ok {
+		return nil, nil
+	}
+	if _, err := object(v, path+".properties"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// authzenSystem is the system an AuthZEN caller speaks for: the policy
+// package's id, bound to its principal by --caller-binding.
+func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Request, error) {
+	return func(r *http.Request) (binding.Request, error) {
+		body, err := readBody(r)
+		if err != nil {
+			return binding.Request{}, err
+		}
+		if _, err := decodeEvaluations(body, method == PathEvaluations); err != nil {
+			return binding.Request{}, err
+		}
+		r.Body = readCloser(body)
+		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + method}, nil
+	}
+}
+
+// authzenHandler serves one of the two evaluation endpoints through the
+// same caller authentication as /v1/check.
+func (s *Server) authzenHandler(path string) http.Handler {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
+	timed := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			defer func() { s.azLatency.WithLabelValues(path).Observe(time.Since(start).Seconds()) }()
+			next.ServeHTTP(w, r)
+		})
+	}
+	if s.guard == nil {
+		return timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := s.authzenExtract(path)(r); err != nil {
+				badRequest(w, r, err)
+				return
+			}
+			h(w, r)
+		}))
+	}
+	return timed(s.guard.Middleware(s.authzenExtract(path), guard.RequireIdentity(), guard.WithBadRequest(badRequest),
+		guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(h))
+}
+
+// evaluationAnswer is one AuthZEN answer.
+type evaluationAnswer struct {
+	Decision bool           `json:"decision"`
+	Context  map[string]any `json:"context"`
+}
+
+// evaluate decides every evaluation of a request (as its semantic says),
+// signs them once and answers.
+func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
+	body, err := readBody(r)
+	var req *evaluationsRequest
+	if err == nil {
+		req, err = decodeEvaluations(body, path == PathEvaluations)
+	}
+	if err != nil {
+		badRequest(w, r, err)
+		return
+	}
+	st := s.state.Load() // one snapshot: policy, registry and signers
+	if st.pkg.API != policy.APIAuthZEN {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		return
+	}
+	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
+	mode := s.o.CallerAuthMode
+	if v, ok := guard.FromContext(r.Context()); ok {
+		if v.Reason != "" {
+			s.authViol.WithLabelValues(v.Reason, mode).Inc()
+		}
+		caller = callerBlock(v, s.o.Auth.VerifiedBy())
+	}
+	var leaves []decision.EvaluationLeaf
+	var answers []evaluationAnswer
+	for i, it := range req.items {
+		d := st.pkg.EvaluateAuthZEN(st.reg, it.eval)
+		bound, err := it.boundRequest()
+		var digest string
+		if err == nil {
+			digest, err = decision.Digest(bound)
+		}
+		if err != nil {
+			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
+			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
+			return
+		}
+		a := evaluationAnswer{Decision: d.Allow, Context: map[string]any{}}
+		if d.Invalid {
+			a.Context["error"] = map[string]any{"status": http.StatusBadRequest, "message": d.Detail}
+		}
+		if d.Detail != "" {
+			s.log.Info("pdp: evaluation denied before policy", "reason", d.Reason, "index", i, "detail", guard.LogValue(d.Detail))
+		}
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: digest, Decision: d.Allow, Reason: d.Reason})
+		answers = append(answers, a)
+		s.evaluations.WithLabelValues(strconvBool(d.Allow), d.Reason).Inc()
+		if (req.semantic == DenyOnFirstDeny && !d.Allow) || (req.semantic == PermitOnFirstPermit && d.Allow) {
+			break
+		}
+	}
+	rec := &decision.EvaluationRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
+		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
+			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
+	_, proofs, err := st.evalSigner.SignEvaluations(rec, leaves)
+	if err != nil {
+		s.log.Error("pdp: signing failed", "err", err)
+		guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
+		return
+	}
+	for i := range answers {
+		answers[i].Context[decision.ContextKey] = proofs[i]
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !req.batch {
+		_ = json.NewEncoder(w).Encode(answers[0])
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"evaluations": answers})
+}
+
+func strconvBool(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// authzenConfig serves the PDP metadata (AuthZEN §11): the identifier, the
+// two endpoints, and, as an extension, where the keys that sign answers
+// are published. The identifier is --authzen-base-url, or else the URL the
+// request reached.
+func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
+	if s.state.Load().pkg.API != policy.APIAuthZEN {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
+		return
+	}
+	base := strings.TrimSuffix(s.o.AuthZENBaseURL, "/")
+	if base == "" {
+		scheme := "https"
+		if s.o.InsecureHTTP {
+			scheme = "http"
+		}
+		base = scheme + "://" + r.Host
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{
+		"policy_decision_point":       base,
+		"access_evaluation_endpoint":  base + PathEvaluation,
+		"access_evaluations_endpoint": base + PathEvaluations,
+		"decision_signing_jwks_uri":   base + "/.well-known/jwks.json",
+	})
+}
