@@ -200,7 +200,7 @@ type Server struct {
 	// endpoint.
 	evaluations *prometheus.CounterVec
 	azLatency   *prometheus.HistogramVec
-	now      func() time.Time
+	now         func() time.Time
 }
 
 // New validates the options, loads and validates the policy package and the

@@ -203,7 +203,9 @@ func TestChaosPDP(t *testing.T) {
 		return jose.JSONWebKeySet{}
 	}
 	var events []string
-	at := func(what string) { events = append(events, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), what)) }
+	at := func(what string) {
+		events = append(events, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), what))
+	}
 	script := []func(){
 		func() { at("validator stopped"); v.stop(t) },
 		func() { v.start(t); at("validator back") },
@@ -526,7 +528,9 @@ func chaosConnector(t *testing.T, role string) {
 	}
 
 	var events []string
-	at := func(what string) { events = append(events, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), what)) }
+	at := func(what string) {
+		events = append(events, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), what))
+	}
 	var restored []time.Time
 	pid := p.Pid()
 	var lim unix.Rlimit
