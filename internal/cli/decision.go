@@ -119,20 +119,31 @@ func readJWKSWithCA(src string, cfg credentials.Config) (jose.JSONWebKeySet, err
 func newDecisionVerifyCmd(o *Options) *cobra.Command {
 	var jwks, request string
 	var maxAge time.Duration
+	var authzen bool
 	profile := pdp.RecordProfile
 	cmd := &cobra.Command{
-		Use:   "verify --jwks FILE|URL [--request FILE] RESPONSE|- [RESPONSE...]",
+		Use:   "verify --jwks FILE|URL [--request FILE] [--authzen] RESPONSE|- [RESPONSE...]",
 		Short: "Verify PDP responses: signature, key, typ, request digest, freshness",
 		Long: `verify checks a PDP response ({"record": ..., "record_jws": ...}) and prints
 the verified record, or exactly what failed. Given several responses (stored
 records re-verified for an audit, say), it checks each against the same key
 set and request, prints one line per response and a count. It exits non-zero
-if any fails: a consumer must read that as deny.`,
+if any fails: a consumer must read that as deny.
+
+With --authzen, each RESPONSE is one AuthZEN answer ({"decision": ...,
+"context": {"callerauth": ...}}) — a single evaluation's response, or one item
+of a batch's "evaluations" — verified on its own: the batch's one signature,
+and the item's inclusion proof to the signed Merkle root. --request is then
+the evaluation request that item answers (subject, action, resource and
+context, with the batch's defaults applied).`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := readJWKS(jwks)
 			if err != nil {
 				return err
+			}
+			if authzen && !cmd.Flags().Changed("schema") && !cmd.Flags().Changed("typ") {
+				profile = pdp.EvaluationProfile
 			}
 			opts := decision.VerifyOptions{Profile: profile, Keys: keys, MaxAge: maxAge, Now: o.Now}
 			if request != "" {
@@ -140,32 +151,50 @@ if any fails: a consumer must read that as deny.`,
 					return fmt.Errorf("--request: %w", err)
 				}
 			}
+			verify := func(resp []byte) (string, []byte, error) {
+				if authzen {
+					rec, leaf, err := decision.VerifyEvaluation(resp, opts)
+					if err != nil {
+						return "", nil, err
+					}
+					b, _ := json.MarshalIndent(struct {
+						Record *decision.EvaluationRecord `json:"record"`
+						Leaf   *decision.EvaluationLeaf   `json:"evaluation"`
+					}{rec, leaf}, "", "  ")
+					return fmt.Sprintf("verified: decision %t, reason %s, evaluation %d of %d, caller %s", leaf.Decision, leaf.Reason, leaf.Index+1, rec.Evaluations, callerOf(rec.Caller)), b, nil
+				}
+				rec, err := decision.Verify(resp, opts)
+				if err != nil {
+					return "", nil, err
+				}
+				b, _ := json.MarshalIndent(rec, "", "  ")
+				return fmt.Sprintf("verified: effect %s, reason %s, caller %s", rec.Effect, rec.Reason, callerName(rec)), b, nil
+			}
 			if len(args) == 1 {
 				resp, err := readArg(o, args[0])
 				if err != nil {
 					return err
 				}
-				rec, err := decision.Verify(resp, opts)
+				line, full, err := verify(resp)
 				if err != nil {
 					return fmt.Errorf("NOT VERIFIED (treat as deny): %w", err)
 				}
-				b, _ := json.MarshalIndent(rec, "", "  ")
-				fmt.Fprintf(o.Stdout, "verified: effect %s, reason %s, caller %s\n%s\n", rec.Effect, rec.Reason, callerName(rec), b)
+				fmt.Fprintf(o.Stdout, "%s\n%s\n", line, full)
 				return nil
 			}
 			var failed []string
 			for _, arg := range args {
 				resp, err := readArg(o, arg)
-				var rec *decision.Record
+				line := ""
 				if err == nil {
-					rec, err = decision.Verify(resp, opts)
+					line, _, err = verify(resp)
 				}
 				if err != nil {
 					failed = append(failed, arg)
 					fmt.Fprintf(o.Stdout, "%s: NOT VERIFIED (treat as deny): %v\n", arg, err)
 					continue
 				}
-				fmt.Fprintf(o.Stdout, "%s: verified: effect %s, reason %s, caller %s\n", arg, rec.Effect, rec.Reason, callerName(rec))
+				fmt.Fprintf(o.Stdout, "%s: %s\n", arg, line)
 			}
 			fmt.Fprintf(o.Stdout, "%d of %d verified\n", len(args)-len(failed), len(args))
 			if len(failed) > 0 {
@@ -177,6 +206,7 @@ if any fails: a consumer must read that as deny.`,
 	cmd.Flags().StringVar(&jwks, "jwks", "", "the PDP's JWKS: a file, or an https:// URL (required)")
 	cmd.Flags().StringVar(&request, "request", "", "the request that was sent; the record must bind exactly it")
 	cmd.Flags().DurationVar(&maxAge, "max-age", 5*time.Minute, "oldest acceptable record")
+	cmd.Flags().BoolVar(&authzen, "authzen", false, "each RESPONSE is one AuthZEN answer, verified on its own (the record format defaults to the pdp's AuthZEN one)")
 	addProfileFlags(cmd.Flags(), &profile)
 	_ = cmd.MarkFlagRequired("jwks")
 	return cmd
@@ -189,11 +219,13 @@ func addProfileFlags(f *pflag.FlagSet, p *decision.Profile) {
 	f.StringVar(&p.Type, "typ", p.Type, "the record JWS's expected typ header")
 }
 
-func callerName(r *decision.Record) string {
-	if !r.Caller.Authenticated {
-		return "NOT AUTHENTICATED (" + r.Caller.Reason + ")"
+func callerName(r *decision.Record) string { return callerOf(r.Caller) }
+
+func callerOf(c decision.Caller) string {
+	if !c.Authenticated {
+		return "NOT AUTHENTICATED (" + c.Reason + ")"
 	}
-	return r.Caller.Principal
+	return c.Principal
 }
 
 func readArg(o *Options, arg string) ([]byte, error) {

@@ -67,8 +67,16 @@ type pdpProc struct {
 	proc   *e2e.Process
 }
 
-// startPDP runs the binary with TLS on loopback.
+// startPDP runs the binary with TLS on loopback, serving the
+// secrets-engine example.
 func startPDP(t *testing.T, mode, kubeconfig, binding string) *pdpProc {
+	t.Helper()
+	return startPackage(t, example, mode, kubeconfig, binding)
+}
+
+// startPackage runs the binary with TLS on loopback, serving the example
+// package in dir.
+func startPackage(t *testing.T, pkg, mode, kubeconfig, binding string) *pdpProc {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.NewCA("pdp")
@@ -93,7 +101,7 @@ func startPDP(t *testing.T, mode, kubeconfig, binding string) *pdpProc {
 		t.Fatalf("keygen: %v %s", err, out)
 	}
 	proc := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
-		"--policy-dir", filepath.Join(example, "policy"), "--registry", filepath.Join(example, "registry.json"),
+		"--policy-dir", filepath.Join(pkg, "policy"), "--registry", filepath.Join(pkg, "registry.json"),
 		"--kubeconfig", kubeconfig, "--caller-auth-mode", mode, "--caller-binding", binding,
 		"--signing-key-file", signing, "--metrics-listen", ""})
 	addr := proc.LogValue(t, "pdp: serving", "address", 60*time.Second)
