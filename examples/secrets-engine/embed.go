@@ -7,9 +7,9 @@ package secretsengine
 import (
 	"embed"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
+
+	"github.com/callerauth/callerauth/internal/fsutil"
 )
 
 // Files are the example's files: policy/ (manifest.json, catalog.cedar,
@@ -38,21 +38,7 @@ func mustRead(name string) []byte {
 // WriteTo writes the policy package and the registry under dir and returns
 // the paths to give the pdp as --policy-dir and --registry.
 func WriteTo(dir string) (policyDir, registry string, err error) {
-	err = fs.WalkDir(Files, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(path))
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o700)
-		}
-		b, err := Files.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o600)
-	})
-	if err != nil {
+	if err := fsutil.WriteTree(Files, dir); err != nil {
 		return "", "", fmt.Errorf("secretsengine: %w", err)
 	}
 	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil

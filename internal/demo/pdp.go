@@ -249,4 +249,5 @@ var pdpScenarios = []func(context.Context, *env) Result{
 	pdpOtherTenant,
 	pdpWarn,
 	pdpForged,
+	pdpAuthZENBatch,
 }
