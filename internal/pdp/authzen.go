@@ -349,14 +349,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
 		return
 	}
-	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
-	mode := s.o.CallerAuthMode
-	if v, ok := guard.FromContext(r.Context()); ok {
-		if v.Reason != "" {
-			s.authViol.WithLabelValues(v.Reason, mode).Inc()
-		}
-		caller = callerBlock(v, s.o.Auth.VerifiedBy())
-	}
+	caller, mode := s.caller(r)
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
 	for i, it := range req.items {

@@ -423,14 +423,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, r, err)
 		return
 	}
-	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
-	mode := s.o.CallerAuthMode
-	if v, ok := guard.FromContext(r.Context()); ok {
-		if v.Reason != "" {
-			s.authViol.WithLabelValues(v.Reason, mode).Inc()
-		}
-		caller = callerBlock(v, s.o.Auth.VerifiedBy())
-	}
+	caller, mode := s.caller(r)
 	st := s.state.Load() // one snapshot: policy, registry and signer
 	if st.pkg.API != policy.APICheck {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
@@ -461,6 +454,20 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(signed)
+}
+
+// caller is the record's caller block for a request the middleware let
+// through, and the mode; a violation let through under warn is counted.
+func (s *Server) caller(r *http.Request) (decision.Caller, string) {
+	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
+	mode := s.o.CallerAuthMode
+	if v, ok := guard.FromContext(r.Context()); ok {
+		if v.Reason != "" {
+			s.authViol.WithLabelValues(v.Reason, mode).Inc()
+		}
+		caller = callerBlock(v, s.o.Auth.VerifiedBy())
+	}
+	return caller, mode
 }
 
 // refuse answers a refused caller and counts it.

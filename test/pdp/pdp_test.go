@@ -119,18 +119,7 @@ func startPackage(t *testing.T, pkg, mode, kubeconfig, binding string) *pdpProc 
 
 func (p *pdpProc) check(t *testing.T, token string, body []byte) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/check", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return p.post(t, token, "/v1/check", body)
 }
 
 // verify runs `callerauth decision verify` on a response.

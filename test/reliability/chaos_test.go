@@ -78,14 +78,19 @@ func (v *validator) start(t *testing.T) {
 	v.restarts = append(v.restarts, time.Now())
 }
 
-// recovery is, for each return of the validator, how long until the first
-// success of a request that needed it and started after the return.
-func recovery(restarts []time.Time, successes []span) []time.Duration {
+// recovery is, for each return (of the validator, of the datastore), how
+// long until the first success after it: of a request that started after
+// it (byStart), or that ended after it.
+func recovery(returns []time.Time, successes []span, byStart bool) []time.Duration {
 	var out []time.Duration
-	for _, r := range restarts {
+	for _, r := range returns {
 		best := time.Duration(-1)
 		for _, s := range successes {
-			if !s.start.Before(r) && (best < 0 || s.end.Sub(r) < best) {
+			at := s.end
+			if byStart {
+				at = s.start
+			}
+			if !at.Before(r) && (best < 0 || s.end.Sub(r) < best) {
 				best = s.end.Sub(r)
 			}
 		}
@@ -266,7 +271,7 @@ func TestChaosPDP(t *testing.T) {
 		}
 		byAnswer[key]++
 	}
-	rec := recovery(v.restarts, freshOK)
+	rec := recovery(v.restarts, freshOK, true)
 
 	// Every 200 verifies with the consumer's CLI against the pinned set.
 	pinnedFile := filepath.Join(dir, "pinned-jwks.json")
@@ -610,21 +615,6 @@ func chaosConnector(t *testing.T, role string) {
 			extra++ // stored, though its publisher was told it failed
 		}
 	}
-	// Recovery: from each return, the first batch delivered after it (for
-	// the validator's, one that needed it).
-	recoveryOf := func(returns []time.Time, successes []span) []time.Duration {
-		var out []time.Duration
-		for _, r := range returns {
-			best := time.Duration(-1)
-			for _, s := range successes {
-				if !s.end.Before(r) && (best < 0 || s.end.Sub(r) < best) {
-					best = s.end.Sub(r)
-				}
-			}
-			out = append(out, best)
-		}
-		return out
-	}
 	d := func(name string) int { return int(after[name] - before[name]) }
 	requests := d("platform_connector_auth_decisions_total") + d("platform_connector_auth_violations_total")
 
@@ -639,13 +629,13 @@ func chaosConnector(t *testing.T, role string) {
 		}
 	}
 	t.Logf("%-44s %d sent, %d stored, %d lost, %d duplicates, %d stored but reported failed", "events", sent, len(stored), lost, dups, extra)
-	for i, r := range recoveryOf(v.restarts, freshSuccesses) {
+	for i, r := range recovery(v.restarts, freshSuccesses, false) {
 		t.Logf("%-44s %s (cache TTL %s)", fmt.Sprintf("recovery after validator return %d", i+1), r.Round(time.Millisecond), cacheTTL)
 		if r < 0 || r > cacheTTL {
 			t.Errorf("validator return %d: publishing resumed after %s; want within one cache TTL (%s)", i+1, r, cacheTTL)
 		}
 	}
-	for _, r := range recoveryOf(restored, successes) {
+	for _, r := range recovery(restored, successes, false) {
 		t.Logf("%-44s %s", "recovery after the datastore's", r.Round(time.Millisecond))
 		if r < 0 || r > cacheTTL {
 			t.Errorf("publishing resumed %s after the datastore was restored; want within one cache TTL (%s)", r, cacheTTL)
