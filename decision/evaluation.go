@@ -127,8 +127,11 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	var p EvaluationProof
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil || p.RecordJWS == "" {
-		return nil, nil, fmt.Errorf("%w: context.%s: %v", ErrUnsigned, ContextKey, err)
+	if err := dec.Decode(&p); err != nil {
+		return nil, nil, fmt.Errorf("%w: context.%s: %w", ErrUnsigned, ContextKey, err)
+	}
+	if p.RecordJWS == "" {
+		return nil, nil, fmt.Errorf("%w: context.%s has no record_jws", ErrUnsigned, ContextKey)
 	}
 	payload, err := verifyCompact(p.RecordJWS, o)
 	if err != nil {

@@ -75,7 +75,7 @@ func pdpAuthZENBatch(ctx context.Context, e *env) Result {
 		Evaluations []json.RawMessage `json:"evaluations"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Evaluations) != 2 {
-		return fail(r, fmt.Errorf("%d, %d answers: %v", resp.StatusCode, len(out.Evaluations), err))
+		return fail(r, fmt.Errorf("%d, %d answers: %w", resp.StatusCode, len(out.Evaluations), err))
 	}
 	keys := s.EvaluationSigner().JWKS()
 	sigs := map[string]bool{}

@@ -484,7 +484,7 @@ func TestSigningKeyRotation(t *testing.T) {
 		}
 		var s decision.Signed
 		_ = json.Unmarshal(body, &s)
-		h, _ := jose.ParseSigned(s.RecordJWS, []jose.SignatureAlgorithm{jose.ES256})
+		h, _ := jose.ParseSignedCompact(s.RecordJWS, []jose.SignatureAlgorithm{jose.ES256})
 		if _, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: keys, Request: allow}); err != nil {
 			t.Fatalf("a record does not verify against the pinned key set: %v", err)
 		}
