@@ -3,6 +3,7 @@
 #   make test    every test, with -race (the CI entry point)
 #   make lint    go vet, gofmt and golangci-lint (pinned in tools/go.mod)
 #   make bench   the benchmarks, with allocations
+#   make bench-compare   callerauth beside OPA and the other peers, as ratios
 #   make demo    go run ./cmd/callerauth demo
 #   make fuzz    a short run of every fuzz test
 
@@ -32,11 +33,18 @@ HYDRA_VERSION := v2.3.0
 HYDRA_BIN     := $(CACHE)/hydra/$(HYDRA_VERSION)
 export CALLERAUTH_HYDRA_BIN := $(HYDRA_BIN)
 
-.PHONY: all test lint bench demo fuzz tidy clean kube-tools generate ffmpeg hydra-tools
+# OPA, the peer of the pdp in make bench-compare and the agreement test of
+# the example policy in Rego: built from its Go module in a tools module of
+# its own (test/tools/opa). About 5 minutes cold.
+OPA_VERSION := v1.22.3
+OPA_BIN     := $(CACHE)/opa/$(OPA_VERSION)
+export CALLERAUTH_OPA_BIN := $(OPA_BIN)
+
+.PHONY: all test lint bench bench-compare demo fuzz tidy clean kube-tools generate ffmpeg hydra-tools opa-tools
 
 all: lint test
 
-test: kube-tools hydra-tools ffmpeg
+test: kube-tools hydra-tools opa-tools ffmpeg
 	$(GO) test -race -count=1 $(PKGS)
 
 # ffmpeg is the reference the vmafx node's PSNR and SSIM are checked
@@ -63,6 +71,13 @@ $(KUBE_BIN)/etcd:
 	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
+opa-tools: $(OPA_BIN)/opa
+
+$(OPA_BIN)/opa:
+	@mkdir -p $(OPA_BIN)
+	cd test/tools/opa && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/open-policy-agent/opa
+	mv $@.tmp $@
+
 hydra-tools: $(HYDRA_BIN)/hydra
 
 $(HYDRA_BIN)/hydra:
@@ -79,6 +94,12 @@ lint:
 # would start a kube-apiserver for nothing.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $$($(GO) list $(PKGS) | grep -v /test/)
+
+# callerauth beside its peers in one run: the pdp and OPA under the same
+# load, the paired benchmarks; the table goes into docs/performance.md.
+BENCH_DURATION ?= 10s
+bench-compare: opa-tools
+	$(GO) run ./internal/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME)
 
 demo:
 	$(GO) run ./cmd/callerauth demo

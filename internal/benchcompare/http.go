@@ -1,0 +1,391 @@
+// Package benchcompare measures callerauth beside its peers in one run on
+// one machine — the pdp against OPA serving the same policy under the same
+// load, and the paired Go benchmarks of each package — and reports each
+// row as a ratio, with this run's absolute figures beside it (make
+// bench-compare; docs/performance.md).
+package benchcompare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/devissuer"
+	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
+	"github.com/callerauth/callerauth/internal/loadgen"
+)
+
+// Server is a process serving on a loopback address.
+type Server struct {
+	Name string
+	URL  string // base URL
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+}
+
+// Stop ends the process.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// start runs bin with args and waits until GET base+ready answers 200.
+func start(ctx context.Context, name, bin, addr, ready string, args ...string) (*Server, error) {
+	s := &Server{Name: name, URL: "http://" + addr}
+	s.cmd = exec.CommandContext(ctx, bin, args...) //nolint:gosec // binaries this package was given, on loopback.
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("benchcompare: starting %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(s.URL + ready)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+	}
+	s.Stop()
+	return nil, fmt.Errorf("benchcompare: %s did not become ready: %s", name, s.out.String())
+}
+
+// Peers are the servers of the HTTP comparison.
+type Peers struct {
+	PDP, PDPAuthOff, OPA *Server
+	Token                string // a caller token the pdp accepts
+	stop                 func()
+}
+
+// Close stops every server.
+func (p *Peers) Close() { p.stop() }
+
+// StartPeers starts, under dir: the dev issuer (the pdp's TokenReview
+// backend), the pdp with caller authentication and signing, the pdp with
+// --insecure-caller-auth-off, and OPA serving the example policy in Rego
+// (examples/secrets-engine/rego) over the registry in OPA's shape.
+func StartPeers(ctx context.Context, dir, pdpBin, opaBin, regoFile string) (*Peers, error) {
+	var servers []*Server
+	var stops []func()
+	p := &Peers{stop: func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+		for _, f := range stops {
+			f()
+		}
+	}}
+	fail := func(err error) (*Peers, error) { p.Close(); return nil, err }
+	iss, err := devissuer.Open(filepath.Join(dir, "issuer"), devissuer.Config{})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := iss.Serve("127.0.0.1:0", nil)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { _ = srv.Close() })
+	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "secrets-engine", ServiceAccount: "secrets-engine", Audiences: []string{"flex-auth"}, Lifetime: time.Hour})
+	if err != nil {
+		return fail(err)
+	}
+	p.Token = tok.Token
+	policyDir, registry, err := secretsengine.WriteTo(filepath.Join(dir, "example"))
+	if err != nil {
+		return fail(err)
+	}
+	key := filepath.Join(dir, "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		return fail(err)
+	}
+	common := []string{"--insecure-http", "--metrics-listen", "", "--policy-dir", policyDir, "--registry", registry, "--signing-key-file", key, "--log-level", "error"}
+	for _, mode := range []string{"enforce", "off"} {
+		addr, err := freeAddr()
+		if err != nil {
+			return fail(err)
+		}
+		args := append([]string{"--listen", addr}, common...)
+		name := "pdp"
+		if mode == "off" {
+			name = "pdp --insecure-caller-auth-off"
+			args = append(args, "--caller-auth-mode", "off", "--insecure-caller-auth-off")
+		} else {
+			args = append(args, "--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
+		}
+		s, err := start(ctx, name, pdpBin, addr, "/readyz", args...)
+		if err != nil {
+			return fail(err)
+		}
+		servers = append(servers, s)
+		if mode == "off" {
+			p.PDPAuthOff = s
+		} else {
+			p.PDP = s
+		}
+	}
+	data, err := OPAData(registry)
+	if err != nil {
+		return fail(err)
+	}
+	dataFile := filepath.Join(dir, "data.json")
+	if err := os.WriteFile(dataFile, data, 0o600); err != nil {
+		return fail(err)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return fail(err)
+	}
+	s, err := start(ctx, "OPA", opaBin, addr, "/health", "run", "--server", "--addr", addr, "--log-level", "error", regoFile, dataFile)
+	if err != nil {
+		return fail(err)
+	}
+	servers = append(servers, s)
+	p.OPA = s
+	return p, nil
+}
+
+// OPAData is the registry (Cedar entities) in the shape the Rego policy
+// reads: {"registry": {"tenants": {t: true}, "lanes": {l: tenant},
+// "subjects": {s: [lanes]}, "resources": {r: lane}}}. Derived, so the two
+// cannot drift.
+func OPAData(registry string) ([]byte, error) {
+	b, err := os.ReadFile(registry)
+	if err != nil {
+		return nil, err
+	}
+	var entities []types.Entity
+	if err := json.Unmarshal(b, &entities); err != nil {
+		return nil, fmt.Errorf("benchcompare: %s: %w", registry, err)
+	}
+	reg := map[string]any{"tenants": map[string]bool{}, "lanes": map[string]string{}, "subjects": map[string][]string{}, "resources": map[string]string{}}
+	for _, e := range entities {
+		var parents []string
+		for p := range e.Parents.All() {
+			parents = append(parents, string(p.ID))
+		}
+		id := string(e.UID.ID)
+		switch e.UID.Type {
+		case "Tenant":
+			reg["tenants"].(map[string]bool)[id] = true
+		case "Lane":
+			if len(parents) != 1 {
+				return nil, fmt.Errorf("benchcompare: lane %s has %d tenants", id, len(parents))
+			}
+			reg["lanes"].(map[string]string)[id] = parents[0]
+		case "Subject":
+			reg["subjects"].(map[string][]string)[id] = parents
+		case "Resource":
+			if len(parents) != 1 {
+				return nil, fmt.Errorf("benchcompare: resource %s has %d lanes", id, len(parents))
+			}
+			reg["resources"].(map[string]string)[id] = parents[0]
+		}
+	}
+	return json.Marshal(map[string]any{"registry": reg})
+}
+
+// Verdict is a decision as both peers state it.
+type Verdict struct {
+	Allow  bool
+	Reason string
+}
+
+// AskPDP posts a check to a pdp and reads the effect and reason.
+func AskPDP(ctx context.Context, s *Server, token string, req []byte) (Verdict, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	body, err := post(ctx, s.URL+"/v1/check", h, req)
+	if err != nil {
+		return Verdict{}, err
+	}
+	var signed struct {
+		Record struct {
+			Effect, Reason string
+		} `json:"record"`
+	}
+	if err := json.Unmarshal(body, &signed); err != nil || signed.Record.Effect == "" {
+		return Verdict{}, fmt.Errorf("benchcompare: the pdp answered %s", body)
+	}
+	return Verdict{Allow: signed.Record.Effect == decision.Allow, Reason: signed.Record.Reason}, nil
+}
+
+// AskOPA posts the same request as OPA's input and reads the decision.
+func AskOPA(ctx context.Context, s *Server, req []byte) (Verdict, error) {
+	body, err := post(ctx, s.URL+"/v1/data/secretsengine/decision", http.Header{"Content-Type": {"application/json"}}, opaInput(req))
+	if err != nil {
+		return Verdict{}, err
+	}
+	var out struct {
+		Result *struct {
+			Allow  bool   `json:"allow"`
+			Reason string `json:"reason"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Result == nil {
+		return Verdict{}, fmt.Errorf("benchcompare: OPA answered %s", body)
+	}
+	return Verdict{Allow: out.Result.Allow, Reason: out.Result.Reason}, nil
+}
+
+func opaInput(req []byte) []byte { return []byte(`{"input":` + string(req) + `}`) }
+
+func post(ctx context.Context, url string, h http.Header, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("benchcompare: %s: %s: %s", url, resp.Status, b)
+	}
+	return b, err
+}
+
+// Requests are the check requests the agreement covers: the two examples
+// and one for each registry reason and policy branch.
+func Requests() [][]byte {
+	base := map[string]any{}
+	_ = json.Unmarshal(secretsengine.AllowRequest(), &base)
+	with := func(changes map[string]any) []byte {
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range changes {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	return [][]byte{
+		secretsengine.AllowRequest(), secretsengine.DenyRequest(),
+		with(map[string]any{"tenant": "evil-corp", "lane": "billing"}),
+		with(map[string]any{"lane": "nowhere"}),
+		with(map[string]any{"tenant": "globex"}),
+		with(map[string]any{"subject": "svc-unknown"}),
+		with(map[string]any{"resource": "nothing"}),
+		with(map[string]any{"resource": "invoice-db"}),
+		with(map[string]any{"stage": "delete"}),
+		with(map[string]any{"stage": "read"}),
+		with(map[string]any{"system": "another-system"}),
+		with(map[string]any{"fields": []string{"password", "username"}}),
+		with(map[string]any{"fields": []string{}}),
+		with(map[string]any{"lane": "billing", "resource": "invoice-db"}),
+		with(map[string]any{"subject": "svc-payroll"}),
+		with(map[string]any{"resource": "tls-key", "fields": []string{"private_key"}}),
+	}
+}
+
+// Agree asks the pdp (caller authentication off: the policy alone) and OPA
+// every request of Requests and returns an error naming each that they
+// decide differently.
+func Agree(ctx context.Context, p *Peers) (int, error) {
+	var errs []error
+	for _, req := range Requests() {
+		ours, err := AskPDP(ctx, p.PDPAuthOff, "", req)
+		if err != nil {
+			return 0, err
+		}
+		theirs, err := AskOPA(ctx, p.OPA, req)
+		if err != nil {
+			return 0, err
+		}
+		if ours != theirs {
+			errs = append(errs, fmt.Errorf("%s: pdp %+v, OPA %+v", req, ours, theirs))
+		}
+	}
+	return len(Requests()), errors.Join(errs...)
+}
+
+// Load is one HTTP load row's measurements.
+type Load struct {
+	Name   string
+	Result loadgen.Result
+}
+
+// LoadAll drives the pdp (with and without caller authentication) and OPA
+// with the allow example, one after the other, under the same load; every
+// answer must be the allow.
+func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load, error) {
+	req := secretsengine.AllowRequest()
+	allowPDP := func(status int, body []byte) error {
+		if status != http.StatusOK || !bytes.Contains(body, []byte(`"effect":"allow"`)) {
+			return fmt.Errorf("pdp answered %d %.200s", status, body)
+		}
+		return nil
+	}
+	allowOPA := func(status int, body []byte) error {
+		if status != http.StatusOK || !bytes.Contains(body, []byte(`"allow":true`)) {
+			return fmt.Errorf("OPA answered %d %.200s", status, body)
+		}
+		return nil
+	}
+	runs := []struct {
+		name  string
+		cfg   loadgen.Config
+		check func(int, []byte) error
+	}{
+		{"pdp: caller auth (cached TokenReview) + ES256 record", loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+			Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, allowPDP},
+		{"pdp: --insecure-caller-auth-off, ES256 record", loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
+			Header: http.Header{"Content-Type": {"application/json"}}}, allowPDP},
+		{"OPA " + OPAVersion + ": same policy in Rego", loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
+	}
+	var out []Load
+	for _, r := range runs {
+		r.cfg.Connections, r.cfg.Duration, r.cfg.Check = conns, d, r.check
+		res, err := loadgen.Run(ctx, r.cfg)
+		if err != nil {
+			return nil, err
+		}
+		if res.Errors > 0 || res.Requests == 0 {
+			return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %v", r.name, res.Requests, res.Errors, res.FirstError)
+		}
+		out = append(out, Load{Name: r.name, Result: res})
+	}
+	return out, nil
+}
+
+// OPAVersion is the OPA the Makefile builds.
+const OPAVersion = "v1.22.3"
+
+// shortName trims a benchmark name's GOMAXPROCS suffix.
+func shortName(s string) string {
+	if i := strings.LastIndex(s, "-"); i > 0 {
+		return s[:i]
+	}
+	return s
+}

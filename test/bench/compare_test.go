@@ -1,0 +1,85 @@
+// Package bench_test runs make bench-compare's comparison as a smoke: the
+// real pdp binary and OPA serving the example policy, short loads that must
+// be answered correctly, the paired benchmarks once each. Nothing here
+// asserts a time; the figures are make bench-compare's.
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/internal/benchcompare"
+	"github.com/callerauth/callerauth/test/e2e"
+)
+
+var pdpBin, opaBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins, err := e2e.Build(dir, "cmd/pdp")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pdpBin = bins["pdp"]
+	opaBin = filepath.Join(os.Getenv("CALLERAUTH_OPA_BIN"), "opa")
+	if _, err := os.Stat(opaBin); err != nil {
+		fmt.Fprintf(os.Stderr, "test/bench needs OPA (%v): run it through make test, or make opa-tools and set CALLERAUTH_OPA_BIN\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestPDPAndOPAAgreeAndAnswer: the pdp and OPA decide every request the
+// same (effect and reason), and each peer answers a short load with the
+// allow, every answer checked.
+func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
+	ctx := context.Background()
+	peers, err := benchcompare.StartPeers(ctx, t.TempDir(), pdpBin, opaBin, "../../examples/secrets-engine/rego/secretsengine.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peers.Close()
+	n, err := benchcompare.Agree(ctx, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 {
+		t.Fatalf("only %d requests compared", n)
+	}
+	loads, err := benchcompare.LoadAll(ctx, peers, 2, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := benchcompare.LoadRows(loads)
+	if len(loads) != 3 || len(rows) != 4 {
+		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
+	}
+	t.Log("\n" + benchcompare.Markdown(rows, "smoke (not a measurement)"))
+}
+
+// TestPairsMeasured: every paired benchmark the table names exists and is
+// parsed.
+func TestPairsMeasured(t *testing.T) {
+	m, err := benchcompare.RunPairs(context.Background(), "go", "../..", "1x", benchcompare.Pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := benchcompare.PairRows(benchcompare.Pairs, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(benchcompare.Pairs) {
+		t.Fatalf("%d rows for %d pairs", len(rows), len(benchcompare.Pairs))
+	}
+}
