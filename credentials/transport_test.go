@@ -131,9 +131,21 @@ func check(c healthpb.HealthClient) error {
 	return err
 }
 
+// mintedOnce mints n tokens now and returns them by number. Minted once: a
+// token minted again a second later (iat, exp) is another token, so a test
+// that compared with a re-minted one failed on a loaded machine crossing a
+// second between the two.
+func mintedOnce(n int) func(int) string {
+	toks := make([]string, n)
+	for i := range toks {
+		toks[i] = testjwt.Expiring(fmt.Sprintf("caller-%d", i), time.Now().Add(time.Hour))
+	}
+	return func(i int) string { return toks[i] }
+}
+
 func TestGRPCTokenFile(t *testing.T) {
 	srv := startGRPC(t)
-	fresh := func(n int) string { return testjwt.Expiring(fmt.Sprintf("caller-%d", n), time.Now().Add(time.Hour)) }
+	fresh := mintedOnce(4)
 	td := newTokenDir(t, fresh(1))
 	client := dial(t, credentials.Config{Address: srv.addr, TLS: true, CAFile: srv.caFile, ServerName: "localhost", TokenFile: td.path()})
 
@@ -304,7 +316,7 @@ func get(c *http.Client, url string) error {
 func TestHTTPTokenFile(t *testing.T) {
 	srv := startHTTPS(t)
 	url := "https://" + srv.addr + "/"
-	fresh := func(n int) string { return testjwt.Expiring(fmt.Sprintf("caller-%d", n), time.Now().Add(time.Hour)) }
+	fresh := mintedOnce(4)
 	td := newTokenDir(t, fresh(1))
 	client := httpClient(t, credentials.Config{TLS: true, CAFile: srv.caFile, TokenFile: td.path()})
 
