@@ -25,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
+	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/loadgen"
 )
 
@@ -77,8 +78,12 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 // Peers are the servers of the HTTP comparison.
 type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
-	Token                string // a caller token the pdp accepts
-	stop                 func()
+	// AuthZEN is a pdp serving examples/todo over AuthZEN, caller
+	// authentication on.
+	AuthZEN   *Server
+	Token     string // a caller token the pdp accepts
+	TodoToken string // one the AuthZEN pdp accepts
+	stop      func()
 }
 
 // Close stops every server.
@@ -114,6 +119,15 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, regoFile string) (*Pee
 		return fail(err)
 	}
 	p.Token = tok.Token
+	todoTok, err := iss.Mint(devissuer.TokenRequest{Namespace: "todo", ServiceAccount: "todo-backend", Audiences: []string{"flex-auth"}, Lifetime: time.Hour})
+	if err != nil {
+		return fail(err)
+	}
+	p.TodoToken = todoTok.Token
+	todoPolicy, todoRegistry, err := todo.WriteTo(filepath.Join(dir, "todo"))
+	if err != nil {
+		return fail(err)
+	}
 	policyDir, registry, err := secretsengine.WriteTo(filepath.Join(dir, "example"))
 	if err != nil {
 		return fail(err)
@@ -122,28 +136,37 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, regoFile string) (*Pee
 	if err := decision.GenerateKeyFile(key); err != nil {
 		return fail(err)
 	}
-	common := []string{"--insecure-http", "--metrics-listen", "", "--policy-dir", policyDir, "--registry", registry, "--signing-key-file", key, "--log-level", "error"}
-	for _, mode := range []string{"enforce", "off"} {
+	common := []string{"--insecure-http", "--metrics-listen", "", "--signing-key-file", key, "--log-level", "error"}
+	for _, mode := range []string{"enforce", "off", "authzen"} {
 		addr, err := freeAddr()
 		if err != nil {
 			return fail(err)
 		}
 		args := append([]string{"--listen", addr}, common...)
 		name := "pdp"
-		if mode == "off" {
+		switch mode {
+		case "off":
 			name = "pdp --insecure-caller-auth-off"
-			args = append(args, "--caller-auth-mode", "off", "--insecure-caller-auth-off")
-		} else {
-			args = append(args, "--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
+			args = append(args, "--policy-dir", policyDir, "--registry", registry, "--caller-auth-mode", "off", "--insecure-caller-auth-off")
+		case "authzen":
+			name = "pdp AuthZEN"
+			args = append(args, "--policy-dir", todoPolicy, "--registry", todoRegistry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "todo=system:serviceaccount:todo:todo-backend")
+		default:
+			args = append(args, "--policy-dir", policyDir, "--registry", registry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
 		}
 		s, err := start(ctx, name, pdpBin, addr, "/readyz", args...)
 		if err != nil {
 			return fail(err)
 		}
 		servers = append(servers, s)
-		if mode == "off" {
+		switch mode {
+		case "off":
 			p.PDPAuthOff = s
-		} else {
+		case "authzen":
+			p.AuthZEN = s
+		default:
 			p.PDP = s
 		}
 	}
@@ -331,8 +354,28 @@ func Agree(ctx context.Context, p *Peers) (int, error) {
 
 // Load is one HTTP load row's measurements.
 type Load struct {
-	Name   string
-	Result loadgen.Result
+	Name      string
+	Role      string // "pdp", "pdp-off", "authzen" or "opa"
+	Decisions int    // decisions per request (an AuthZEN batch: its size)
+	Result    loadgen.Result
+}
+
+// DecisionsPerSecond is the load's throughput in decisions.
+func (l Load) DecisionsPerSecond() float64 { return l.Result.PerSecond() * float64(max(1, l.Decisions)) }
+
+// authzenBody is a batch of n evaluations of the Todo example (Morty
+// updating his own todo: allowed), or one evaluation for n = 0.
+func authzenBody(n int) []byte {
+	const subject = `"subject":{"type":"user","id":"` + todo.Morty + `"},"action":{"name":"can_update_todo"}`
+	const resource = `"resource":{"type":"todo","id":"t","properties":{"ownerID":"morty@the-citadel.com"}}`
+	if n == 0 {
+		return []byte("{" + subject + "," + resource + "}")
+	}
+	items := make([]string, n)
+	for i := range items {
+		items[i] = "{" + resource + "}"
+	}
+	return []byte("{" + subject + `,"evaluations":[` + strings.Join(items, ",") + "]}")
 }
 
 // LoadAll drives the pdp (with and without caller authentication) and OPA
@@ -352,16 +395,29 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 		}
 		return nil
 	}
+	allowAll := func(n int) func(int, []byte) error {
+		return func(status int, body []byte) error {
+			if status != http.StatusOK || bytes.Count(body, []byte(`"decision":true`)) != n {
+				return fmt.Errorf("the AuthZEN pdp answered %d %.200s", status, body)
+			}
+			return nil
+		}
+	}
+	azHeader := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.TodoToken}}
 	runs := []struct {
-		name  string
-		cfg   loadgen.Config
-		check func(int, []byte) error
+		name, role string
+		decisions  int
+		cfg        loadgen.Config
+		check      func(int, []byte) error
 	}{
-		{"pdp: caller auth (cached TokenReview) + ES256 record", loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+		{"pdp: caller auth (cached TokenReview) + ES256 record", "pdp", 1, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
 			Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, allowPDP},
-		{"pdp: --insecure-caller-auth-off, ES256 record", loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
+		{"pdp: --insecure-caller-auth-off, ES256 record", "pdp-off", 1, loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowPDP},
-		{"OPA " + OPAVersion + ": same policy in Rego", loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+		{"pdp AuthZEN: one evaluation, caller auth + signed", "authzen", 1, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluation", Body: authzenBody(0), Header: azHeader}, allowAll(1)},
+		{"pdp AuthZEN: batches of 10, caller auth + one signature each", "authzen", 10, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(10), Header: azHeader}, allowAll(10)},
+		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
+		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
 	}
 	var out []Load
@@ -374,7 +430,7 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 		if res.Errors > 0 || res.Requests == 0 {
 			return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %v", r.name, res.Requests, res.Errors, res.FirstError)
 		}
-		out = append(out, Load{Name: r.name, Result: res})
+		out = append(out, Load{Name: r.name, Role: r.role, Decisions: r.decisions, Result: res})
 	}
 	return out, nil
 }

@@ -62,7 +62,7 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := benchcompare.LoadRows(loads)
-	if len(loads) != 3 || len(rows) != 4 {
+	if len(loads) != 6 || len(rows) != 6 {
 		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
 	}
 	t.Log("\n" + benchcompare.Markdown(rows, "smoke (not a measurement)"))
