@@ -361,7 +361,9 @@ type Load struct {
 }
 
 // DecisionsPerSecond is the load's throughput in decisions.
-func (l Load) DecisionsPerSecond() float64 { return l.Result.PerSecond() * float64(max(1, l.Decisions)) }
+func (l Load) DecisionsPerSecond() float64 {
+	return l.Result.PerSecond() * float64(max(1, l.Decisions))
+}
 
 // authzenBody is a batch of n evaluations of the Todo example (Morty
 // updating his own todo: allowed), or one evaluation for n = 0.
