@@ -2,6 +2,8 @@ package pdp
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -354,11 +356,9 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	var answers []evaluationAnswer
 	for i, it := range req.items {
 		d := st.pkg.EvaluateAuthZEN(st.reg, it.eval)
-		bound, err := it.boundRequest()
-		var digest string
-		if err == nil {
-			digest, err = decision.Digest(bound)
-		}
+		bound, err := it.boundRequest() // canonical already: its SHA-256 is the digest
+		sum := sha256.Sum256(bound)
+		digest := "sha256:" + hex.EncodeToString(sum[:])
 		if err != nil {
 			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
 			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")

@@ -205,15 +205,12 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, member string, m ma
 		}
 		return uid, nil
 	}
-	attrs := e.Properties
-	if len(attrs) == 0 {
-		attrs = []byte("{}")
-	}
-	doc, _ := json.Marshal(map[string]any{"uid": map[string]string{"type": em.EntityType, "id": e.ID}, "attrs": attrs, "parents": []any{}})
-	var ent types.Entity
-	if err := json.Unmarshal(doc, &ent); err != nil {
-		d := invalid("%s.properties: %v", member, err)
-		return uid, &d
+	ent := types.Entity{UID: uid}
+	if len(e.Properties) > 0 {
+		if err := json.Unmarshal(e.Properties, &ent.Attributes); err != nil {
+			d := invalid("%s.properties: %v", member, err)
+			return uid, &d
+		}
 	}
 	if err := p.validate.Entity(ent); err != nil {
 		d := invalid("%s.properties do not match entity type %s of package %s: %v", member, em.EntityType, p.ID, err)
