@@ -296,10 +296,11 @@ func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Re
 		if err != nil {
 			return binding.Request{}, err
 		}
-		if _, err := decodeEvaluations(body, method == PathEvaluations); err != nil {
+		req, err := decodeEvaluations(body, method == PathEvaluations)
+		if err != nil {
 			return binding.Request{}, err
 		}
-		r.Body = readCloser(body)
+		r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
 		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + method}, nil
 	}
 }
@@ -337,10 +338,16 @@ type evaluationAnswer struct {
 // evaluate decides every evaluation of a request (as its semantic says),
 // signs them once and answers.
 func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
-	body, err := readBody(r)
 	var req *evaluationsRequest
-	if err == nil {
-		req, err = decodeEvaluations(body, path == PathEvaluations)
+	var err error
+	if d, ok := r.Body.(*decodedBody); ok {
+		req, _ = d.req.(*evaluationsRequest)
+	}
+	if req == nil {
+		var body []byte
+		if body, err = readBody(r); err == nil {
+			req, err = decodeEvaluations(body, path == PathEvaluations)
+		}
 	}
 	if err != nil {
 		badRequest(w, r, err)

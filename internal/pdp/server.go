@@ -398,7 +398,7 @@ func (s *Server) extract(r *http.Request) (binding.Request, error) {
 	if err != nil {
 		return binding.Request{}, err
 	}
-	r.Body = readCloser(body)
+	r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
 	return binding.Request{System: req.System, Method: "POST /v1/check"}, nil
 }
 
@@ -414,11 +414,7 @@ func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
 // decide evaluates a request the middleware let through and signs the
 // record.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r)
-	var req *policy.Request
-	if err == nil {
-		req, err = decodeRequest(body)
-	}
+	req, err := s.request(r)
 	if err != nil {
 		badRequest(w, r, err)
 		return
@@ -646,3 +642,26 @@ func (s *Server) reloadLoop(ctx context.Context) error {
 }
 
 func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// decodedBody is a body the guard's extractor has read and decoded: the
+// handler takes the decoded request from it instead of decoding the same
+// bytes again.
+type decodedBody struct {
+	io.ReadCloser
+	req any // *policy.Request or *evaluationsRequest
+}
+
+// request is the check request: decoded once, by the extractor when there
+// is one.
+func (s *Server) request(r *http.Request) (*policy.Request, error) {
+	if d, ok := r.Body.(*decodedBody); ok {
+		if req, ok := d.req.(*policy.Request); ok {
+			return req, nil
+		}
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRequest(body)
+}
