@@ -142,6 +142,10 @@ func writeString(b *bytes.Buffer, s string) {
 			b.WriteString(`\t`)
 		case r < 0x20:
 			fmt.Fprintf(b, `\u%04x`, r)
+		case r == utf8.RuneError && size == 1:
+			// Invalid UTF-8 (never in a checked document): U+FFFD, as
+			// encoding/json writes it.
+			b.WriteString("\ufffd")
 		default:
 			b.WriteString(s[i : i+size])
 		}

@@ -24,6 +24,8 @@ type Record struct {
 	RequestDigest string          `json:"request_digest"`
 	Provenance    Provenance      `json:"provenance"`
 	Caller        Caller          `json:"caller"`
+
+	bound []byte // the canonical binding Bind made
 }
 
 // Provenance says what produced the decision.
@@ -72,7 +74,7 @@ func (r *Record) Bind(request any) error {
 	if err != nil {
 		return err
 	}
-	r.Binding = c
+	r.Binding, r.bound = c, c
 	sum := sha256.Sum256(c)
 	r.RequestDigest = "sha256:" + hex.EncodeToString(sum[:])
 	return nil

@@ -120,7 +120,7 @@ func (s *Signer) Profile() Profile { return s.profile }
 // the record's canonical JSON.
 func (s *Signer) Sign(r *Record) (*Signed, error) {
 	r.Schema = s.profile.Schema
-	payload, err := CanonicalJSON(r)
+	payload, err := r.canonical()
 	if err != nil {
 		return nil, err
 	}
