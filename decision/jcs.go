@@ -121,6 +121,10 @@ func lessUTF16(a, b string) bool {
 	return len(ua) < len(ub)
 }
 
+// WriteString writes s as an RFC 8785 canonical JSON string, for callers
+// that write a document's canonical form directly.
+func WriteString(b *bytes.Buffer, s string) { writeString(b, s) }
+
 func writeString(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {

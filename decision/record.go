@@ -67,6 +67,16 @@ func Digest(doc []byte) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// BindCanonical binds a request whose RFC 8785 canonical JSON the caller
+// has written itself (it must be exactly that: a consumer digests the
+// canonical form of what it sent, and a record bound to anything else
+// does not verify).
+func (r *Record) BindCanonical(c []byte) {
+	r.Binding, r.bound = c, c
+	sum := sha256.Sum256(c)
+	r.RequestDigest = "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // Bind canonicalizes the normalized request into the record's binding and
 // sets its digest.
 func (r *Record) Bind(request any) error {

@@ -46,7 +46,7 @@ func FuzzRecordCanonical(f *testing.F) {
 		at := time.Unix(0, ns).UTC()
 		r := &Record{Schema: s1, DecisionID: s2, Effect: s3, Reason: s4, PolicyVersion: s5, RequestDigest: s1 + s2,
 			Provenance: Provenance{Evaluator: s3, Mode: s4, PolicyPackageID: s5, PolicyPackageDigest: s1, RegistrySnapshotDigest: s2, DecidedAt: at},
-			Caller: Caller{Authenticated: auth, Principal: s1, UID: s2, CredentialID: s3, PodName: s4, PodUID: s5, Audiences: []string{s1, s2}, Reason: s3, AuthenticatedBy: s4, TokenIssuedAt: &at}}
+			Caller:     Caller{Authenticated: auth, Principal: s1, UID: s2, CredentialID: s3, PodName: s4, PodUID: s5, Audiences: []string{s1, s2}, Reason: s3, AuthenticatedBy: s4, TokenIssuedAt: &at}}
 		if err := r.Bind(map[string]string{s1: s2}); err != nil {
 			return // not I-JSON (invalid UTF-8): CanonicalJSON refuses it too
 		}

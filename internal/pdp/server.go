@@ -436,11 +436,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	if d.Allow {
 		rec.Effect = decision.Allow
 	}
-	if err := rec.Bind(req); err != nil {
-		s.log.Error("pdp: binding the request failed", "err", err)
-		guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
-		return
-	}
+	rec.BindCanonical(req.Canonical())
 	signed, err := st.signer.Sign(rec)
 	if err != nil {
 		s.log.Error("pdp: signing failed", "err", err)

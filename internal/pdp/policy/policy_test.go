@@ -1,12 +1,14 @@
 package policy_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/pdp/policy"
 )
 
@@ -179,5 +181,23 @@ func TestSchemaMustDescribeEveryRequest(t *testing.T) {
 				t.Fatalf("err = %v; want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRequestCanonical: the direct writer equals the reflective canonical
+// form.
+func TestRequestCanonical(t *testing.T) {
+	for _, r := range []policy.Request{
+		{},
+		{System: "secrets-engine", Subject: "svc-rotator", Tenant: "acme", Lane: "catalog", Resource: "db-password", Stage: "rotate", Fields: []string{"password"}, Purpose: "scheduled rotation"},
+		{System: "\"\\\n\u0001", Subject: "é😀<&>", Fields: []string{"a", "\u2028", ""}, Purpose: "\t"},
+	} {
+		want, err := decision.CanonicalJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Canonical(); !bytes.Equal(got, want) {
+			t.Errorf("\n got %s\nwant %s", got, want)
+		}
 	}
 }
