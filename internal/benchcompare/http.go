@@ -65,7 +65,7 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get(s.URL + ready)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return s, nil
 			}
@@ -430,7 +430,7 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 			return nil, err
 		}
 		if res.Errors > 0 || res.Requests == 0 {
-			return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %v", r.name, res.Requests, res.Errors, res.FirstError)
+			return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %w", r.name, res.Requests, res.Errors, res.FirstError)
 		}
 		out = append(out, Load{Name: r.name, Role: r.role, Decisions: r.decisions, Result: res})
 	}

@@ -137,7 +137,7 @@ func once(ctx context.Context, client *http.Client, c Config) error {
 		return err
 	}
 	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if err != nil {
 		return err
 	}
