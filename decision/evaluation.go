@@ -86,7 +86,8 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 		}
 		hashes[i] = leafHash(l.canonical())
 	}
-	root := merkleRoot(hashes)
+	t := newTree(hashes)
+	root := t.hash(0, len(hashes))
 	r.Schema = s.profile.Schema
 	r.Evaluations = len(leaves)
 	r.MerkleRoot = "sha256:" + hex.EncodeToString(root[:])
@@ -104,7 +105,7 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	}
 	proofs := make([]EvaluationProof, len(leaves))
 	for i, l := range leaves {
-		path := inclusionProof(i, hashes)
+		path := t.proof(i, 0, len(hashes))
 		p := EvaluationProof{RecordJWS: compact, Index: i, RequestDigest: l.RequestDigest, Reason: l.Reason, Proof: make([]string, len(path))}
 		for j, h := range path {
 			p.Proof[j] = base64url(h[:])

@@ -34,25 +34,51 @@ func nodeHash(left, right [sha256.Size]byte) [sha256.Size]byte {
 // split is the largest power of two smaller than n (n > 1).
 func split(n int) int { return 1 << (bits.Len(uint(n-1)) - 1) }
 
+// tree memoizes a Merkle tree's subtree hashes, so that the root and every
+// leaf's proof together cost the tree's 2n-1 hashes, not n per proof.
+type tree struct {
+	leaves [][sha256.Size]byte
+	memo   map[[2]int][sha256.Size]byte
+}
+
+func newTree(leaves [][sha256.Size]byte) *tree {
+	return &tree{leaves: leaves, memo: make(map[[2]int][sha256.Size]byte, len(leaves))}
+}
+
+// hash is the tree hash of leaves[lo:hi].
+func (t *tree) hash(lo, hi int) [sha256.Size]byte {
+	if hi-lo == 1 {
+		return t.leaves[lo]
+	}
+	if h, ok := t.memo[[2]int{lo, hi}]; ok {
+		return h
+	}
+	k := split(hi - lo)
+	h := nodeHash(t.hash(lo, lo+k), t.hash(lo+k, hi))
+	t.memo[[2]int{lo, hi}] = h
+	return h
+}
+
+// proof is the audit path of leaf m within leaves[lo:hi], from the leaf up.
+func (t *tree) proof(m, lo, hi int) [][sha256.Size]byte {
+	if hi-lo == 1 {
+		return nil
+	}
+	k := split(hi - lo)
+	if m < lo+k {
+		return append(t.proof(m, lo, lo+k), t.hash(lo+k, hi))
+	}
+	return append(t.proof(m, lo+k, hi), t.hash(lo, lo+k))
+}
+
 // merkleRoot is the tree hash of the leaf hashes.
 func merkleRoot(leaves [][sha256.Size]byte) [sha256.Size]byte {
-	if len(leaves) == 1 {
-		return leaves[0]
-	}
-	k := split(len(leaves))
-	return nodeHash(merkleRoot(leaves[:k]), merkleRoot(leaves[k:]))
+	return newTree(leaves).hash(0, len(leaves))
 }
 
 // inclusionProof is the audit path of leaf m, from the leaf up.
 func inclusionProof(m int, leaves [][sha256.Size]byte) [][sha256.Size]byte {
-	if len(leaves) == 1 {
-		return nil
-	}
-	k := split(len(leaves))
-	if m < k {
-		return append(inclusionProof(m, leaves[:k]), merkleRoot(leaves[k:]))
-	}
-	return append(inclusionProof(m-k, leaves[k:]), merkleRoot(leaves[:k]))
+	return newTree(leaves).proof(m, 0, len(leaves))
 }
 
 var errProof = errors.New("the inclusion proof does not lead to the signed root")

@@ -60,27 +60,56 @@ type evaluationItem struct {
 	raw  map[string]json.RawMessage // subject, action, resource, context
 }
 
-// boundRequest is the evaluation request an answer's leaf binds: subject,
-// action, resource and, when present, context — the item's own members
-// where it has them, the batch's defaults where it does not.
-func (it evaluationItem) boundRequest() ([]byte, error) {
+// canonicalMembers canonicalizes request members, each distinct JSON text
+// once: a batch's defaults are shared by every item that does not replace
+// them.
+type canonicalMembers map[memberKey][]byte
+
+type memberKey struct {
+	p *byte
+	n int
+}
+
+func (c canonicalMembers) of(v json.RawMessage) ([]byte, error) {
+	k := memberKey{&v[0], len(v)}
+	if b, ok := c[k]; ok {
+		return b, nil
+	}
+	b, err := decision.Canonicalize(v)
+	if err != nil {
+		return nil, err
+	}
+	c[k] = b
+	return b, nil
+}
+
+// boundRequest is the evaluation request an answer's leaf binds, in RFC
+// 8785 canonical JSON: subject, action, resource and, when present,
+// context — the item's own members where it has them, the batch's
+// defaults where it does not. A canonical object is its members, sorted,
+// with canonical values: action, context, resource, subject.
+func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
-	for _, k := range []string{"subject", "action", "resource", "context"} {
+	for _, k := range []string{"action", "context", "resource", "subject"} {
 		v, ok := it.raw[k]
 		if !ok {
 			continue
+		}
+		cv, err := c.of(v)
+		if err != nil {
+			return nil, err
 		}
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		fmt.Fprintf(&b, "%q:", k)
-		b.Write(v)
+		b.WriteString(`"` + k + `":`)
+		b.Write(cv)
 	}
 	b.WriteByte('}')
-	return decision.Canonicalize(b.Bytes())
+	return b.Bytes(), nil
 }
 
 // decodeEvaluations reads an AuthZEN request strictly, as /v1/check's:
@@ -361,9 +390,10 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	caller, mode := s.caller(r)
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
+	canon := canonicalMembers{}
 	for i, it := range req.items {
 		d := st.pkg.EvaluateAuthZEN(st.reg, it.eval)
-		bound, err := it.boundRequest() // canonical already: its SHA-256 is the digest
+		bound, err := it.boundRequest(canon) // canonical already: its SHA-256 is the digest
 		sum := sha256.Sum256(bound)
 		digest := "sha256:" + hex.EncodeToString(sum[:])
 		if err != nil {
