@@ -166,7 +166,10 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		return req, nil
 	}
 	var list []json.RawMessage
-	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+	if raw[0] == '[' {
+		list, err = elements(raw)
+	}
+	if raw[0] != '[' || err != nil {
 		return nil, badField("evaluations", "evaluations must be an array of objects")
 	}
 	if len(list) == 0 {
@@ -263,8 +266,11 @@ func object(v json.RawMessage, path string, allowed ...string) (map[string]json.
 	if name == "" {
 		name = "body"
 	}
-	var m map[string]json.RawMessage
-	if len(v) == 0 || v[0] != '{' || json.Unmarshal(v, &m) != nil {
+	if len(v) == 0 || v[0] != '{' {
+		return nil, badField(name, "%s must be a JSON object", name)
+	}
+	m, err := members(v)
+	if err != nil {
 		return nil, badField(name, "%s must be a JSON object", name)
 	}
 	if len(allowed) > 0 {
@@ -284,6 +290,139 @@ func object(v json.RawMessage, path string, allowed ...string) (map[string]json.
 		}
 	}
 	return m, nil
+}
+
+// members splits a JSON object into its members in one pass, the values
+// left as slices of v. v is part of a body ijson.Check has accepted (valid
+// JSON, no member twice), so the scan only finds boundaries; a name with
+// an escape is decoded.
+func members(v []byte) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == '}' {
+		return m, nil
+	}
+	for i < len(v) {
+		if v[i] != '"' {
+			return nil, errors.New("a member name must be a string")
+		}
+		end := stringEnd(v, i)
+		if end < 0 {
+			return nil, errors.New("unterminated string")
+		}
+		name := string(v[i+1 : end])
+		if bytes.IndexByte(v[i:end], '\\') >= 0 {
+			if err := json.Unmarshal(v[i:end+1], &name); err != nil {
+				return nil, err
+			}
+		}
+		i = skipSpace(v, end+1)
+		if i >= len(v) || v[i] != ':' {
+			return nil, errors.New("missing ':'")
+		}
+		i = skipSpace(v, i+1)
+		j := valueEnd(v, i)
+		if j <= i {
+			return nil, errors.New("missing value")
+		}
+		m[name] = v[i:j]
+		i = skipSpace(v, j)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == '}' {
+			return m, nil
+		}
+		return nil, errors.New("missing ',' or '}'")
+	}
+	return nil, errors.New("unterminated object")
+}
+
+// elements splits a JSON array into its elements, as members does objects.
+func elements(v []byte) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == ']' {
+		return out, nil
+	}
+	for i < len(v) {
+		j := valueEnd(v, i)
+		if j <= i {
+			return nil, errors.New("missing value")
+		}
+		out = append(out, v[i:j])
+		i = skipSpace(v, j)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == ']' {
+			return out, nil
+		}
+		return nil, errors.New("missing ',' or ']'")
+	}
+	return nil, errors.New("unterminated array")
+}
+
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index of the quote closing the string opening at i.
+func stringEnd(v []byte, i int) int {
+	for j := i + 1; j < len(v); j++ {
+		switch v[j] {
+		case '\\':
+			j++
+		case '"':
+			return j
+		}
+	}
+	return -1
+}
+
+// valueEnd is the index just past the value starting at i.
+func valueEnd(v []byte, i int) int {
+	if i >= len(v) {
+		return -1
+	}
+	switch v[i] {
+	case '"':
+		if e := stringEnd(v, i); e >= 0 {
+			return e + 1
+		}
+		return -1
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(v); j++ {
+			switch v[j] {
+			case '"':
+				e := stringEnd(v, j)
+				if e < 0 {
+					return -1
+				}
+				j = e
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default:
+		j := i
+		for j < len(v) && v[j] != ',' && v[j] != '}' && v[j] != ']' && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' {
+			j++
+		}
+		return j
+	}
 }
 
 func str(v json.RawMessage, path string) (string, error) {
