@@ -80,7 +80,9 @@ type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
 	// AuthZEN is a pdp serving examples/todo over AuthZEN, caller
 	// authentication on.
-	AuthZEN   *Server
+	AuthZEN *Server
+	// Empty answers every request with a fixed body: net/http's floor.
+	Empty     *Server
 	Token     string // a caller token the pdp accepts
 	TodoToken string // one the AuthZEN pdp accepts
 	stop      func()
@@ -93,7 +95,7 @@ func (p *Peers) Close() { p.stop() }
 // backend), the pdp with caller authentication and signing, the pdp with
 // --insecure-caller-auth-off, and OPA serving the example policy in Rego
 // (examples/secrets-engine/rego) over the registry in OPA's shape.
-func StartPeers(ctx context.Context, dir, pdpBin, opaBin, regoFile string) (*Peers, error) {
+func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile string) (*Peers, error) {
 	var servers []*Server
 	var stops []func()
 	p := &Peers{stop: func() {
@@ -188,6 +190,18 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, regoFile string) (*Pee
 	}
 	servers = append(servers, s)
 	p.OPA = s
+	if emptyBin != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return fail(err)
+		}
+		e, err := start(ctx, "empty", emptyBin, addr, "/", "--listen", addr)
+		if err != nil {
+			return fail(err)
+		}
+		servers = append(servers, e)
+		p.Empty = e
+	}
 	return p, nil
 }
 
@@ -421,6 +435,14 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
 		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
+	}
+	if p.Empty != nil {
+		runs = append(runs, struct {
+			name, role string
+			decisions  int
+			cfg        loadgen.Config
+			check      func(int, []byte) error
+		}{"net/http empty handler (the floor)", "floor", 1, loadgen.Config{URL: p.Empty.URL + "/", Body: req, Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA})
 	}
 	var out []Load
 	for _, r := range runs {

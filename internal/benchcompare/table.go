@@ -65,6 +65,15 @@ func LoadRows(loads []Load) []Row {
 		if l.Role == "opa" {
 			continue
 		}
+		if l.Role == "floor" {
+			for _, m := range loads {
+				if m.Role == "pdp" || m.Role == "opa" {
+					rows = append(rows, Row{Name: m.Name + " vs " + l.Name + ": requests/s", Ours: fig(m), Base: fig(l),
+						Ratio: m.Result.PerSecond() / l.Result.PerSecond(), Throughput: true})
+				}
+			}
+			continue
+		}
 		target := 0.0
 		switch {
 		case l.Role == "pdp":

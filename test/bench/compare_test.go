@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 // allow, every answer checked.
 func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	ctx := context.Background()
-	peers, err := benchcompare.StartPeers(ctx, t.TempDir(), pdpBin, opaBin, "../../examples/secrets-engine/rego/secretsengine.rego")
+	peers, err := benchcompare.StartPeers(ctx, t.TempDir(), pdpBin, opaBin, "", "../../examples/secrets-engine/rego/secretsengine.rego")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,11 @@ func run() error {
 	if out, err := exec.Command("go", "build", "-o", pdpBin, "./cmd/pdp").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's pdp into a temporary directory.
 		return fmt.Errorf("building the pdp: %w\n%s", err, out)
 	}
-	peers, err := benchcompare.StartPeers(ctx, dir, pdpBin, *opa, "examples/secrets-engine/rego/secretsengine.rego")
+	emptyBin := filepath.Join(dir, "empty-server")
+	if out, err := exec.Command("go", "build", "-o", emptyBin, "./internal/benchcompare/cmd/empty-server").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's floor server into a temporary directory.
+		return fmt.Errorf("building the empty server: %w\n%s", err, out)
+	}
+	peers, err := benchcompare.StartPeers(ctx, dir, pdpBin, *opa, emptyBin, "examples/secrets-engine/rego/secretsengine.rego")
 	if err != nil {
 		return err
 	}
