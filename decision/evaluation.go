@@ -91,7 +91,7 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	r.Schema = s.profile.Schema
 	r.Evaluations = len(leaves)
 	r.MerkleRoot = "sha256:" + hex.EncodeToString(root[:])
-	payload, err := CanonicalJSON(r)
+	payload, err := r.canonical()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"bytes"
+	"strconv"
 	"time"
 )
 
@@ -129,4 +130,31 @@ func (c Caller) writeCanonical(b *bytes.Buffer) error {
 	opt("uid", c.UID)
 	b.WriteByte('}')
 	return nil
+}
+
+// canonical writes the evaluation record's canonical JSON directly, as
+// Record.canonical does (TestEvaluationRecordCanonical).
+func (r *EvaluationRecord) canonical() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(1024)
+	b.WriteString(`{"caller":`)
+	if err := r.Caller.writeCanonical(&b); err != nil {
+		return nil, err
+	}
+	b.WriteString(`,"decision_id":`)
+	writeString(&b, r.DecisionID)
+	b.WriteString(`,"evaluations":`)
+	b.WriteString(strconv.Itoa(r.Evaluations))
+	b.WriteString(`,"merkle_root":`)
+	writeString(&b, r.MerkleRoot)
+	b.WriteString(`,"policy_version":`)
+	writeString(&b, r.PolicyVersion)
+	b.WriteString(`,"provenance":`)
+	if err := r.Provenance.writeCanonical(&b); err != nil {
+		return nil, err
+	}
+	b.WriteString(`,"schema":`)
+	writeString(&b, r.Schema)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }

@@ -63,3 +63,23 @@ func FuzzRecordCanonical(f *testing.F) {
 		}
 	})
 }
+
+// TestEvaluationRecordCanonical: the direct writer equals the reflective
+// canonical form.
+func TestEvaluationRecordCanonical(t *testing.T) {
+	for _, r := range recordVariants() {
+		e := &EvaluationRecord{Schema: r.Schema, DecisionID: r.DecisionID, PolicyVersion: r.PolicyVersion, Evaluations: len(r.Reason),
+			MerkleRoot: "sha256:" + r.Reason, Provenance: r.Provenance, Caller: r.Caller}
+		want, err := CanonicalJSON(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.canonical()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("\n got %s\nwant %s", got, want)
+		}
+	}
+}

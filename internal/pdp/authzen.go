@@ -426,6 +426,11 @@ func valueEnd(v []byte, i int) int {
 }
 
 func str(v json.RawMessage, path string) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		// No escape: the checked body's bytes between the quotes are the
+		// string (valid UTF-8, no control character: ijson.Check saw to it).
+		return string(v[1 : len(v)-1]), nil
+	}
 	var s string
 	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
 		return "", badField(path, "%s must be a string", path)
