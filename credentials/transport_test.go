@@ -110,12 +110,13 @@ func startHTTPS(t *testing.T) *tlsServer {
 
 func dial(t *testing.T, cfg credentials.Config) healthpb.HealthClient { return dialB(t, cfg) }
 
-func dialB(t testing.TB, cfg credentials.Config) healthpb.HealthClient {
+func dialB(t testing.TB, cfg credentials.Config, extra ...grpc.DialOption) healthpb.HealthClient {
 	t.Helper()
 	opts, err := cfg.DialOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts = append(opts, extra...)
 	conn, err := grpc.NewClient(cfg.Address, opts...)
 	if err != nil {
 		t.Fatal(err)
