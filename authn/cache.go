@@ -159,10 +159,28 @@ func (c *Cache) keyOf(token string) [sha256.Size]byte {
 // Authenticate returns a cached verdict for token, or asks the inner
 // authenticator once however many goroutines ask at the same time.
 func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error) {
+	caller, hit, err := c.AuthenticateCached(ctx, token)
+	if hit {
+		reportHit(ctx)
+	}
+	return caller, err
+}
+
+// CachedAuthenticator is an [Authenticator] that also says whether it
+// answered from memory — without a context value per request.
+type CachedAuthenticator interface {
+	Authenticator
+	AuthenticateCached(ctx context.Context, token string) (caller *Caller, hit bool, err error)
+}
+
+var _ CachedAuthenticator = (*Cache)(nil)
+
+// AuthenticateCached is Authenticate, and whether the verdict came from
+// the cache.
+func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, bool, error) {
 	key := c.keyOf(token)
 	if caller, err := c.get(key); caller != nil || err != nil {
-		reportHit(ctx)
-		return caller, err
+		return caller, true, err
 	}
 	// The shared lookup must not die with the first caller's context; the
 	// inner authenticator bounds its own time.
@@ -188,11 +206,11 @@ func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error)
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return nil, r.Err
+			return nil, false, r.Err
 		}
-		return r.Val.(*Caller), nil
+		return r.Val.(*Caller), false, nil
 	case <-ctx.Done():
-		return nil, &Error{Reason: ValidatorTimeout, Err: ctx.Err()}
+		return nil, false, &Error{Reason: ValidatorTimeout, Err: ctx.Err()}
 	}
 }
 

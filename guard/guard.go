@@ -186,9 +186,15 @@ func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 		a.err = errors.New(cred.Problem)
 		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
 	case bearer.Token:
-		ctx, report := authn.WithCacheReport(ctx)
-		caller, err := auth.Authenticate(ctx, cred.Token)
-		a.cached = report.Hit
+		var caller *authn.Caller
+		var err error
+		if c, ok := auth.(authn.CachedAuthenticator); ok {
+			caller, a.cached, err = c.AuthenticateCached(ctx, cred.Token)
+		} else {
+			ctx, report := authn.WithCacheReport(ctx)
+			caller, err = auth.Authenticate(ctx, cred.Token)
+			a.cached = report.Hit
+		}
 		if err != nil {
 			reason := authn.ReasonOf(err)
 			a.err = err
