@@ -1,6 +1,8 @@
 package pdp
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -40,4 +42,22 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("the bound form %s reads back as %+v (%v), not %+v", canon, again, err, req)
 		}
 	})
+}
+
+// TestResponseBodyIsTheEncoding: the answer written directly means what
+// encoding/json would write for it, and its record is the signed bytes
+// exactly (encoding/json would escape <, > and & in it).
+func TestResponseBodyIsTheEncoding(t *testing.T) {
+	s := &decision.Signed{Record: []byte(`{"a":"é<&>","b":[1,2]}`), RecordJWS: "eyJhbGciOiJFUzI1NiJ9.eyJhIjoxfQ.c2ln-_"}
+	var want bytes.Buffer
+	_ = json.NewEncoder(&want).Encode(s)
+	got := responseBody(s)
+	var a, b any
+	if json.Unmarshal(got, &a) != nil || json.Unmarshal(want.Bytes(), &b) != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("\n got %s\nwant %s", got, want.Bytes())
+	}
+	var back decision.Signed
+	if err := json.Unmarshal(got, &back); err != nil || !bytes.Equal(back.Record, s.Record) || back.RecordJWS != s.RecordJWS {
+		t.Fatalf("the record is not the signed bytes: %s", got)
+	}
 }

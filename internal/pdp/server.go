@@ -445,7 +445,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(signed)
+	_, _ = w.Write(responseBody(signed))
 }
 
 // caller is the record's caller block for a request the middleware let
@@ -638,6 +638,19 @@ func (s *Server) reloadLoop(ctx context.Context) error {
 }
 
 func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// responseBody is the check's answer, {"record": …, "record_jws": "…"},
+// written once: the record is canonical JSON already and a compact JWS is
+// base64url and dots, so there is nothing to re-encode
+// (TestResponseBodyIsTheEncoding).
+func responseBody(s *decision.Signed) []byte {
+	b := make([]byte, 0, len(s.Record)+len(s.RecordJWS)+32)
+	b = append(b, `{"record":`...)
+	b = append(b, s.Record...)
+	b = append(b, `,"record_jws":"`...)
+	b = append(b, s.RecordJWS...)
+	return append(b, "\"}\n"...)
+}
 
 // decodedBody is a body the guard's extractor has read and decoded: the
 // handler takes the decoded request from it instead of decoding the same
