@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Source supplies the bearer token for one outgoing call.
@@ -35,16 +38,36 @@ var (
 // FileSource reads the token from a file on every call. Create one with [File].
 type FileSource struct {
 	path string
+	last atomic.Pointer[fileRead]
+	now  func() time.Time
 }
+
+// fileRead is what a read saw: the file's identity and the token.
+type fileRead struct {
+	dev, ino, size uint64
+	mtime          int64 // ns
+	tok            string
+}
+
+// settled is how long after its last modification a file's content is
+// trusted to be what its size and time say. File times come from a coarse
+// clock (a few milliseconds): two writes in one tick can leave the same
+// mtime. A read is only remembered once the file has been left alone for
+// longer than any tick, so any later write gives it a newer mtime.
+const settled = 50 * time.Millisecond
 
 // File returns a source that reads the token from path on every call.
 //
-// Reading on every call is the refresh mechanism: an atomic rename or a
-// kubelet ..data symlink swap is seen on the next call. Leading and trailing
-// white space (a trailing newline written by echo or a text editor) is
-// removed. A missing, unreadable or empty file is an error naming the path;
-// the error never contains the file's contents.
-func File(path string) *FileSource { return &FileSource{path: path} }
+// Every call looks at the file: an atomic rename, a kubelet ..data symlink
+// swap or an in-place rewrite is seen on the next call. To stay as cheap as
+// a static token, a call first stats the path (following symlinks) and
+// reuses the previous read when the file is the same one (device and
+// inode), of the same size and modification time, and that modification is
+// older than the clock's granularity; otherwise it reads the file again.
+// Leading and trailing white space (a trailing newline written by echo or a
+// text editor) is removed. A missing, unreadable or empty file is an error
+// naming the path; the error never contains the file's contents.
+func File(path string) *FileSource { return &FileSource{path: path, now: time.Now} }
 
 // Path returns the file the source reads.
 func (s *FileSource) Path() string { return s.path }
@@ -52,21 +75,44 @@ func (s *FileSource) Path() string { return s.path }
 // String describes the source for error messages: file "<path>".
 func (s *FileSource) String() string { return fmt.Sprintf("file %q", s.path) }
 
-// Token reads and returns the token in the file.
+// Token returns the token in the file as it is now.
 func (s *FileSource) Token(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(s.path)
+	st, statErr := os.Stat(s.path)
+	var id fileRead
+	if statErr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			id = fileRead{dev: uint64(sys.Dev), ino: sys.Ino, size: uint64(st.Size()), mtime: st.ModTime().UnixNano()} //nolint:gosec,unconvert // device numbers and sizes are non-negative.
+			if last := s.last.Load(); last != nil && last.dev == id.dev && last.ino == id.ino && last.size == id.size && last.mtime == id.mtime {
+				return last.tok, nil
+			}
+		}
+	}
+	raw, err := os.ReadFile(s.path)
 	if err != nil {
+		s.last.Store(nil)
 		// *PathError already names the path.
 		return "", fmt.Errorf("token: reading token file: %w", err)
 	}
-	b = bytes.TrimSpace(b)
+	b := bytes.TrimSpace(raw)
 	if len(b) == 0 {
+		s.last.Store(nil)
 		return "", fmt.Errorf("%w: token file %q holds no token", ErrEmpty, s.path)
 	}
-	return string(b), nil
+	tok := string(b)
+	// Remember the read under the stat's identity only when the stat
+	// describes a file of the size read, modified long enough ago that any
+	// later write must change its time. (A write between the stat and the
+	// read makes the next stat differ: it is read again.)
+	if id.ino != 0 && id.size == uint64(len(raw)) && s.now().Sub(time.Unix(0, id.mtime)) > settled {
+		id.tok = tok
+		s.last.Store(&id)
+	} else {
+		s.last.Store(nil)
+	}
+	return tok, nil
 }
 
 // StaticSource is a fixed token. Create one with [Static].
