@@ -106,7 +106,11 @@ func (s *FileSource) Token(ctx context.Context) (string, error) {
 	// describes a file of the size read, modified long enough ago that any
 	// later write must change its time. (A write between the stat and the
 	// read makes the next stat differ: it is read again.)
-	if id.ino != 0 && id.size == uint64(len(raw)) && s.now().Sub(time.Unix(0, id.mtime)) > settled {
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	if id.ino != 0 && id.size == uint64(len(raw)) && now().Sub(time.Unix(0, id.mtime)) > settled {
 		id.tok = tok
 		s.last.Store(&id)
 	} else {
