@@ -13,6 +13,10 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/testjwt"
 	"github.com/callerauth/callerauth/token"
+
+	apiauth "k8s.io/apiserver/pkg/authentication/authenticator"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
+	"k8s.io/apiserver/pkg/authentication/user"
 )
 
 func TestReasonOf(t *testing.T) {
@@ -307,6 +311,43 @@ func TestCacheKeysOnAudiences(t *testing.T) {
 	if len(c2.RequiredAudiences()) != 0 || len(c1.RequiredAudiences()) != 1 {
 		t.Fatal("audiences not passed through")
 	}
+}
+
+// BenchmarkCacheHitVsAPIServer runs a verdict-cache hit beside a hit of
+// the Kubernetes API server's own cached token authenticator
+// (k8s.io/apiserver/pkg/authentication/token/cache, as the API server
+// configures it: errors cached, 10 s success and failure TTLs), same token,
+// same audiences in the context, side by side.
+func BenchmarkCacheHitVsAPIServer(b *testing.B) {
+	tok := "good" + testjwt.Expiring("system:serviceaccount:ns:sa", time.Now().Add(time.Hour))
+	ctx := apiauth.WithAudiences(context.Background(), apiauth.Audiences{"aud"})
+	b.Run("callerauth", func(b *testing.B) {
+		c := authn.NewCache(&counting{expiry: time.Now().Add(time.Hour)}, authn.CacheConfig{})
+		if _, err := c.Authenticate(ctx, tok); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.Authenticate(ctx, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("apiserver", func(b *testing.B) {
+		inner := apiauth.TokenFunc(func(_ context.Context, t string) (*apiauth.Response, bool, error) {
+			return &apiauth.Response{User: &user.DefaultInfo{Name: "user-" + t}, Audiences: apiauth.Audiences{"aud"}}, true, nil
+		})
+		c := tokencache.New(inner, true, 10*time.Second, 10*time.Second)
+		if _, ok, err := c.AuthenticateToken(ctx, tok); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok, err := c.AuthenticateToken(ctx, tok); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
 }
 
 func BenchmarkCacheHit(b *testing.B) {
