@@ -5,12 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,7 +13,6 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/pdp"
-	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // The pdp answering AuthZEN (docs/pdp.md#authzen) with the Todo example:
@@ -28,26 +22,11 @@ const todoPrincipal = "system:serviceaccount:todo:todo-backend"
 
 func pdpAuthZENBatch(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp AuthZEN: a batch of two evaluations", Expected: "allow + deny, one signature, each item verified on its own"}
-	dir, err := os.MkdirTemp(e.dir, "authzen-")
+	s, url, stop, err := e.servePDP("authzen", todo.WriteTo, pdp.ModeEnforce, "todo="+todoPrincipal)
 	if err != nil {
 		return fail(r, err)
 	}
-	policyDir, registry, err := todo.WriteTo(dir)
-	if err != nil {
-		return fail(r, err)
-	}
-	key := filepath.Join(dir, "signing.pem")
-	if err := decision.GenerateKeyFile(key); err != nil {
-		return fail(r, err)
-	}
-	s, err := pdp.New(pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
-		Auth: serve.AuthOptions{Kubeconfig: e.iss.KubeconfigFile()}, CallerAuthMode: pdp.ModeEnforce, CallerAudience: "flex-auth",
-		CallerBindings: []string{"todo=" + todoPrincipal}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return fail(r, err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer hs.Close()
+	defer stop()
 	tok, err := e.iss.Mint(devissuer.TokenRequest{Namespace: "todo", ServiceAccount: "todo-backend", Audiences: []string{"flex-auth"}, Lifetime: 10 * time.Minute})
 	if err != nil {
 		return fail(r, err)
@@ -60,7 +39,7 @@ func pdpAuthZENBatch(ctx context.Context, e *env) Result {
 		`{"type":"todo","id":"t-2","properties":{"ownerID":"rick@the-citadel.com"}}`,
 	}
 	body := fmt.Sprintf(`{"subject":%s,"action":%s,"evaluations":[{"resource":%s},{"resource":%s}]}`, subject, action, resources[0], resources[1])
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+pdp.PathEvaluations, bytes.NewReader([]byte(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+pdp.PathEvaluations, bytes.NewReader([]byte(body)))
 	if err != nil {
 		return fail(r, err)
 	}

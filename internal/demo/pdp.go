@@ -36,26 +36,37 @@ type pdpEnv struct {
 }
 
 func (e *env) startPDP(mode string) (*pdpEnv, error) {
-	dir, err := os.MkdirTemp(e.dir, "pdp-"+mode+"-")
+	s, url, stop, err := e.servePDP("pdp-"+mode, secretsengine.WriteTo, mode, "secrets-engine="+sePrincipal)
 	if err != nil {
 		return nil, err
 	}
-	policyDir, registry, err := secretsengine.WriteTo(dir)
+	return &pdpEnv{url: url, keys: decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: s.Signer().JWKS(), Request: seRequest}, stop: stop}, nil
+}
+
+// servePDP writes an example package (writeTo), makes a signing key, and
+// serves a pdp in mode with the binding, reviewing tokens against the dev
+// issuer, on a loopback httptest server.
+func (e *env) servePDP(name string, writeTo func(dir string) (string, string, error), mode, binding string) (*pdp.Server, string, func(), error) {
+	dir, err := os.MkdirTemp(e.dir, name+"-")
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
+	}
+	policyDir, registry, err := writeTo(dir)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	key := filepath.Join(dir, "signing.pem")
 	if err := decision.GenerateKeyFile(key); err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
 	s, err := pdp.New(pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
 		Auth: serve.AuthOptions{Kubeconfig: e.iss.KubeconfigFile()}, CallerAuthMode: mode, CallerAudience: "flex-auth",
-		CallerBindings: []string{"secrets-engine=" + sePrincipal}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		CallerBindings: []string{binding}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
 	hs := httptest.NewServer(s.Handler())
-	return &pdpEnv{url: hs.URL, keys: decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: s.Signer().JWKS(), Request: seRequest}, stop: hs.Close}, nil
+	return s, hs.URL, hs.Close, nil
 }
 
 func (p *pdpEnv) check(ctx context.Context, token string) (int, []byte, error) {

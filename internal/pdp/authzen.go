@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -274,19 +273,19 @@ func object(v json.RawMessage, path string, allowed ...string) (map[string]json.
 		return nil, badField(name, "%s must be a JSON object", name)
 	}
 	if len(allowed) > 0 {
-		keys := make([]string, 0, len(m))
+		var unknown []string
 		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
 			if !slices.Contains(allowed, k) {
-				member := k
-				if path != "" {
-					member = path + "." + k
-				}
-				return nil, badField(member, "unknown member %q", guard.LogValue(member))
+				unknown = append(unknown, k)
 			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown) // the same member named whatever the map's order
+			member := unknown[0]
+			if path != "" {
+				member = path + "." + member
+			}
+			return nil, badField(member, "unknown member %q", guard.LogValue(member))
 		}
 	}
 	return m, nil
@@ -482,24 +481,7 @@ func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Re
 // same caller authentication as /v1/check.
 func (s *Server) authzenHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
-	timed := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			defer func() { s.azLatency.WithLabelValues(path).Observe(time.Since(start).Seconds()) }()
-			next.ServeHTTP(w, r)
-		})
-	}
-	if s.guard == nil {
-		return timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := s.authzenExtract(path)(r); err != nil {
-				badRequest(w, r, err)
-				return
-			}
-			h(w, r)
-		}))
-	}
-	return timed(s.guard.Middleware(s.authzenExtract(path), guard.RequireIdentity(), guard.WithBadRequest(badRequest),
-		guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(h))
+	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
 }
 
 // evaluationAnswer is one AuthZEN answer.

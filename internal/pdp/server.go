@@ -366,25 +366,31 @@ func (s *Server) Handler() http.Handler {
 // system binding), then the decision. With caller authentication off there
 // is no middleware.
 func (s *Server) checkHandler() http.Handler {
-	decide := http.HandlerFunc(s.decide)
-	timed := func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
-			h.ServeHTTP(w, r)
-		})
-	}
+	return s.guarded(s.extract, http.HandlerFunc(s.decide), s.latency)
+}
+
+// guarded wraps an API handler as every endpoint is wrapped: the guard's
+// middleware with extract (or, with caller authentication off, extract
+// alone), and the request's latency observed.
+func (s *Server) guarded(extract guard.HTTPRequest, h http.Handler, latency prometheus.Observer) http.Handler {
+	var inner http.Handler
 	if s.guard == nil {
-		return timed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := s.extract(r); err != nil {
+		inner = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := extract(r); err != nil {
 				badRequest(w, r, err)
 				return
 			}
-			decide(w, r)
-		}))
+			h.ServeHTTP(w, r)
+		})
+	} else {
+		inner = s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithBadRequest(badRequest),
+			guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(h)
 	}
-	return timed(s.guard.Middleware(s.extract, guard.RequireIdentity(), guard.WithBadRequest(badRequest),
-		guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(decide))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { latency.Observe(time.Since(start).Seconds()) }()
+		inner.ServeHTTP(w, r)
+	})
 }
 
 // extract reads and checks the body for the guard, and leaves it readable

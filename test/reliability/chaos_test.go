@@ -685,15 +685,23 @@ func chaosConnector(t *testing.T, role string) {
 // the sum of each family under its bare name.
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	m, err := metricsAt(addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return m
+}
+
+func metricsAt(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := map[string]float64{}
 	for name, mf := range mfs {
@@ -709,5 +717,5 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 			out[name] += v
 		}
 	}
-	return out
+	return out, nil
 }
