@@ -117,6 +117,17 @@ const MaxLength = 16 << 10
 // refuse it, and two readers keeping different duplicates would disagree
 // on the token's meaning).
 func Payload(tok string) ([]byte, error) {
+	raw, err := payload(tok)
+	if err != nil {
+		return nil, err
+	}
+	if err := ijson.Check(raw); err != nil {
+		return nil, fmt.Errorf("token: claims: %w", err)
+	}
+	return raw, nil
+}
+
+func payload(tok string) ([]byte, error) {
 	if len(tok) > MaxLength {
 		return nil, fmt.Errorf("token: longer than %d bytes", MaxLength)
 	}
@@ -131,9 +142,6 @@ func Payload(tok string) ([]byte, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return nil, errors.New("token: not a JWT: the payload is not a JSON object")
 	}
-	if err := ijson.Check(raw); err != nil {
-		return nil, fmt.Errorf("token: claims: %w", err)
-	}
 	return raw, nil
 }
 
@@ -142,15 +150,84 @@ func Payload(tok string) ([]byte, error) {
 // the client, or to read the times of a token a validator has just
 // accepted. The dates follow the one [NumericDate] rule.
 func ReadClaims(tok string) (*Claims, error) {
-	raw, err := Payload(tok)
+	c, _, err := ParseClaims(tok, nil)
+	return c, err
+}
+
+// ParseClaims is [ReadClaims] that also returns the decoded payload and
+// gives every other member to other, when set (see [DecodeClaims]).
+func ParseClaims(tok string, other func(name, value []byte) error) (*Claims, []byte, error) {
+	raw, err := payload(tok)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var c Claims
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("token: claims: %w", err)
+	if err := DecodeClaims(raw, &c, other); err != nil {
+		return nil, nil, err
 	}
-	return &c, nil
+	return &c, raw, nil
+}
+
+// DecodeClaims reads the registered claims of a JWT payload in one pass.
+// The payload must be an I-JSON object; claim names are matched exactly
+// (RFC 7519 §4 and RFC 8259 §8.3: "EXP" is not "exp", where encoding/json
+// would take either); iss, sub and jti must be strings, aud a string or a
+// list of strings, exp, nbf and iat NumericDates — null is none of these.
+// Every other member is given to other, when set, with its raw value.
+func DecodeClaims(raw []byte, c *Claims, other func(name, value []byte) error) error {
+	err := ijson.Members(raw, func(name, v []byte) error {
+		var err error
+		switch string(name) {
+		case "iss":
+			err = readString("iss", v, &c.Issuer)
+		case "sub":
+			err = readString("sub", v, &c.Subject)
+		case "jti":
+			err = readString("jti", v, &c.ID)
+		case "aud":
+			if s, ok := ijson.String(v); ok {
+				c.Audience = Audience{s}
+			} else if l, ok := ijson.Strings(v); ok {
+				c.Audience = l
+			} else {
+				err = errors.New("token: aud is neither a string nor a list of strings")
+			}
+		case "exp":
+			err = readDate("exp", v, &c.Expiry)
+		case "nbf":
+			err = readDate("nbf", v, &c.NotBefore)
+		case "iat":
+			err = readDate("iat", v, &c.IssuedAt)
+		default:
+			if other != nil {
+				err = other(name, v)
+			}
+		}
+		return err
+	})
+	var ie *ijson.Error
+	if errors.As(err, &ie) {
+		return fmt.Errorf("token: claims: %w", err)
+	}
+	return err
+}
+
+func readString(name string, v []byte, out *string) error {
+	s, ok := ijson.String(v)
+	if !ok {
+		return fmt.Errorf("token: claim %q is not a string", name)
+	}
+	*out = s
+	return nil
+}
+
+func readDate(name string, v []byte, out **NumericDate) error {
+	n := new(NumericDate)
+	if err := n.UnmarshalJSON(v); err != nil {
+		return fmt.Errorf("token: claim %q: %w", name, err)
+	}
+	*out = n
+	return nil
 }
 
 // payloadSegment returns the middle of a three-segment compact JWS.

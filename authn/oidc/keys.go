@@ -85,9 +85,9 @@ func match(keys []jose.JSONWebKey, kid string) []jose.JSONWebKey {
 	if kid == "" {
 		return keys
 	}
-	for _, key := range keys {
-		if key.KeyID == kid {
-			return []jose.JSONWebKey{key}
+	for i := range keys {
+		if keys[i].KeyID == kid {
+			return keys[i : i+1 : i+1]
 		}
 	}
 	return nil

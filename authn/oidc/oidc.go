@@ -1,9 +1,8 @@
 package oidc
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/ijson"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -23,7 +23,7 @@ type Authenticator struct {
 
 type issuer struct {
 	cfg  *IssuerConfig
-	algs []jose.SignatureAlgorithm
+	algs []string
 	keys *keySet
 }
 
@@ -50,9 +50,7 @@ func New(cfg Config) (*Authenticator, error) {
 			ks.bearer = token.File(ic.BearerTokenFile)
 		}
 		iss := &issuer{cfg: ic, keys: ks}
-		for _, alg := range ic.Algorithms {
-			iss.algs = append(iss.algs, jose.SignatureAlgorithm(alg))
-		}
+		iss.algs = ic.Algorithms
 		a.issuers[ic.Issuer] = iss
 	}
 	return a, nil
@@ -68,22 +66,26 @@ func (a *Authenticator) Prefetch(ctx context.Context) error {
 	return nil
 }
 
-// claims is the payload callerauth reads.
+// claims is the payload callerauth reads: the registered claims, and the
+// raw value of every other member, for the kubernetes.io claim and the
+// configured groups, roles and tenant claims.
 type claims struct {
 	token.Claims
-	Kube *kubernetesClaim `json:"kubernetes.io"`
+	other []member
 }
 
-type kubernetesClaim struct {
-	Namespace      string `json:"namespace"`
-	ServiceAccount *ref   `json:"serviceaccount"`
-	Pod            *ref   `json:"pod"`
-	Node           *ref   `json:"node"`
+type member struct {
+	name, value []byte // slices of the decoded payload
 }
 
-type ref struct {
-	Name string `json:"name"`
-	UID  string `json:"uid"`
+// get returns the raw value of a member other than the registered claims.
+func (c *claims) get(name string) ([]byte, bool) {
+	for _, m := range c.other {
+		if string(m.name) == name {
+			return m.value, true
+		}
+	}
+	return nil, false
 }
 
 // Authenticate verifies the token.
@@ -94,7 +96,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	// Decode the claims once, before verification, to route the token to
 	// its issuer; they are trusted only once the signature over these very
 	// bytes has verified.
-	raw, c, err := decodePayload(tok)
+	c, err := decodePayload(tok)
 	if err != nil {
 		return nil, err
 	}
@@ -102,51 +104,46 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	if !ok {
 		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", c.Issuer)
 	}
-	jws, err := jose.ParseSignedCompact(tok, iss.algs)
+	jws, err := parseCompact(tok, iss.algs)
 	if err != nil {
-		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, algNames(iss.algs), err)
+		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, strings.Join(iss.algs, ", "), err)
 	}
-	hdr := jws.Signatures[0].Protected
-	keys, err := iss.keys.lookup(ctx, hdr.KeyID)
-	if err != nil {
-		return nil, err
-	}
-	payload, err := verify(jws, keys, hdr.Algorithm)
+	keys, err := iss.keys.lookup(ctx, jws.kid)
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(payload, raw) {
-		return nil, authn.Fail(authn.TokenInvalid, "verified payload differs from the decoded one")
+	if !verifyAny(jws, keys) {
+		return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", jws.alg, jws.kid)
 	}
-	return a.caller(iss, c, payload)
+	// The claims were read from the payload segment of the very signing
+	// input that verified.
+	return a.caller(iss, c)
 }
 
-// decodePayload base64-decodes and parses the payload of a compact JWS.
-func decodePayload(tok string) ([]byte, *claims, error) {
-	raw, err := token.Payload(tok)
+// decodePayload decodes and reads the payload of a compact JWS in one pass.
+func decodePayload(tok string) (*claims, error) {
+	c := &claims{}
+	tc, _, err := token.ParseClaims(tok, func(name, v []byte) error {
+		c.other = append(c.other, member{name, v})
+		return nil
+	})
 	if err != nil {
-		return nil, nil, authn.Fail(authn.TokenInvalid, "%v", err)
+		return nil, authn.Fail(authn.TokenInvalid, "%v", err)
 	}
-	var c claims
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, nil, authn.Fail(authn.TokenInvalid, "token is not a JWT: claims: %v", err)
-	}
-	return raw, &c, nil
+	c.Claims = *tc
+	return c, nil
 }
 
-func verify(jws *jose.JSONWebSignature, keys []jose.JSONWebKey, alg string) ([]byte, error) {
-	for _, key := range keys {
-		if key.Algorithm != "" && key.Algorithm != alg {
-			continue
-		}
-		if payload, err := jws.Verify(key.Key); err == nil {
-			return payload, nil
+func verifyAny(jws *compactJWS, keys []jose.JSONWebKey) bool {
+	for i := range keys {
+		if jws.verifyWith(&keys[i]) {
+			return true
 		}
 	}
-	return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", alg, jws.Signatures[0].Protected.KeyID)
+	return false
 }
 
-func (a *Authenticator) caller(iss *issuer, c *claims, payload []byte) (*authn.Caller, error) {
+func (a *Authenticator) caller(iss *issuer, c *claims) (*authn.Caller, error) {
 	if c.Issuer != iss.cfg.Issuer {
 		return nil, authn.Fail(authn.TokenInvalid, "iss %q is not %q", c.Issuer, iss.cfg.Issuer)
 	}
@@ -167,58 +164,96 @@ func (a *Authenticator) caller(iss *issuer, c *claims, payload []byte) (*authn.C
 	if c.ID != "" {
 		caller.CredentialID = "JTI=" + c.ID
 	}
-	if k := c.Kube; k != nil {
+	if v, ok := c.get("kubernetes.io"); ok {
 		// A Kubernetes service-account token: the same identity TokenReview
 		// would report.
-		if k.ServiceAccount == nil || k.Namespace == "" || c.Subject != "system:serviceaccount:"+k.Namespace+":"+k.ServiceAccount.Name {
-			return nil, authn.Fail(authn.TokenInvalid, "kubernetes.io claim does not match sub %q", c.Subject)
-		}
-		caller.UID = k.ServiceAccount.UID
-		caller.Groups = authn.ServiceAccountGroups(k.Namespace)
-		if k.Pod != nil {
-			caller.PodName, caller.PodUID = k.Pod.Name, k.Pod.UID
-		}
-		if k.Node != nil {
-			caller.NodeName, caller.NodeUID = k.Node.Name, k.Node.UID
+		if err := kubernetesClaim(v, c.Subject, caller); err != nil {
+			return nil, err
 		}
 	}
-	if err := a.extraClaims(iss.cfg, payload, caller); err != nil {
+	if err := a.extraClaims(iss.cfg, c, caller); err != nil {
 		return nil, err
 	}
 	return caller, nil
 }
 
-// extraClaims reads the configured groups, roles and tenant claims.
-func (a *Authenticator) extraClaims(ic *IssuerConfig, payload []byte, caller *authn.Caller) error {
-	want := []string{ic.RolesClaim, ic.TenantClaim}
-	if caller.Groups == nil {
-		want = append(want, ic.GroupsClaim)
-	}
-	needed := false
-	for _, w := range want {
-		needed = needed || w != ""
-	}
-	if !needed {
+// kubernetesClaim reads the kubernetes.io claim of a service-account
+// token (names matched exactly, like every claim) into the caller, and
+// requires it to name the service account sub names.
+func kubernetesClaim(v []byte, sub string, caller *authn.Caller) error {
+	var namespace, saName string
+	hasSA := false
+	err := ijson.Members(v, func(name, v []byte) error {
+		switch string(name) {
+		case "namespace":
+			var ok bool
+			if namespace, ok = ijson.String(v); !ok {
+				return errors.New("namespace is not a string")
+			}
+		case "serviceaccount":
+			hasSA = true
+			return readRef("serviceaccount", v, &saName, &caller.UID)
+		case "pod":
+			return readRef("pod", v, &caller.PodName, &caller.PodUID)
+		case "node":
+			return readRef("node", v, &caller.NodeName, &caller.NodeUID)
+		}
 		return nil
+	})
+	if err != nil {
+		return authn.Fail(authn.TokenInvalid, "kubernetes.io claim: %v", err)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &raw); err != nil {
-		return authn.Fail(authn.TokenInvalid, "claims: %v", err)
+	if !hasSA || namespace == "" || !serviceAccountIs(sub, namespace, saName) {
+		return authn.Fail(authn.TokenInvalid, "kubernetes.io claim does not match sub %q", sub)
 	}
+	caller.Groups = authn.ServiceAccountGroups(namespace)
+	return nil
+}
+
+// serviceAccountIs reports whether sub is the username of the service
+// account name in namespace, system:serviceaccount:<namespace>:<name>.
+func serviceAccountIs(sub, namespace, name string) bool {
+	rest, ok := strings.CutPrefix(sub, "system:serviceaccount:")
+	return ok && len(rest) == len(namespace)+1+len(name) &&
+		rest[:len(namespace)] == namespace && rest[len(namespace)] == ':' && rest[len(namespace)+1:] == name
+}
+
+// readRef reads a {name, uid} object of the kubernetes.io claim.
+func readRef(what string, v []byte, name, uid *string) error {
+	return ijson.Members(v, func(member, v []byte) error {
+		var ok bool
+		switch string(member) {
+		case "name":
+			*name, ok = ijson.String(v)
+		case "uid":
+			*uid, ok = ijson.String(v)
+		default:
+			return nil
+		}
+		if !ok {
+			return fmt.Errorf("%s.%s is not a string", what, member)
+		}
+		return nil
+	})
+}
+
+// extraClaims reads the configured groups, roles and tenant claims.
+func (a *Authenticator) extraClaims(ic *IssuerConfig, c *claims, caller *authn.Caller) error {
 	var err error
 	if caller.Groups == nil {
-		if caller.Groups, err = stringList(raw, ic.GroupsClaim); err != nil {
+		if caller.Groups, err = stringList(c, ic.GroupsClaim); err != nil {
 			return err
 		}
 	}
 	if ic.RolesClaim != "" {
-		if caller.Roles, err = stringList(raw, ic.RolesClaim); err != nil {
+		if caller.Roles, err = stringList(c, ic.RolesClaim); err != nil {
 			return err
 		}
 	}
 	if ic.TenantClaim != "" {
-		var t string
-		if v, ok := raw[ic.TenantClaim]; !ok || json.Unmarshal(v, &t) != nil || t == "" {
+		v, _ := c.get(ic.TenantClaim)
+		t, ok := ijson.String(v)
+		if !ok || t == "" {
 			return authn.Fail(authn.TokenInvalid, "claim %q carries no tenant", ic.TenantClaim)
 		}
 		if ic.Tenant != "" && t != ic.Tenant {
@@ -231,26 +266,19 @@ func (a *Authenticator) extraClaims(ic *IssuerConfig, payload []byte, caller *au
 
 // stringList reads a claim that is a list of strings or one space-separated
 // string. An absent claim is an empty list.
-func stringList(raw map[string]json.RawMessage, name string) ([]string, error) {
-	v, ok := raw[name]
-	if !ok || name == "" {
+func stringList(c *claims, name string) ([]string, error) {
+	if name == "" {
 		return nil, nil
 	}
-	var l []string
-	if err := json.Unmarshal(v, &l); err == nil {
+	v, ok := c.get(name)
+	if !ok {
+		return nil, nil
+	}
+	if l, ok := ijson.Strings(v); ok {
 		return l, nil
 	}
-	var s string
-	if err := json.Unmarshal(v, &s); err == nil {
+	if s, ok := ijson.String(v); ok {
 		return strings.Fields(s), nil
 	}
 	return nil, authn.Fail(authn.TokenInvalid, "claim %q is neither a list of strings nor a string", name)
-}
-
-func algNames(algs []jose.SignatureAlgorithm) string {
-	s := make([]string, len(algs))
-	for i, a := range algs {
-		s[i] = string(a)
-	}
-	return strings.Join(s, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
@@ -55,8 +56,11 @@ func newIDP(t testing.TB, issuer string) *idp {
 		var set jose.JSONWebKeySet
 		for kid, k := range p.keys {
 			alg := "ES256"
-			if _, ok := k.(*rsa.PrivateKey); ok {
+			switch k.(type) {
+			case *rsa.PrivateKey:
 				alg = "RS256"
+			case ed25519.PrivateKey:
+				alg = "EdDSA"
 			}
 			set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.Public(), KeyID: kid, Algorithm: alg, Use: "sig"})
 		}
@@ -154,7 +158,12 @@ func TestTenantsRolesAndRouting(t *testing.T) {
 		{"exp as a string", forge.Sign(claims(a.issuer, now, map[string]any{"exp": "9999999999"}), ka, jose.ES256, "a1"), "not a NumericDate"},
 		{"iat as a string", forge.Sign(claims(a.issuer, now, map[string]any{"iat": fmt.Sprint(now.Unix())}), ka, jose.ES256, "a1"), "not a NumericDate"},
 		{"nbf as a string", forge.Sign(claims(a.issuer, now, map[string]any{"nbf": fmt.Sprint(now.Unix())}), ka, jose.ES256, "a1"), "not a NumericDate"},
-		{"exp as null", forge.Sign(claims(a.issuer, now, map[string]any{"exp": nil}), ka, jose.ES256, "a1"), "no exp"},
+		{"exp as null", forge.Sign(claims(a.issuer, now, map[string]any{"exp": nil}), ka, jose.ES256, "a1"), "not a NumericDate"},
+		// RFC 7519 §4: claim names are case-sensitive. encoding/json matched
+		// "EXP" to exp, so an issuer that signs a custom claim of that name
+		// let it extend the token.
+		{"EXP beside an expired exp", forge.SignRaw([]byte(`{"iss":"`+a.issuer+`","sub":"x","aud":"vmafx-controller","exp":`+fmt.Sprint(now.Add(-time.Hour).Unix())+`,"EXP":`+fmt.Sprint(now.Add(time.Hour).Unix())+`}`), ka, jose.ES256, "a1"), "expired"},
+		{"Aud only", forge.SignRaw([]byte(`{"iss":"`+a.issuer+`","sub":"x","Aud":"vmafx-controller","exp":`+fmt.Sprint(now.Add(time.Hour).Unix())+`}`), ka, jose.ES256, "a1"), "include none of"},
 		{"a claim named twice", forge.SignRaw([]byte(`{"iss":"`+a.issuer+`","sub":"x","aud":"vmafx-controller","exp":1,"exp":`+fmt.Sprint(now.Add(time.Hour).Unix())+`}`), ka, jose.ES256, "a1"), "more than once"},
 	}
 	for _, tt := range refusals {

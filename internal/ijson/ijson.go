@@ -12,6 +12,7 @@
 package ijson
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,26 +52,163 @@ func (e *Error) Member() string {
 // §2: UTF-8 only, no unpaired surrogates, unique member names), surrounded
 // by white space at most, and an [*Error] naming the first fault otherwise.
 func Check(doc []byte) error {
-	s := &scanner{b: doc}
+	if check(doc, false) == nil {
+		return nil
+	}
+	return check(doc, true)
+}
+
+// check scans doc; with track set it keeps the path to the value being
+// scanned, for the JSON Pointer of an error. The scan is deterministic, so
+// a document is scanned without it first and again with it only when it
+// fails: a valid document costs no path.
+func check(doc []byte, track bool) error {
+	s := scanner{b: doc, track: track}
 	s.space()
-	if err := s.value(""); err != nil {
+	if err := s.value(); err != nil {
 		return err
 	}
+	return s.end()
+}
+
+// Members checks doc as [Check] does, requires it to be an object, and
+// calls fn with each top-level member in document order: its name,
+// decoded, and its value as raw JSON text (both valid only during the
+// call unless doc outlives them: they may be slices of doc). Names are compared exactly, as
+// RFC 8259 §8.3 says (encoding/json would also match "EXP" to a field
+// tagged "exp"), so a reader that switches on the name sees each member
+// under its own name only. An error from fn stops the walk and is
+// returned as it is; every member fn was given has been checked.
+func Members(doc []byte, fn func(name, value []byte) error) error {
+	s := scanner{b: doc}
 	s.space()
-	if s.i < len(s.b) {
-		return s.fail("", "data after the JSON value")
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return s.fail("not a JSON object")
+	}
+	if err := s.enter(); err != nil {
+		return check(doc, true)
+	}
+	var o objectState
+	for {
+		name, value, ok, err := s.member(&o)
+		if err != nil {
+			return check(doc, true)
+		}
+		if !ok {
+			break
+		}
+		if err := fn(name, value); err != nil {
+			return err
+		}
+	}
+	if s.end() != nil {
+		return check(doc, true)
 	}
 	return nil
+}
+
+// String returns the value of a JSON string given as raw text (a member's
+// value as [Members] yields it), and false when the text is not one
+// I-JSON string.
+func String(v []byte) (string, bool) {
+	if n := len(v); n >= 2 && v[0] == '"' && v[n-1] == '"' && plain(v[1:n-1]) {
+		return string(v[1 : n-1]), true
+	}
+	s := &scanner{b: v}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return "", false
+	}
+	str, err := s.str(true)
+	if err != nil || s.end() != nil {
+		return "", false
+	}
+	return str, true
+}
+
+// Strings returns the values of a JSON array of strings given as raw text,
+// and false when the text is anything else (an element that is not a
+// string included).
+func Strings(v []byte) ([]string, bool) {
+	s := &scanner{b: v}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
+		return nil, false
+	}
+	var out []string
+	s.element = func(e []byte) error {
+		str, ok := String(e)
+		if !ok {
+			return errNotString
+		}
+		out = append(out, str)
+		return nil
+	}
+	if s.array() != nil || s.end() != nil {
+		return nil, false
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, true
+}
+
+// plain reports whether b is printable ASCII without '"' or '\\': the
+// contents of a JSON string that needs no decoding.
+func plain(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+var errNotString = &Error{Problem: "not a string"}
+
+// segment is one step of the path to the value being scanned: a member
+// name, or an array index when index >= 0.
+type segment struct {
+	raw   []byte // the name, decoded
+	index int
 }
 
 type scanner struct {
 	b     []byte
 	i     int
 	depth int
+	track bool      // keep path
+	path  []segment // when track is set
+	// element, when set, is called with each element of the outermost
+	// array.
+	element func(value []byte) error
 }
 
-func (s *scanner) fail(ptr, problem string) *Error {
-	return &Error{Pointer: ptr, Offset: s.i, Problem: problem}
+func (s *scanner) end() error {
+	s.space()
+	if s.i < len(s.b) {
+		return s.fail("data after the JSON value")
+	}
+	return nil
+}
+
+// pointer is the RFC 6901 JSON Pointer of the value being scanned; it is
+// built only for an error.
+func (s *scanner) pointer() string {
+	var b strings.Builder
+	for _, seg := range s.path {
+		b.WriteByte('/')
+		if seg.index >= 0 {
+			b.WriteString(strconv.Itoa(seg.index))
+		} else {
+			b.WriteString(escapePointer(string(seg.raw)))
+		}
+	}
+	return b.String()
+}
+
+func (s *scanner) fail(problem string) *Error {
+	return &Error{Pointer: s.pointer(), Offset: s.i, Problem: problem}
 }
 
 func (s *scanner) space() {
@@ -84,20 +222,20 @@ func (s *scanner) space() {
 	}
 }
 
-func (s *scanner) value(ptr string) error {
+func (s *scanner) value() error {
 	if s.i >= len(s.b) {
-		return s.fail(ptr, "unexpected end of the document")
+		return s.fail("unexpected end of the document")
 	}
 	switch c := s.b[s.i]; {
 	case c == '{':
-		return s.object(ptr)
+		return s.object()
 	case c == '[':
-		return s.array(ptr)
+		return s.array()
 	case c == '"':
-		_, err := s.str(ptr)
+		_, err := s.str(false)
 		return err
 	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number(ptr)
+		return s.number()
 	default:
 		for _, lit := range []string{"true", "false", "null"} {
 			if strings.HasPrefix(string(s.b[s.i:min(len(s.b), s.i+len(lit))]), lit) {
@@ -105,56 +243,61 @@ func (s *scanner) value(ptr string) error {
 				return nil
 			}
 		}
-		return s.fail(ptr, fmt.Sprintf("invalid character %q looking for a value", c))
+		return s.fail(fmt.Sprintf("invalid character %q looking for a value", c))
 	}
 }
 
-func (s *scanner) enter(ptr string) error {
+func (s *scanner) enter() error {
 	s.depth++
 	if s.depth > MaxDepth {
-		return s.fail(ptr, fmt.Sprintf("nested deeper than %d", MaxDepth))
+		return s.fail(fmt.Sprintf("nested deeper than %d", MaxDepth))
 	}
 	return nil
 }
 
-func (s *scanner) object(ptr string) error {
-	if err := s.enter(ptr); err != nil {
+// smallObject is how many members an object may have before the names seen
+// are kept in a map rather than compared one by one.
+const smallObject = 16
+
+func (s *scanner) object() error {
+	if err := s.enter(); err != nil {
 		return err
 	}
-	s.i++ // {
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		s.depth--
-		return nil
-	}
-	seen := map[string]bool{}
+	var o objectState
 	for {
-		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return s.fail(ptr, "expected a member name (a string)")
-		}
-		at := s.i
-		name, err := s.str(ptr)
-		if err != nil {
+		_, _, ok, err := s.member(&o)
+		if err != nil || !ok {
 			return err
 		}
-		child := ptr + "/" + escapePointer(name)
-		if seen[name] {
-			return &Error{Pointer: child, Offset: at, Problem: fmt.Sprintf("member %q appears more than once (RFC 7493 §2.3: names must be unique)", name)}
-		}
-		seen[name] = true
+	}
+}
+
+// objectState is what scanning one object keeps between its members: the
+// names seen, compared one by one while there are few, then in a map.
+type objectState struct {
+	started bool
+	few     [smallObject][]byte
+	n       int
+	many    map[string]bool
+}
+
+// member scans the next member of the object s is in (after its '{' on the
+// first call) and returns its name and raw value; ok is false, with the
+// closing '}' consumed, when there are no more.
+func (s *scanner) member(o *objectState) (name, value []byte, ok bool, err error) {
+	if !o.started {
+		o.started = true
+		s.i++ // {
 		s.space()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return s.fail(child, "expected ':' after a member name")
+		if s.i < len(s.b) && s.b[s.i] == '}' {
+			s.i++
+			s.depth--
+			return nil, nil, false, nil
 		}
-		s.i++
-		s.space()
-		if err := s.value(child); err != nil {
-			return err
-		}
+	} else {
 		s.space()
 		if s.i >= len(s.b) {
-			return s.fail(ptr, "unexpected end of the document in an object")
+			return nil, nil, false, s.fail("unexpected end of the document in an object")
 		}
 		switch s.b[s.i] {
 		case ',':
@@ -163,17 +306,66 @@ func (s *scanner) object(ptr string) error {
 		case '}':
 			s.i++
 			s.depth--
-			return nil
+			return nil, nil, false, nil
 		default:
-			return s.fail(ptr, "expected ',' or '}' after an object member")
+			return nil, nil, false, s.fail("expected ',' or '}' after an object member")
 		}
 	}
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, nil, false, s.fail("expected a member name (a string)")
+	}
+	at := s.i
+	if name, err = s.name(); err != nil {
+		return nil, nil, false, err
+	}
+	if s.track {
+		s.path = append(s.path, segment{raw: name, index: -1})
+	}
+	if o.seen(name) {
+		return nil, nil, false, &Error{Pointer: s.pointer(), Offset: at, Problem: fmt.Sprintf("member %q appears more than once (RFC 7493 §2.3: names must be unique)", name)}
+	}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return nil, nil, false, s.fail("expected ':' after a member name")
+	}
+	s.i++
+	s.space()
+	start := s.i
+	if err := s.value(); err != nil {
+		return nil, nil, false, err
+	}
+	if s.track {
+		s.path = s.path[:len(s.path)-1]
+	}
+	return name, s.b[start:s.i], true, nil
 }
 
-func (s *scanner) array(ptr string) error {
-	if err := s.enter(ptr); err != nil {
+// seen records name and reports whether it was seen before.
+func (o *objectState) seen(name []byte) bool {
+	if o.many != nil {
+		seen := o.many[string(name)]
+		o.many[string(name)] = true
+		return seen
+	}
+	seen := false
+	for _, n := range o.few[:o.n] {
+		seen = seen || bytes.Equal(n, name)
+	}
+	o.few[o.n] = name
+	if o.n++; o.n == smallObject {
+		o.many = make(map[string]bool, 2*smallObject)
+		for _, n := range o.few {
+			o.many[string(n)] = true
+		}
+	}
+	return seen
+}
+
+func (s *scanner) array() error {
+	if err := s.enter(); err != nil {
 		return err
 	}
+	outermost := s.depth == 1
 	s.i++ // [
 	s.space()
 	if s.i < len(s.b) && s.b[s.i] == ']' {
@@ -182,12 +374,24 @@ func (s *scanner) array(ptr string) error {
 		return nil
 	}
 	for n := 0; ; n++ {
-		if err := s.value(ptr + "/" + strconv.Itoa(n)); err != nil {
+		if s.track {
+			s.path = append(s.path, segment{index: n})
+		}
+		start := s.i
+		if err := s.value(); err != nil {
 			return err
+		}
+		if outermost && s.element != nil {
+			if err := s.element(s.b[start:s.i]); err != nil {
+				return err
+			}
+		}
+		if s.track {
+			s.path = s.path[:len(s.path)-1]
 		}
 		s.space()
 		if s.i >= len(s.b) {
-			return s.fail(ptr, "unexpected end of the document in an array")
+			return s.fail("unexpected end of the document in an array")
 		}
 		switch s.b[s.i] {
 		case ',':
@@ -198,20 +402,58 @@ func (s *scanner) array(ptr string) error {
 			s.depth--
 			return nil
 		default:
-			return s.fail(ptr, "expected ',' or ']' after an array element")
+			return s.fail("expected ',' or ']' after an array element")
 		}
 	}
 }
 
-// str scans a string and returns its value. Raw bytes must be UTF-8; a
-// \u escape of a high surrogate must be followed by one of a low
-// surrogate, and a low surrogate may not stand alone.
-func (s *scanner) str(ptr string) (string, error) {
+// name scans a member name and returns it decoded: a slice of the
+// document when it has no escapes (the common case, no copy), else a copy.
+func (s *scanner) name() ([]byte, error) {
+	at := s.i
 	s.i++ // "
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			s.i++
+			return s.b[at+1 : s.i-1], nil
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		s.i++
+	}
+	s.i = at
+	str, err := s.str(true)
+	return []byte(str), err
+}
+
+// str scans a string and, when decode is set, returns its value. Raw bytes
+// must be UTF-8; a \u escape of a high surrogate must be followed by one
+// of a low surrogate, and a low surrogate may not stand alone. A string
+// without escapes is returned as one copy of its bytes.
+func (s *scanner) str(decode bool) (string, error) {
+	s.i++ // "
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			s.i++
+			if !decode {
+				return "", nil
+			}
+			return string(s.b[start : s.i-1]), nil
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		s.i++
+	}
 	var out strings.Builder
+	out.Write(s.b[start:s.i])
 	for {
 		if s.i >= len(s.b) {
-			return "", s.fail(ptr, "unterminated string")
+			return "", s.fail("unterminated string")
 		}
 		c := s.b[s.i]
 		switch {
@@ -219,18 +461,18 @@ func (s *scanner) str(ptr string) (string, error) {
 			s.i++
 			return out.String(), nil
 		case c == '\\':
-			if err := s.escape(ptr, &out); err != nil {
+			if err := s.escape(&out); err != nil {
 				return "", err
 			}
 		case c < 0x20:
-			return "", s.fail(ptr, fmt.Sprintf("control character %#02x in a string must be escaped", c))
+			return "", s.fail(fmt.Sprintf("control character %#02x in a string must be escaped", c))
 		case c < utf8.RuneSelf:
 			out.WriteByte(c)
 			s.i++
 		default:
 			r, size := utf8.DecodeRune(s.b[s.i:])
 			if r == utf8.RuneError && size <= 1 {
-				return "", s.fail(ptr, "invalid UTF-8 in a string (RFC 7493 §2.1)")
+				return "", s.fail("invalid UTF-8 in a string (RFC 7493 §2.1)")
 			}
 			out.WriteRune(r)
 			s.i += size
@@ -238,9 +480,9 @@ func (s *scanner) str(ptr string) (string, error) {
 	}
 }
 
-func (s *scanner) escape(ptr string, out *strings.Builder) error {
+func (s *scanner) escape(out *strings.Builder) error {
 	if s.i+1 >= len(s.b) {
-		return s.fail(ptr, "unterminated escape")
+		return s.fail("unterminated escape")
 	}
 	switch e := s.b[s.i+1]; e {
 	case '"', '\\', '/':
@@ -258,18 +500,18 @@ func (s *scanner) escape(ptr string, out *strings.Builder) error {
 	case 'u':
 		r, ok := s.hex4(s.i + 2)
 		if !ok {
-			return s.fail(ptr, `invalid \u escape: want four hex digits`)
+			return s.fail(`invalid \u escape: want four hex digits`)
 		}
 		switch {
 		case r >= 0xDC00 && r <= 0xDFFF:
-			return s.fail(ptr, fmt.Sprintf(`unpaired surrogate \u%04x (RFC 7493 §2.1)`, r))
+			return s.fail(fmt.Sprintf(`unpaired surrogate \u%04x (RFC 7493 §2.1)`, r))
 		case r >= 0xD800 && r <= 0xDBFF:
 			lo, ok := rune(0), false
 			if s.i+7 < len(s.b) && s.b[s.i+6] == '\\' && s.b[s.i+7] == 'u' {
 				lo, ok = s.hex4(s.i + 8)
 			}
 			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return s.fail(ptr, fmt.Sprintf(`unpaired surrogate \u%04x (RFC 7493 §2.1)`, r))
+				return s.fail(fmt.Sprintf(`unpaired surrogate \u%04x (RFC 7493 §2.1)`, r))
 			}
 			out.WriteRune(0x10000 + (r-0xD800)<<10 + (lo - 0xDC00))
 			s.i += 12
@@ -280,7 +522,7 @@ func (s *scanner) escape(ptr string, out *strings.Builder) error {
 		s.i += 6
 		return nil
 	default:
-		return s.fail(ptr, fmt.Sprintf(`invalid escape \%c`, e))
+		return s.fail(fmt.Sprintf(`invalid escape \%c`, e))
 	}
 	s.i += 2
 	return nil
@@ -310,7 +552,7 @@ func (s *scanner) hex4(at int) (rune, bool) {
 
 // number scans an RFC 8259 number; one that no IEEE 754 double can hold
 // (it overflows to infinity) is refused, as RFC 7493 §2.2 advises.
-func (s *scanner) number(ptr string) error {
+func (s *scanner) number() error {
 	start := s.i
 	if s.b[s.i] == '-' {
 		s.i++
@@ -326,12 +568,12 @@ func (s *scanner) number(ptr string) error {
 	if s.i < len(s.b) && s.b[s.i] == '0' {
 		s.i++
 	} else if digits() == 0 {
-		return s.fail(ptr, "invalid number")
+		return s.fail("invalid number")
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
 		s.i++
 		if digits() == 0 {
-			return s.fail(ptr, "invalid number: no digits after '.'")
+			return s.fail("invalid number: no digits after '.'")
 		}
 	}
 	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
@@ -340,11 +582,11 @@ func (s *scanner) number(ptr string) error {
 			s.i++
 		}
 		if digits() == 0 {
-			return s.fail(ptr, "invalid number: no digits in the exponent")
+			return s.fail("invalid number: no digits in the exponent")
 		}
 	}
 	if _, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err != nil {
-		return &Error{Pointer: ptr, Offset: start, Problem: "number out of the range of an IEEE 754 double (RFC 7493 §2.2)"}
+		return &Error{Pointer: s.pointer(), Offset: start, Problem: "number out of the range of an IEEE 754 double (RFC 7493 §2.2)"}
 	}
 	return nil
 }

@@ -93,3 +93,52 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMembers holds Members, String and Strings to encoding/json on every
+// document Check accepts: Members yields exactly the object's members,
+// names exact and values equal to what encoding/json reads, and String and
+// Strings read each value as encoding/json reads a string or a list of
+// strings — and refuse it exactly when it is not one (null included).
+func FuzzMembers(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"exp":1,"EXP":2}`, `{"aud":["x","y"],"iss":"\u00e9\ud83d\ude00"}`, `{"a":null,"b":[null],"c":["x",1]}`, `[]`, `{"a":{"a":{"a":1}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		var want map[string]json.RawMessage
+		isObject := json.Unmarshal(doc, &want) == nil && want != nil
+		got := map[string][]byte{}
+		err := Members(doc, func(name, v []byte) error {
+			got[string(name)] = v
+			return nil
+		})
+		if Check(doc) != nil || !isObject {
+			if err == nil {
+				t.Fatalf("Members accepted %q: Check refuses it or it is no object", doc)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("Members refused %q, an I-JSON object: %v", doc, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("Members yielded %d members of %q, encoding/json reads %d", len(got), doc, len(want))
+		}
+		for name, v := range want {
+			if string(got[name]) != string(v) {
+				t.Fatalf("member %q of %q: Members %q, encoding/json %q", name, doc, got[name], v)
+			}
+			var ws string
+			wantStr := v[0] == '"' && json.Unmarshal(v, &ws) == nil
+			gs, ok := String(v)
+			if ok != wantStr || gs != ws {
+				t.Fatalf("String(%q) = %q, %v; encoding/json %q, %v", v, gs, ok, ws, wantStr)
+			}
+			var wl []string
+			wantList := v[0] == '[' && json.Unmarshal(v, &wl) == nil && !strings.Contains(string(v), "null")
+			gl, ok := Strings(v)
+			if wantList && (!ok || strings.Join(gl, "\x00") != strings.Join(wl, "\x00")) || ok && !wantList && !strings.Contains(string(v), "null") {
+				t.Fatalf("Strings(%q) = %q, %v; encoding/json %q, %v", v, gl, ok, wl, wantList)
+			}
+		}
+	})
+}

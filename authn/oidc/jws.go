@@ -1,0 +1,190 @@
+package oidc
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/internal/ijson"
+)
+
+// A compact JWS (RFC 7515 §7.1) is verified here directly, in one pass over
+// the token, rather than through go-jose's general JWS object: the token is
+// split once, the payload decoded once (the claims are read from the very
+// bytes whose signature verifies), and the signature checked with the
+// standard library. The rules are RFC 7515's and RFC 7518's:
+//   - exactly three base64url segments, unpadded;
+//   - the protected header an I-JSON object (RFC 7493: no duplicate member,
+//     valid UTF-8) whose "alg" is a string among the issuer's allowed
+//     algorithms — never none, never HMAC (the configuration refuses them);
+//   - a "crit" member is refused: this verifier understands no extension
+//     (§4.1.11 says a recipient must then reject the JWS);
+//   - the key must be of the algorithm's type and, for ECDSA, curve, and a
+//     key whose JWK names an "alg" is used for that algorithm only;
+//   - ECDSA signatures are R||S of exactly twice the curve's size (RFC 7518
+//     §3.4), RSASSA-PSS salts are the hash's length (§3.5).
+//
+// FuzzCompactAgainstGoJose checks every decision against go-jose's.
+
+// maxHeader bounds a protected header, decoded.
+const maxHeader = 4 << 10
+
+// jwsHeader is what the verifier reads of a protected header.
+type jwsHeader struct {
+	alg, kid string
+	hasAlg   bool
+	crit     []byte // raw, when present
+}
+
+// readHeader reads a protected header: an I-JSON object whose members are
+// matched exactly ("ALG" is not "alg"); "alg" and "kid" must be strings.
+func readHeader(raw []byte, h *jwsHeader) error {
+	return ijson.Members(raw, func(name, v []byte) error {
+		var ok bool
+		switch string(name) {
+		case "alg":
+			h.alg, ok = ijson.String(v)
+			h.hasAlg = true
+		case "kid":
+			h.kid, ok = ijson.String(v)
+		case "crit":
+			h.crit, ok = v, true
+		default:
+			return nil
+		}
+		if !ok {
+			return fmt.Errorf("%q is not a string", name)
+		}
+		return nil
+	})
+}
+
+// compactJWS is a compact JWS split and decoded.
+type compactJWS struct {
+	alg, kid     string
+	signingInput string // header.payload, as signed
+	sig          []byte
+}
+
+var errNotCompact = errors.New("not a compact JWS (three dot-separated segments)")
+
+// parseCompact splits and decodes a compact JWS and checks its header
+// against the algorithms allowed; it does not verify the signature.
+func parseCompact(tok string, algs []string) (*compactJWS, error) {
+	h, rest, ok := strings.Cut(tok, ".")
+	if !ok {
+		return nil, errNotCompact
+	}
+	p, s, ok := strings.Cut(rest, ".")
+	if !ok || strings.IndexByte(s, '.') >= 0 || h == "" || p == "" || s == "" {
+		return nil, errNotCompact
+	}
+	if base64.RawURLEncoding.DecodedLen(len(h)) > maxHeader {
+		return nil, fmt.Errorf("protected header longer than %d bytes", maxHeader)
+	}
+	var buf [512]byte
+	raw := buf[:0]
+	if n := base64.RawURLEncoding.DecodedLen(len(h)); n > len(buf) {
+		raw = make([]byte, 0, n)
+	}
+	raw, err := base64.RawURLEncoding.AppendDecode(raw, []byte(h))
+	if err != nil {
+		return nil, errors.New("protected header is not unpadded base64url")
+	}
+	var hdr jwsHeader
+	if err := readHeader(raw, &hdr); err != nil {
+		return nil, fmt.Errorf("protected header: %w", err)
+	}
+	switch {
+	case !hdr.hasAlg:
+		return nil, errors.New(`protected header has no "alg"`)
+	case hdr.crit != nil:
+		return nil, errors.New(`protected header has "crit": no extension is understood here`)
+	case !slices.Contains(algs, hdr.alg):
+		return nil, fmt.Errorf("algorithm %q is not allowed", hdr.alg)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, errors.New("signature is not unpadded base64url")
+	}
+	return &compactJWS{alg: hdr.alg, kid: hdr.kid, signingInput: tok[:len(h)+1+len(p)], sig: sig}, nil
+}
+
+// verifyWith reports whether key signed the JWS under its algorithm.
+func (j *compactJWS) verifyWith(key *jose.JSONWebKey) bool {
+	if key.Algorithm != "" && key.Algorithm != j.alg {
+		return false
+	}
+	switch j.alg {
+	case "EdDSA":
+		pub, ok := key.Key.(ed25519.PublicKey)
+		return ok && ed25519.Verify(pub, []byte(j.signingInput), j.sig)
+	case "ES256":
+		return verifyECDSA(key.Key, elliptic.P256(), crypto.SHA256, j.signingInput, j.sig)
+	case "ES384":
+		return verifyECDSA(key.Key, elliptic.P384(), crypto.SHA384, j.signingInput, j.sig)
+	case "ES512":
+		return verifyECDSA(key.Key, elliptic.P521(), crypto.SHA512, j.signingInput, j.sig)
+	}
+	pub, ok := key.Key.(*rsa.PublicKey)
+	if !ok {
+		return false
+	}
+	var h crypto.Hash
+	switch j.alg[2:] {
+	case "256":
+		h = crypto.SHA256
+	case "384":
+		h = crypto.SHA384
+	case "512":
+		h = crypto.SHA512
+	}
+	digest := hash(h, j.signingInput)
+	switch j.alg[:2] {
+	case "RS":
+		return rsa.VerifyPKCS1v15(pub, h, digest, j.sig) == nil
+	case "PS":
+		return rsa.VerifyPSS(pub, h, digest, j.sig, &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash}) == nil
+	}
+	return false
+}
+
+func verifyECDSA(key any, curve elliptic.Curve, h crypto.Hash, signingInput string, sig []byte) bool {
+	pub, ok := key.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != curve {
+		return false
+	}
+	size := (curve.Params().BitSize + 7) / 8
+	if len(sig) != 2*size {
+		return false
+	}
+	r, s := new(big.Int).SetBytes(sig[:size]), new(big.Int).SetBytes(sig[size:])
+	return ecdsa.Verify(pub, hash(h, signingInput), r, s)
+}
+
+// hash digests the signing input.
+func hash(h crypto.Hash, s string) []byte {
+	switch h {
+	case crypto.SHA256:
+		d := sha256.Sum256([]byte(s))
+		return d[:]
+	case crypto.SHA384:
+		d := sha512.Sum384([]byte(s))
+		return d[:]
+	default:
+		d := sha512.Sum512([]byte(s))
+		return d[:]
+	}
+}
