@@ -95,13 +95,9 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	if err != nil {
 		return nil, nil, err
 	}
-	jws, err := s.signer.Sign(payload)
+	compact, err := s.compact(payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decision: signing: %w", err)
-	}
-	compact, err := jws.CompactSerialize()
-	if err != nil {
-		return nil, nil, fmt.Errorf("decision: %w", err)
+		return nil, nil, err
 	}
 	proofs := make([]EvaluationProof, len(leaves))
 	for i, l := range leaves {

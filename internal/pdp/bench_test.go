@@ -3,10 +3,15 @@ package pdp_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,13 +24,32 @@ import (
 
 // BenchmarkCheck is one POST /v1/check through the in-process handler: the
 // strict decode, caller authentication on a cached verdict, the system
-// binding, Cedar evaluation, the record's canonical digest and its ES256
-// signature.
+// binding, Cedar evaluation, the record's canonical digest and its
+// signature — by an ECDSA P-256 key (ES256, the key callerauth generates)
+// and by an Ed25519 key (EdDSA), side by side.
 func BenchmarkCheck(b *testing.B) {
-	key := filepath.Join(b.TempDir(), "signing.pem")
-	if err := decision.GenerateKeyFile(key); err != nil {
+	es256 := filepath.Join(b.TempDir(), "es256.pem")
+	if err := decision.GenerateKeyFile(es256); err != nil {
 		b.Fatal(err)
 	}
+	_, ed, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(ed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eddsa := filepath.Join(b.TempDir(), "eddsa.pem")
+	if err := os.WriteFile(eddsa, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct{ name, key string }{{"ES256", es256}, {"EdDSA", eddsa}} {
+		b.Run(tc.name, func(b *testing.B) { benchmarkCheck(b, tc.key) })
+	}
+}
+
+func benchmarkCheck(b *testing.B, key string) {
 	caller := &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Audiences: []string{"flex-auth"},
 		CredentialID: "JTI=x", IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
 	s, err := pdp.New(pdp.Options{
