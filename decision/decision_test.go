@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
+
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/forge"
 )
@@ -252,6 +254,28 @@ func TestKeyFiles(t *testing.T) {
 	keys, err := decision.LoadKeyFile(p)
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("%d keys, %v", len(keys), err)
+	}
+	// An Ed25519 key file signs EdDSA records that verify.
+	ed := filepath.Join(t.TempDir(), "eddsa.pem")
+	if err := decision.GenerateKeyFileFor(jose.EdDSA, ed); err != nil {
+		t.Fatal(err)
+	}
+	edKeys, err := decision.LoadKeyFile(ed)
+	if err != nil || len(edKeys) != 1 {
+		t.Fatalf("%d keys, %v", len(edKeys), err)
+	}
+	s, err := decision.NewSigner(profile, edKeys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.JWKS().Keys[0].Algorithm; got != "EdDSA" {
+		t.Fatalf("alg %q", got)
+	}
+	if _, err := decision.Verify(sign(t, s, record(t, time.Now(), request)), decision.VerifyOptions{Profile: profile, Keys: s.JWKS()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := decision.GenerateKeyFileFor("RS256", filepath.Join(t.TempDir(), "rsa.pem")); err == nil || !strings.Contains(err.Error(), "ES256 or EdDSA") {
+		t.Fatalf("RS256: %v", err)
 	}
 	empty := filepath.Join(t.TempDir(), "empty.pem")
 	_ = os.WriteFile(empty, []byte("nothing"), 0o600)

@@ -168,10 +168,24 @@ func (s *Signer) Sign(r *Record) (*Signed, error) {
 	return &Signed{Record: payload, RecordJWS: compact}, nil
 }
 
-// GenerateKeyFile writes a new ECDSA P-256 private key, PKCS#8 PEM, mode
-// 0600, to path; it refuses to overwrite an existing file.
-func GenerateKeyFile(path string) error {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// GenerateKeyFile writes a new ECDSA P-256 private key (ES256, the
+// default), PKCS#8 PEM, mode 0600, to path; it refuses to overwrite an
+// existing file.
+func GenerateKeyFile(path string) error { return GenerateKeyFileFor(jose.ES256, path) }
+
+// GenerateKeyFileFor is [GenerateKeyFile] for a chosen algorithm: ES256 (an
+// ECDSA P-256 key) or EdDSA (an Ed25519 key).
+func GenerateKeyFileFor(alg jose.SignatureAlgorithm, path string) error {
+	var k any
+	var err error
+	switch alg {
+	case jose.ES256:
+		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case jose.EdDSA:
+		_, k, err = ed25519.GenerateKey(rand.Reader)
+	default:
+		return fmt.Errorf("decision: algorithm %q: want ES256 or EdDSA", alg)
+	}
 	if err != nil {
 		return fmt.Errorf("decision: %w", err)
 	}

@@ -3,18 +3,15 @@ package pdp_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
@@ -28,20 +25,11 @@ import (
 // signature — by an ECDSA P-256 key (ES256, the key callerauth generates)
 // and by an Ed25519 key (EdDSA), side by side.
 func BenchmarkCheck(b *testing.B) {
-	es256 := filepath.Join(b.TempDir(), "es256.pem")
-	if err := decision.GenerateKeyFile(es256); err != nil {
+	es256, eddsa := filepath.Join(b.TempDir(), "es256.pem"), filepath.Join(b.TempDir(), "eddsa.pem")
+	if err := decision.GenerateKeyFileFor(jose.ES256, es256); err != nil {
 		b.Fatal(err)
 	}
-	_, ed, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(ed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	eddsa := filepath.Join(b.TempDir(), "eddsa.pem")
-	if err := os.WriteFile(eddsa, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := decision.GenerateKeyFileFor(jose.EdDSA, eddsa); err != nil {
 		b.Fatal(err)
 	}
 	for _, tc := range []struct{ name, key string }{{"ES256", es256}, {"EdDSA", eddsa}} {

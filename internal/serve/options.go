@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,11 @@ type Options struct {
 	CertCheckInterval time.Duration
 	// MetricsListen serves /metrics, /healthz and /readyz; empty: off.
 	MetricsListen string
+	// Profiling also serves Go's profiles (net/http/pprof) under
+	// /debug/pprof/ on MetricsListen, as the Kubernetes components'
+	// --profiling does. Off by default: a profile shows what the process
+	// is doing to anyone who can reach the metrics port.
+	Profiling bool
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// ShutdownTimeout is how long the servers drain on SIGTERM. Default
@@ -53,7 +60,8 @@ func (o *Options) Defaults() {
 
 // AddFlags registers the serving flags, with o's current values (after
 // Defaults) as their defaults: --listen, --tls-cert-file, --tls-key-file,
-// --tls-check-interval, --metrics-listen, --log-level, --shutdown-timeout
+// --tls-check-interval, --metrics-listen, --profiling, --log-level,
+// --shutdown-timeout
 // and the --http-* limits.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.Defaults()
@@ -62,6 +70,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serving key (PEM); re-read when it changes on disk")
 	f.DurationVar(&o.CertCheckInterval, "tls-check-interval", o.CertCheckInterval, "how often the serving key pair's files are checked for a change")
 	f.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "host:port for /metrics, /healthz and /readyz (empty: off)")
+	f.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go's profiles under /debug/pprof/ on --metrics-listen")
 	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests may drain on SIGTERM")
 	o.HTTP.AddFlags(f)
@@ -80,6 +89,9 @@ func (o Options) Validate() error {
 	}
 	if o.CertCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("serve: --tls-check-interval %s: want a positive duration", o.CertCheckInterval))
+	}
+	if o.Profiling && o.MetricsListen == "" {
+		errs = append(errs, errors.New("serve: --profiling serves on --metrics-listen, which is off"))
 	}
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		errs = append(errs, errors.New("serve: --tls-cert-file and --tls-key-file go together"))
@@ -118,7 +130,18 @@ func (o Options) MetricsServer(h *Health) (*HTTPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &HTTPServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(h.Handler()), ShutdownTimeout: o.ShutdownTimeout}, nil
+	handler := h.Handler()
+	if o.Profiling {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
+	return &HTTPServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(handler), ShutdownTimeout: o.ShutdownTimeout}, nil
 }
 
 // NewLogger is a JSON logger at level (debug, info, warn or error) writing

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,6 +113,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"zero shutdown", func(o *serve.Options) { o.ShutdownTimeout = 0 }, "--shutdown-timeout 0s"},
 		{"header timeout over read timeout", func(o *serve.Options) { o.HTTP.ReadHeaderTimeout = time.Minute }, "longer than --http-read-timeout"},
 		{"negative idle", func(o *serve.Options) { o.HTTP.IdleTimeout = -1 }, "--http-idle-timeout"},
+		{"profiling without the metrics listener", func(o *serve.Options) { o.Profiling = true }, "--profiling serves on --metrics-listen"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := serve.Options{}
@@ -133,6 +135,40 @@ func TestOptionsValidate(t *testing.T) {
 	} {
 		if err := tt.a.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", tt.a, err, tt.want)
+		}
+	}
+}
+
+// TestProfiling: --profiling adds Go's profiles to the metrics listener,
+// which serves none without it.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		o := serve.Options{MetricsListen: "127.0.0.1:0", Profiling: on}
+		o.Defaults()
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := o.MetricsServer(serve.NewHealth())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Start(ctx) }()
+		base := "http://" + srv.Listener.Addr().String()
+		for path, want := range map[string]int{"/metrics": 200, "/debug/pprof/": map[bool]int{false: 404, true: 200}[on], "/debug/pprof/cmdline": map[bool]int{false: 404, true: 200}[on]} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("profiling %t: GET %s = %d, want %d", on, path, resp.StatusCode, want)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
