@@ -1,0 +1,2 @@
+-- +goose Up
+CREATE TABLE items (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL);

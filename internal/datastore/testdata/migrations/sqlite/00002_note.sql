@@ -1,0 +1,2 @@
+-- +goose Up
+ALTER TABLE items ADD COLUMN note TEXT NOT NULL DEFAULT '';
