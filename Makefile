@@ -40,11 +40,11 @@ OPA_VERSION := v1.22.3
 OPA_BIN     := $(CACHE)/opa/$(OPA_VERSION)
 export CALLERAUTH_OPA_BIN := $(OPA_BIN)
 
-.PHONY: all test lint bench bench-compare demo fuzz tidy clean kube-tools generate ffmpeg hydra-tools opa-tools
+.PHONY: all test lint bench bench-compare demo fuzz tidy clean kube-tools generate ffmpeg postgresql hydra-tools opa-tools
 
 all: lint test
 
-test: kube-tools hydra-tools opa-tools ffmpeg
+test: kube-tools hydra-tools opa-tools ffmpeg postgresql
 	$(GO) test -race -count=1 $(PKGS)
 
 # ffmpeg is the reference the vmafx node's PSNR and SSIM are checked
@@ -58,6 +58,20 @@ ffmpeg:
 	  else \
 	    echo "make test needs ffmpeg (the reference for the vmafx measurements): install it, e.g. apt-get install ffmpeg"; exit 1; \
 	  fi; }
+
+# PostgreSQL is the replicated datastore the store and replica tests run
+# against (internal/datastore/pgtest starts a server per test: initdb, a
+# Unix socket, a random port). Debian's postgresql package, installed when
+# its server binaries are missing, as root; otherwise this says what to
+# install. CALLERAUTH_PG_BIN points elsewhere.
+postgresql:
+	@if [ -z "$$CALLERAUTH_PG_BIN" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql (the replicated datastore's tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else \
+	    echo "make test needs PostgreSQL's server binaries: install them, e.g. apt-get install postgresql, or set CALLERAUTH_PG_BIN"; exit 1; \
+	  fi; fi
 
 kube-tools: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
 

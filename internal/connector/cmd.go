@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -54,7 +55,7 @@ node-binding settings; see docs/platform-connector.md.`,
 	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")
 	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
 	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
-	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "SQLite file events are stored in")
+	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
 	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
 	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
 	o.Serve.AddFlags(f)
@@ -76,8 +77,12 @@ func newEventsCommand(stdout io.Writer) *cobra.Command {
 		Short: "Print the stored events, one JSON object per line",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := os.Stat(db); err != nil {
+			if d, path, err := datastore.Parse(db); err != nil {
 				return fmt.Errorf("--datastore: %w", err)
+			} else if d == datastore.SQLite {
+				if _, err := os.Stat(path); err != nil {
+					return fmt.Errorf("--datastore: %w", err)
+				}
 			}
 			s, err := OpenStore(db)
 			if err != nil {
@@ -101,7 +106,7 @@ func newEventsCommand(stdout io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&db, "datastore", "/var/lib/platform-connector/events.db", "SQLite file")
+	cmd.Flags().StringVar(&db, "datastore", "/var/lib/platform-connector/events.db", "the datastore: an SQLite file or a postgres:// URL")
 	cmd.Flags().StringVar(&node, "node", "", "only events about this node")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many events")
 	return cmd

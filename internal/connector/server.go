@@ -21,6 +21,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -49,7 +50,7 @@ type Options struct {
 	// --caller-cache-ttl, --caller-review-timeout. The audience, mode and
 	// fail-open come from config.json.
 	Auth      serve.AuthOptions
-	Datastore string // SQLite file
+	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
 	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
 	// carry; a larger batch is refused whole (InvalidArgument). Default
 	// DefaultMaxBatchEvents.
@@ -111,8 +112,8 @@ func (o Options) Validate(auth AuthConfig) error {
 	default:
 		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
 	}
-	if o.Datastore == "" {
-		errs = append(errs, errors.New("connector: --datastore is required"))
+	if _, _, err := datastore.Parse(o.Datastore); err != nil {
+		errs = append(errs, fmt.Errorf("connector: --datastore: %w", err))
 	}
 	return errors.Join(errs...)
 }

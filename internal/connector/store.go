@@ -2,7 +2,8 @@ package connector
 
 import (
 	"context"
-	"database/sql"
+	"embed"
+	"io/fs"
 	"errors"
 	"fmt"
 	"time"
@@ -10,13 +11,15 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
-	"github.com/callerauth/callerauth/internal/sqlitedb"
+	"github.com/callerauth/callerauth/internal/datastore"
 )
 
-// Store keeps accepted events in SQLite, one transaction per batch: a batch
-// is stored whole or not at all, and is durable when Append returns.
+// Store keeps accepted events in SQLite or PostgreSQL, one transaction per
+// batch: a batch is stored whole or not at all, and is durable when Append
+// returns. Several deployment-role replicas share one PostgreSQL database:
+// each batch is stored once, by the replica that received it.
 type Store struct {
-	db *sql.DB
+	db *datastore.DB
 }
 
 // StoredEvent is an event as stored: with the node name as stamped, and who
@@ -30,22 +33,16 @@ type StoredEvent struct {
 	Event      *pcv1.HealthEvent
 }
 
-// migrations are the datastore's schema versions. The first is the schema
-// as it was before versions were recorded (IF NOT EXISTS), so that a
-// datastore from then is adopted as version 1.
-var migrations = []string{`CREATE TABLE IF NOT EXISTS health_events (
-		id          INTEGER PRIMARY KEY AUTOINCREMENT,
-		node_name   TEXT NOT NULL,
-		caller      TEXT NOT NULL,
-		scope       TEXT NOT NULL,
-		received_at INTEGER NOT NULL,
-		event       TEXT NOT NULL
-	);
-	CREATE INDEX IF NOT EXISTS health_events_node ON health_events(node_name, id);`}
+// migrations are the datastore's schema versions, one set per dialect.
+//
+//go:embed migrations
+var migrations embed.FS
 
-// OpenStore opens (creating if needed) the SQLite database at path.
-func OpenStore(path string) (*Store, error) {
-	db, err := sqlitedb.Open("connector: datastore", path, migrations)
+// OpenStore opens (creating and migrating if needed) the datastore target
+// names: an SQLite file path (or sqlite:///path), or a postgres:// URL.
+func OpenStore(target string) (*Store, error) {
+	sub, _ := fs.Sub(migrations, "migrations")
+	db, err := datastore.Open(context.Background(), "connector", target, sub, datastore.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +65,7 @@ func (s *Store) Append(ctx context.Context, caller, scope string, events []*pcv1
 		return fmt.Errorf("connector: datastore: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`)
+	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`))
 	if err != nil {
 		return fmt.Errorf("connector: datastore: %w", err)
 	}
@@ -102,7 +99,7 @@ func (s *Store) List(ctx context.Context, node string, limit int) ([]StoredEvent
 	}
 	q += ` ORDER BY id LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(ctx, s.db.Rebind(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("connector: datastore: %w", err)
 	}
