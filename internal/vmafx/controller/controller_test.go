@@ -24,6 +24,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/datastore/pgtest"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/vmafx/controller"
@@ -43,7 +44,15 @@ type env struct {
 	dir   string
 }
 
-func start(t *testing.T, dir string) *env {
+// backends are the datastores the controller's tests run on: an SQLite
+// file in dir, and a database on a real PostgreSQL server.
+func backends(t *testing.T, dir string) map[string]string {
+	return map[string]string{"sqlite": filepath.Join(dir, "jobs.db"), "postgres": pgtest.Start(t).NewDatabase(t)}
+}
+
+func start(t *testing.T, dir string) *env { return startOn(t, dir, filepath.Join(dir, "jobs.db")) }
+
+func startOn(t *testing.T, dir, datastore string) *env {
 	t.Helper()
 	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
 	var tenants strings.Builder
@@ -65,7 +74,7 @@ func start(t *testing.T, dir string) *env {
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	e.ctl, err = controller.New(controller.Options{
 		Serve:   serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Tenants: tenantsFile, Datastore: filepath.Join(dir, "jobs.db"), Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
+		Tenants: tenantsFile, Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(e.log, nil)),
 		Now: func() time.Time {
 			if n := e.clock.Load(); n != 0 {
@@ -134,7 +143,13 @@ func code(err error) codes.Code { return status.Code(err) }
 // TestTenantsAndRoles runs the seed's consequences as rows: the tenant is
 // the issuer's, roles gate each method, another tenant's job does not exist.
 func TestTenantsAndRoles(t *testing.T) {
-	e := start(t, t.TempDir())
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) { testTenantsAndRoles(t, target) })
+	}
+}
+
+func testTenantsAndRoles(t *testing.T, datastore string) {
+	e := startOn(t, t.TempDir(), datastore)
 	ctx := context.Background()
 	submitterA := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
 	readerA := e.client(t, "tenant-a", "dash-a", controller.RoleReader)
@@ -275,7 +290,14 @@ func requiredRole(err error) string {
 // and another node finishes it; a controller restart loses nothing.
 func TestLeaseExpiryAndRestart(t *testing.T) {
 	dir := t.TempDir()
-	e := start(t, dir)
+	for name, target := range backends(t, dir) {
+		t.Run(name, func(t *testing.T) { testLeaseExpiryAndRestart(t, target) })
+	}
+}
+
+func testLeaseExpiryAndRestart(t *testing.T, datastore string) {
+	dir := t.TempDir()
+	e := startOn(t, dir, datastore)
 	ctx := context.Background()
 	sub, err := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 	if err != nil {
@@ -311,7 +333,7 @@ func TestLeaseExpiryAndRestart(t *testing.T) {
 	}
 	// Restart on the same datastore: everything is there.
 	e.stop()
-	e2 := start(t, dir)
+	e2 := startOn(t, dir, datastore)
 	g, err := e2.client(t, "tenant-a", "dash", controller.RoleReader).GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
 	if err != nil || g.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || g.GetJob().GetScores()[0].GetMean() != 30 {
 		t.Fatalf("after a restart: %v %v", g, err)
@@ -347,6 +369,83 @@ func TestTenantsFileRefusals(t *testing.T) {
 			_ = os.WriteFile(p, []byte(tt.yaml), 0o600)
 			if _, err := controller.LoadTenants(p); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestClaimExactlyOnce: many nodes claim concurrently through several
+// stores on one datastore — three replicas on one PostgreSQL database, and
+// the single SQLite file — until nothing is pending. Every job is claimed,
+// and by exactly one node.
+func TestClaimExactlyOnce(t *testing.T) {
+	const jobs, claimersPerReplica = 300, 4
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) {
+			replicas := 3
+			if name == "sqlite" {
+				replicas = 1 // one controller per SQLite file
+			}
+			var stores []*controller.Store
+			for range replicas {
+				s, err := controller.OpenStore(target, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				stores = append(stores, s)
+			}
+			ctx := context.Background()
+			want := map[string]bool{}
+			for i := range jobs {
+				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[j.GetId()] = true
+			}
+			var mu sync.Mutex
+			claimedBy := map[string][]string{}
+			var wg sync.WaitGroup
+			for r, s := range stores {
+				for c := range claimersPerReplica {
+					node := fmt.Sprintf("node-%d-%d", r, c)
+					wg.Go(func() {
+						for {
+							j, err := s.Claim(ctx, "tenant-a", node, time.Minute)
+							if err != nil {
+								t.Errorf("%s: %v", node, err)
+								return
+							}
+							if j == nil {
+								return
+							}
+							if j.GetNode() != node || j.GetState() != vmafxv1.JobState_JOB_STATE_RUNNING {
+								t.Errorf("%s claimed %s: node %q, state %s", node, j.GetId(), j.GetNode(), j.GetState())
+							}
+							mu.Lock()
+							claimedBy[j.GetId()] = append(claimedBy[j.GetId()], node)
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			double, lost := 0, 0
+			for id, nodes := range claimedBy {
+				if len(nodes) > 1 {
+					double++
+					t.Errorf("job %s claimed by %v", id, nodes)
+				}
+			}
+			for id := range want {
+				if len(claimedBy[id]) == 0 {
+					lost++
+				}
+			}
+			t.Logf("%d jobs, %d replicas × %d claimers: %d claimed, %d double claims, %d lost", jobs, replicas, claimersPerReplica, len(claimedBy), double, lost)
+			if double != 0 || lost != 0 || len(claimedBy) != jobs {
+				t.Fatalf("%d double claims, %d lost, %d claimed of %d", double, lost, len(claimedBy), jobs)
 			}
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/vmafx/measure"
 )
@@ -58,7 +59,8 @@ type Options struct {
 	Auth serve.AuthOptions
 	// Tenants is the tenants file (--tenants).
 	Tenants string
-	// Datastore is the SQLite file (--datastore).
+	// Datastore is an SQLite file or a postgres:// URL (--datastore;
+	// datastore.Parse).
 	Datastore string
 	// Lease is how long a claimed job stays with its node without a report
 	// (--lease); LeaseCheck how often expired leases are looked for.
@@ -85,8 +87,8 @@ func (o Options) Validate() error {
 	if o.Tenants == "" && o.Authenticator == nil {
 		errs = append(errs, errors.New("controller: --tenants is required: the identity provider of each tenant"))
 	}
-	if o.Datastore == "" {
-		errs = append(errs, errors.New("controller: --datastore is required"))
+	if _, _, err := datastore.Parse(o.Datastore); err != nil {
+		errs = append(errs, fmt.Errorf("controller: --datastore: %w", err))
 	}
 	if o.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("controller: --lease %s: want at least 1s", o.Lease))
@@ -214,7 +216,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		runnables = append(runnables, metrics)
 		metricsAddr = metrics.Listener.Addr().String()
 	}
-	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "datastore", s.o.Datastore)
+	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "datastore", datastore.Redact(s.o.Datastore))
 	if err := serve.Run(ctx, runnables...); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -14,45 +16,29 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/internal/sqlitedb"
+	"github.com/callerauth/callerauth/internal/datastore"
 )
 
-// migrations are the job store's schema versions, applied in order.
-var migrations = []string{
-	`CREATE TABLE jobs (
-		id               TEXT PRIMARY KEY,
-		seq              INTEGER NOT NULL,
-		tenant           TEXT NOT NULL,
-		reference        TEXT NOT NULL,
-		distorted        TEXT NOT NULL,
-		metrics          TEXT NOT NULL,
-		state            INTEGER NOT NULL,
-		node             TEXT NOT NULL DEFAULT '',
-		lease_expires_at INTEGER,
-		progress         REAL NOT NULL DEFAULT 0,
-		scores           TEXT NOT NULL DEFAULT '[]',
-		error            TEXT NOT NULL DEFAULT '',
-		submitted_by     TEXT NOT NULL,
-		created_at       INTEGER NOT NULL,
-		updated_at       INTEGER NOT NULL
-	);
-	CREATE INDEX jobs_claim ON jobs(tenant, state, seq);
-	CREATE INDEX jobs_lease ON jobs(state, lease_expires_at);`,
-	// 2: idempotent submissions.
-	`ALTER TABLE jobs ADD COLUMN request_id TEXT;
-	CREATE UNIQUE INDEX jobs_request ON jobs(tenant, request_id) WHERE request_id IS NOT NULL;`,
-}
+// migrations are the job store's schema versions, one set per dialect.
+//
+//go:embed migrations
+var migrations embed.FS
 
-// Store keeps jobs in SQLite, one transaction per state change, durable
-// when the call returns.
+// Store keeps jobs in SQLite (one controller) or PostgreSQL (replicas on
+// one database), one transaction per state change, durable when the call
+// returns. On PostgreSQL a claim locks the job it takes and skips the ones
+// other replicas are taking (FOR UPDATE SKIP LOCKED), so each job goes to
+// exactly one node.
 type Store struct {
-	db  *sql.DB
+	db  *datastore.DB
 	now func() time.Time
 }
 
-// OpenStore opens (creating and migrating if needed) the store at path.
-func OpenStore(path string, now func() time.Time) (*Store, error) {
-	db, err := sqlitedb.Open("controller: datastore", path, migrations)
+// OpenStore opens (creating and migrating if needed) the store target
+// names: an SQLite file path (or sqlite:///path), or a postgres:// URL.
+func OpenStore(target string, now func() time.Time) (*Store, error) {
+	sub, _ := fs.Sub(migrations, "migrations")
+	db, err := datastore.Open(context.Background(), "controller", target, sub, datastore.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +46,23 @@ func OpenStore(path string, now func() time.Time) (*Store, error) {
 		now = time.Now
 	}
 	return &Store{db: db, now: now}, nil
+}
+
+// q writes a query's placeholders for the store's dialect.
+func (s *Store) q(query string) string { return s.db.Rebind(query) }
+
+// lockRow is the clause that locks the rows a transaction's SELECT reads
+// until it ends (PostgreSQL; SQLite has one writer at a time anyway), and
+// with skip set passes over rows another transaction holds.
+func (s *Store) lockRow(skip bool) string {
+	switch {
+	case s.db.Dialect != datastore.Postgres:
+		return ""
+	case skip:
+		return " FOR UPDATE SKIP LOCKED"
+	default:
+		return " FOR UPDATE"
+	}
 }
 
 // Close closes the store.
@@ -112,14 +115,20 @@ func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *
 	if requestID != "" {
 		rid = requestID
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at, request_id)
-		VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+	// SQLite numbers jobs itself (one writer); PostgreSQL's seq is an
+	// identity column, safe under concurrent replicas.
+	seq := "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)"
+	if s.db.Dialect == datastore.Postgres {
+		seq = "DEFAULT"
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at, request_id)
+		VALUES (?, `+seq+`, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now, rid)
 	if err != nil {
 		return nil, fmt.Errorf("controller: storing a job: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 && requestID != "" {
-		j, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM jobs WHERE tenant = ? AND request_id = ?`, tenant, requestID))
+		j, err := scan(s.db.QueryRowContext(ctx, s.q(`SELECT `+columns+` FROM jobs WHERE tenant = ? AND request_id = ?`), tenant, requestID))
 		if err != nil {
 			return nil, fmt.Errorf("controller: reading the job of request %q: %w", requestID, err)
 		}
@@ -130,7 +139,7 @@ func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *
 
 // Get reads a job of tenant; another tenant's job is ErrNotFound.
 func (s *Store) Get(ctx context.Context, tenant, id string) (*vmafxv1.Job, error) {
-	j, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM jobs WHERE id = ? AND tenant = ?`, id, tenant))
+	j, err := scan(s.db.QueryRowContext(ctx, s.q(`SELECT `+columns+` FROM jobs WHERE id = ? AND tenant = ?`), id, tenant))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -156,7 +165,7 @@ func (s *Store) List(ctx context.Context, tenant string, state vmafxv1.JobState,
 	}
 	q += ` ORDER BY seq DESC LIMIT ?`
 	args = append(args, size+1)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(ctx, s.q(q), args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -197,14 +206,14 @@ func (s *Store) Claim(ctx context.Context, tenant, node string, lease time.Durat
 	}
 	defer func() { _ = tx.Rollback() }()
 	var id string
-	err = tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE tenant = ? AND state = ? ORDER BY seq LIMIT 1`, tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING)).Scan(&id)
+	err = tx.QueryRowContext(ctx, s.q(`SELECT id FROM jobs WHERE tenant = ? AND state = ? ORDER BY seq LIMIT 1`+s.lockRow(true)), tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, node = ?, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`,
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = ?, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`),
 		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
 		return nil, err
 	}
@@ -227,7 +236,7 @@ func (s *Store) Report(ctx context.Context, tenant, node string, r *vmafxv1.Repo
 	var state int32
 	var holder string
 	var expires sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT state, node, lease_expires_at FROM jobs WHERE id = ? AND tenant = ?`, r.GetId(), tenant).Scan(&state, &holder, &expires)
+	err = tx.QueryRowContext(ctx, s.q(`SELECT state, node, lease_expires_at FROM jobs WHERE id = ? AND tenant = ?`+s.lockRow(false)), r.GetId(), tenant).Scan(&state, &holder, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -244,17 +253,17 @@ func (s *Store) Report(ctx context.Context, tenant, node string, r *vmafxv1.Repo
 	}
 	switch r.GetState() {
 	case vmafxv1.JobState_JOB_STATE_RUNNING:
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET progress = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?`,
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET progress = ?, lease_expires_at = ?, updated_at = ? WHERE id = ?`),
 			r.GetProgress(), now.Add(lease).UnixNano(), now.UnixNano(), r.GetId())
 	case vmafxv1.JobState_JOB_STATE_SUCCEEDED:
 		b, merr := json.Marshal(r.GetScores())
 		if merr != nil {
 			return nil, merr
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, scores = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, scores = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
 			int32(vmafxv1.JobState_JOB_STATE_SUCCEEDED), string(b), now.UnixNano(), r.GetId())
 	case vmafxv1.JobState_JOB_STATE_FAILED:
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, error = ?, lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
 			int32(vmafxv1.JobState_JOB_STATE_FAILED), r.GetError(), now.UnixNano(), r.GetId())
 	default:
 		return nil, fmt.Errorf("%w: a report is RUNNING, SUCCEEDED or FAILED, not %s", ErrConflict, r.GetState())
@@ -272,8 +281,8 @@ func (s *Store) Report(ctx context.Context, tenant, node string, r *vmafxv1.Repo
 // PENDING (its node died or stalled) and says how many.
 func (s *Store) RequeueExpired(ctx context.Context) (int64, error) {
 	now := s.now().UnixNano()
-	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, node = '', lease_expires_at = NULL, progress = 0, updated_at = ?
-		WHERE state = ? AND lease_expires_at <= ?`, int32(vmafxv1.JobState_JOB_STATE_PENDING), now, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = '', lease_expires_at = NULL, progress = 0, updated_at = ?
+		WHERE state = ? AND lease_expires_at <= ?`), int32(vmafxv1.JobState_JOB_STATE_PENDING), now, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now)
 	if err != nil {
 		return 0, fmt.Errorf("controller: requeueing expired leases: %w", err)
 	}
