@@ -70,7 +70,11 @@ type world struct {
 	key     string
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldOn(t, "") }
+
+// newWorldOn is newWorld with the controller's datastore: an SQLite file
+// in the world's directory when datastore is "".
+func newWorldOn(t *testing.T, datastore string) *world {
 	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}}
 	var tenants strings.Builder
 	tenants.WriteString("tenants:\n")
@@ -93,7 +97,10 @@ func newWorld(t *testing.T) *world {
 	if w.caFile, err = w.ca.WriteCA(filepath.Join(w.dir, "ca.crt")); err != nil {
 		t.Fatal(err)
 	}
-	w.datadir = filepath.Join(w.dir, "controller.db")
+	w.datadir = datastore
+	if w.datadir == "" {
+		w.datadir = filepath.Join(w.dir, "controller.db")
+	}
 	w.startController()
 	return w
 }
@@ -106,9 +113,15 @@ func write(t *testing.T, path, body string) {
 }
 
 func (w *world) startController() {
-	w.ctl = e2e.Start(w.t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	w.ctl, w.addr = w.startReplica()
+}
+
+// startReplica starts a controller on the world's datastore and returns it
+// with its address.
+func (w *world) startReplica() (*e2e.Process, string) {
+	p := e2e.Start(w.t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--tenants", w.tenants, "--datastore", w.datadir, "--lease", "2s"})
-	w.addr = w.ctl.LogValue(w.t, "controller: serving", "address", 60*time.Second)
+	return p, p.LogValue(w.t, "controller: serving", "address", 60*time.Second)
 }
 
 // mint is a token of tenant for subject with roles, valid for an hour from
@@ -123,8 +136,11 @@ func (w *world) mint(tenant, subject string, issued time.Time, roles ...string) 
 }
 
 // client is an operator-side client with a token.
-func (w *world) client(tok string) vmafxv1.JobServiceClient {
-	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
+func (w *world) client(tok string) vmafxv1.JobServiceClient { return w.clientOf(w.addr, tok) }
+
+// clientOf is a client of the controller at addr.
+func (w *world) clientOf(addr, tok string) vmafxv1.JobServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
 		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
 	if err != nil {
 		w.t.Fatal(err)
