@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -121,8 +122,8 @@ func (p *proc) stored(t *testing.T) []connector.StoredEvent {
 	return evs
 }
 
-// metrics scrapes the auth counters as "name{label}" → value.
-func (p *proc) metricsNow(t *testing.T) map[string]float64 {
+// families scrapes the connector's /metrics.
+func (p *proc) families(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get("http://" + p.metrics + "/metrics")
 	if err != nil {
@@ -134,13 +135,31 @@ func (p *proc) metricsNow(t *testing.T) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mfs
+}
+
+// metricsNow scrapes the auth counters as "name{label}" → value.
+func (p *proc) metricsNow(t *testing.T) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	for name, mf := range mfs {
+	for name, mf := range p.families(t) {
 		if !strings.HasPrefix(name, "platform_connector_auth_") {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			out[name+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// totals scrapes every counter and gauge family as name → its sum.
+func (p *proc) totals(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for name, mf := range p.families(t) {
+		for _, m := range mf.GetMetric() {
+			out[name] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return out
