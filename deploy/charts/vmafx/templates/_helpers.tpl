@@ -28,6 +28,20 @@ controller:
 {{- if not (hasPrefix "https://" $t.issuer) -}}{{- fail (printf "vmafx: tenants[%d] (%s): issuer %q must be https://" $i $t.name $t.issuer) -}}{{- end -}}
 {{- if not $t.audiences -}}{{- fail (printf "vmafx: tenants[%d] (%s): audiences: at least one is required" $i $t.name) -}}{{- end -}}
 {{- end -}}
+{{- $pg := .Values.controller.postgres -}}
+{{- if $pg.url -}}
+{{- if not (or (hasPrefix "postgres://" $pg.url) (hasPrefix "postgresql://" $pg.url)) -}}
+{{- fail (printf "vmafx: controller.postgres.url %q: want a postgres:// URL" $pg.url) -}}
+{{- end -}}
+{{- if regexMatch "^postgres(ql)?://[^/@]*:[^/@]*@" $pg.url -}}
+{{- fail "vmafx: controller.postgres.url carries a password: it would show in the pod spec and the process's arguments; put it in a Secret (controller.postgres.passwordSecret)" -}}
+{{- end -}}
+{{- if not (regexMatch "[?&]sslmode=(require|verify-ca|verify-full)(&|$)" $pg.url) -}}
+{{- fail "vmafx: controller.postgres.url: add sslmode=verify-full (with sslrootcert), verify-ca or require: the controller refuses plaintext to a remote PostgreSQL" -}}
+{{- end -}}
+{{- else if gt (int .Values.controller.replicas) 1 -}}
+{{- fail (printf "vmafx: controller.replicas %d needs controller.postgres.url: replicas on SQLite would each keep their own jobs" (int .Values.controller.replicas)) -}}
+{{- end -}}
 {{- if not .Values.controller.tls.enabled -}}
 {{- fail "vmafx: controller.tls.enabled is false but the node and the operator send a bearer token: a token never travels over plaintext TCP" -}}
 {{- end -}}
