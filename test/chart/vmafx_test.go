@@ -11,7 +11,6 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"sigs.k8s.io/yaml"
 
-	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/vmafx/operator"
@@ -146,77 +145,15 @@ func TestVmafxChartRefusals(t *testing.T) {
 	}
 }
 
-// TestVmafxChartPostgres: replicas on an external PostgreSQL — the URL
-// the controller is given is one its datastore flag accepts, the password
-// comes from the Secret as PGPASSWORD, and the CA is mounted where the URL
-// names it.
+// TestVmafxChartPostgres: replicas on an external PostgreSQL (see
+// checkPostgres).
 func TestVmafxChartPostgres(t *testing.T) {
 	url := "postgres://vmafx@db.example:5432/vmafx?sslmode=verify-full&sslrootcert=/etc/vmafx/postgres-ca/ca.crt"
 	out, err := renderVmafx(t, goodVmafx+"controller:\n  replicas: 3\n  postgres:\n    url: '"+url+"'\n    passwordSecret: {name: vmafx-db}\n    caConfigMap: vmafx-db-ca\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dep struct {
-		Kind string `json:"kind"`
-		Spec struct {
-			Replicas int `json:"replicas"`
-			Template struct {
-				Spec struct {
-					Containers []struct {
-						Args []string `json:"args"`
-						Env  []struct {
-							Name      string `json:"name"`
-							ValueFrom struct {
-								SecretKeyRef struct{ Name, Key string } `json:"secretKeyRef"`
-							} `json:"valueFrom"`
-						} `json:"env"`
-						VolumeMounts []struct{ Name, MountPath string } `json:"volumeMounts"`
-					} `json:"containers"`
-				} `json:"spec"`
-			} `json:"template"`
-		} `json:"spec"`
-	}
-	for _, doc := range strings.Split(out["vmafx/templates/controller.yaml"], "\n---") {
-		if err := yaml.Unmarshal([]byte(doc), &dep); err == nil && dep.Kind == "Deployment" {
-			break
-		}
-	}
-	if dep.Kind != "Deployment" || dep.Spec.Replicas != 3 {
-		t.Fatalf("deployment %+v", dep)
-	}
-	c := dep.Spec.Template.Spec.Containers[0]
-	var flag string
-	for _, a := range c.Args {
-		if v, ok := strings.CutPrefix(a, "--datastore="); ok {
-			flag = v
-		}
-	}
-	if flag != url {
-		t.Fatalf("--datastore=%s; want %s", flag, url)
-	}
-	// The CA as the pod sees it, where the URL names it (pgx reads it when
-	// it parses the URL).
-	ca, err := pki.NewCA("postgres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, err := ca.WriteCA(filepath.Join(t.TempDir(), "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, _, err := datastore.Parse(strings.Replace(flag, "/etc/vmafx/postgres-ca/ca.crt", caFile, 1)); err != nil || d != datastore.Postgres {
-		t.Fatalf("the controller refuses --datastore=%s: %s %v", flag, d, err)
-	}
-	if len(c.Env) != 1 || c.Env[0].Name != "PGPASSWORD" || c.Env[0].ValueFrom.SecretKeyRef.Name != "vmafx-db" || c.Env[0].ValueFrom.SecretKeyRef.Key != "password" {
-		t.Fatalf("env %+v", c.Env)
-	}
-	mounted := false
-	for _, m := range c.VolumeMounts {
-		mounted = mounted || (m.Name == "postgres-ca" && m.MountPath == "/etc/vmafx/postgres-ca")
-	}
-	if !mounted {
-		t.Fatalf("the PostgreSQL CA is not mounted: %+v", c.VolumeMounts)
-	}
+	checkPostgres(t, out["vmafx/templates/controller.yaml"], 3, url, "/etc/vmafx/postgres-ca", "vmafx-db")
 }
 
 // TestVmafxChartCRDIsTheGeneratedOne: the chart ships the CRD controller-gen

@@ -1,0 +1,133 @@
+package chart_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/internal/datastore"
+	"github.com/callerauth/callerauth/internal/pki"
+)
+
+// deployment is what the tests read of a rendered Deployment.
+type deployment struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Replicas int `json:"replicas"`
+		Template struct {
+			Spec struct {
+				Containers []struct {
+					Args []string `json:"args"`
+					Env  []struct {
+						Name      string `json:"name"`
+						ValueFrom struct {
+							SecretKeyRef struct{ Name, Key string } `json:"secretKeyRef"`
+						} `json:"valueFrom"`
+					} `json:"env"`
+					VolumeMounts []struct{ Name, MountPath string } `json:"volumeMounts"`
+				} `json:"containers"`
+			} `json:"spec"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+// findDeployment returns the first Deployment of a rendered template.
+func findDeployment(t *testing.T, manifest string) deployment {
+	t.Helper()
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var d deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err == nil && d.Kind == "Deployment" {
+			return d
+		}
+	}
+	t.Fatalf("no Deployment in:\n%s", manifest)
+	return deployment{}
+}
+
+// flagValue is the value of --name=value among args ("" when absent).
+func flagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkPostgres: a Deployment rendered for replicas on an external
+// PostgreSQL runs that many replicas, gives the service the URL as its
+// --datastore, which the service's own datastore parser accepts (with the
+// CA where the URL names it), takes the password from the Secret as
+// PGPASSWORD, and mounts the CA at caDir.
+func checkPostgres(t *testing.T, manifest string, replicas int, url, caDir, secret string) {
+	t.Helper()
+	d := findDeployment(t, manifest)
+	if d.Spec.Replicas != replicas {
+		t.Fatalf("%s: %d replicas, want %d", d.Metadata.Name, d.Spec.Replicas, replicas)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	flag := flagValue(c.Args, "datastore")
+	if flag != url {
+		t.Fatalf("--datastore=%s; want %s", flag, url)
+	}
+	// pgx reads the CA file when it parses the URL: put one where the pod
+	// would have it.
+	ca, err := pki.NewCA("postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.WriteCA(filepath.Join(t.TempDir(), "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dialect, _, err := datastore.Parse(strings.Replace(flag, caDir+"/ca.crt", caFile, 1)); err != nil || dialect != datastore.Postgres {
+		t.Fatalf("the service refuses --datastore=%s: %s %v", flag, dialect, err)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "PGPASSWORD" || c.Env[0].ValueFrom.SecretKeyRef.Name != secret || c.Env[0].ValueFrom.SecretKeyRef.Key != "password" {
+		t.Fatalf("env %+v", c.Env)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.Name == "postgres-ca" && m.MountPath == caDir)
+	}
+	if !mounted {
+		t.Fatalf("the PostgreSQL CA is not mounted at %s: %+v", caDir, c.VolumeMounts)
+	}
+}
+
+// TestConnectorChartPostgres: deployment-role replicas on an external
+// PostgreSQL, and the values that cannot work refused at render.
+func TestConnectorChartPostgres(t *testing.T) {
+	url := "postgres://connector@db.example:5432/events?sslmode=verify-full&sslrootcert=/etc/platform-connector/postgres-ca/ca.crt"
+	base := auth("    enabled: true\n")
+	out, err := render(t, "nvsentinel", base+"deployment:\n  enabled: true\n  replicas: 3\n  postgres:\n    url: '"+url+"'\n    passwordSecret: {name: events-db}\n    caConfigMap: events-db-ca\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPostgres(t, out["platform-connector/templates/deployment.yaml"], 3, url, "/etc/platform-connector/postgres-ca", "events-db")
+	// One replica on SQLite is the default.
+	out, err = render(t, "nvsentinel", base+"deployment: {enabled: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := findDeployment(t, out["platform-connector/templates/deployment.yaml"]); d.Spec.Replicas != 1 || flagValue(d.Spec.Template.Spec.Containers[0].Args, "datastore") != "/var/lib/platform-connector/events.db" {
+		t.Fatalf("default deployment: %+v", d.Spec)
+	}
+	for _, tt := range []struct{ name, values, want string }{
+		{"replicas on SQLite", "deployment: {enabled: true, replicas: 2}\n", "deployment.replicas 2 needs deployment.postgres.url"},
+		{"a password in the URL", "deployment: {enabled: true, postgres: {url: 'postgres://c:hunter2@db/events?sslmode=verify-full'}}\n", "carries a password"},
+		{"PostgreSQL without TLS", "deployment: {enabled: true, postgres: {url: 'postgres://c@db/events'}}\n", "add sslmode=verify-full"},
+		{"another database", "deployment: {enabled: true, postgres: {url: 'mysql://db/events'}}\n", "want a postgres:// URL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := render(t, "nvsentinel", base+tt.values); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("render = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
