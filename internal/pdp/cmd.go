@@ -2,18 +2,20 @@ package pdp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the pdp command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9090"}}
+	o := defaults()
 	cmd := &cobra.Command{
 		Use:   "pdp",
 		Short: "Policy decision point: POST /v1/check with caller authentication and signed decision records",
@@ -33,7 +35,15 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 			return s.Run(cmd.Context())
 		},
 	}
-	f := cmd.Flags()
+	addFlags(cmd.Flags(), &o)
+	return cmd
+}
+
+func defaults() Options {
+	return Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9090"}}
+}
+
+func addFlags(f *pflag.FlagSet, o *Options) {
 	o.Serve.AddFlags(f)
 	o.Auth.AddFlags(f)
 	f.BoolVar(&o.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead (only on a loopback --listen): bearer tokens would otherwise cross the network in clear")
@@ -46,7 +56,24 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
 	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", "", "the https:// URL the AuthZEN metadata names as this PDP (default: the URL each metadata request reached)")
 	f.DurationVar(&o.ReloadInterval, "reload-interval", 2*time.Second, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
-	return cmd
+}
+
+// ParseArgs reads a pdp command line into Options as the binary does,
+// starting nothing: for what checks a rendered command line (the chart's
+// tests) before a pod ever runs it. [Options.Validate] then says what the
+// binary would refuse.
+func ParseArgs(args []string) (Options, error) {
+	o := defaults()
+	f := pflag.NewFlagSet("pdp", pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	addFlags(f, &o)
+	if err := f.Parse(args); err != nil {
+		return Options{}, fmt.Errorf("pdp: %w", err)
+	}
+	if f.NArg() > 0 {
+		return Options{}, fmt.Errorf("pdp: unexpected arguments %q", f.Args())
+	}
+	return o, nil
 }
 
 // Main runs the command and returns the exit code.

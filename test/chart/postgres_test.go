@@ -29,7 +29,7 @@ type deployment struct {
 							SecretKeyRef struct{ Name, Key string } `json:"secretKeyRef"`
 						} `json:"valueFrom"`
 					} `json:"env"`
-					VolumeMounts []struct{ Name, MountPath string } `json:"volumeMounts"`
+					VolumeMounts []struct{ Name, MountPath, SubPath string } `json:"volumeMounts"`
 				} `json:"containers"`
 			} `json:"spec"`
 		} `json:"template"`
