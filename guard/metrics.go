@@ -29,6 +29,7 @@ var Reasons = append(append([]string{}, NodeBindingReasons...),
 // Metrics are the guard's Prometheus counters:
 //
 //	<prefix>_auth_violations_total{reason}                              requests that violated a rule, in every mode
+//	<prefix>_auth_mode{mode="enforce"|"audit"}                          1 for the mode the guard runs in, 0 for the other
 //
 // and, for a service with node binding (MetricsConfig.NodeBinding), the
 // node-binding series:
@@ -53,6 +54,10 @@ type MetricsConfig struct {
 	// NodeBinding registers the scope and node-claim counters. A service
 	// without node binding leaves it false and exports neither.
 	NodeBinding bool
+	// Mode is the mode the guard runs in, exported as <prefix>_auth_mode
+	// so that an alert can tell audited violations (let through) from
+	// refused ones. Empty: the gauge is not exported.
+	Mode Mode
 }
 
 // NewMetrics registers the counters on reg and initialises every label
@@ -73,6 +78,20 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 		}, []string{"reason"}),
 	}
 	collectors := []prometheus.Collector{m.violations}
+	if cfg.Mode != "" {
+		mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: prefix + "_auth_mode",
+			Help: "1 for the mode caller authentication runs in (enforce: violations refused; audit: counted and let through), 0 for the other.",
+		}, []string{"mode"})
+		for _, md := range []Mode{Enforce, Audit} {
+			v := 0.0
+			if md == cfg.Mode {
+				v = 1
+			}
+			mode.WithLabelValues(string(md)).Set(v)
+		}
+		collectors = append(collectors, mode)
+	}
 	if cfg.NodeBinding {
 		m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_auth_decisions_total",

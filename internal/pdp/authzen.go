@@ -546,8 +546,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
 	_, proofs, err := st.evalSigner.SignEvaluations(rec, leaves)
 	if err != nil {
-		s.log.Error("pdp: signing failed", "err", err)
-		guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
+		s.signingFailed(w, err)
 		return
 	}
 	for i := range answers {

@@ -196,6 +196,8 @@ type Server struct {
 	authViol *prometheus.CounterVec
 	latency  prometheus.Histogram
 	reloads  *prometheus.CounterVec
+	// signFailures counts answers refused because signing failed.
+	signFailures prometheus.Counter
 	// AuthZEN: evaluations by decision and reason, request latency by
 	// endpoint.
 	evaluations *prometheus.CounterVec
@@ -234,7 +236,8 @@ func New(o Options) (*Server, error) {
 	s.reloads.WithLabelValues("failure")
 	s.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_evaluations_total", Help: "AuthZEN evaluations answered, by decision and reason."}, []string{"decision", "reason"})
 	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
-	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads, s.evaluations, s.azLatency)
+	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
+	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads, s.evaluations, s.azLatency, s.signFailures)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -445,13 +448,19 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	rec.BindCanonical(req.Canonical())
 	signed, err := st.signer.Sign(rec)
 	if err != nil {
-		s.log.Error("pdp: signing failed", "err", err)
-		guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
+		s.signingFailed(w, err)
 		return
 	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(responseBody(signed))
+}
+
+// signingFailed answers 500 signing_failed: no unsigned answer ever leaves.
+func (s *Server) signingFailed(w http.ResponseWriter, err error) {
+	s.signFailures.Inc()
+	s.log.Error("pdp: signing failed", "err", err)
+	guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
 }
 
 // caller is the record's caller block for a request the middleware let

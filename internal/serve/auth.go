@@ -193,7 +193,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 			return nil, err
 		}
 	}
-	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons, NodeBinding: spec.NodeBinding})
+	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons, NodeBinding: spec.NodeBinding, Mode: spec.Mode})
 	if err != nil {
 		return nil, err
 	}
