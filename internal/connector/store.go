@@ -3,9 +3,9 @@ package connector
 import (
 	"context"
 	"embed"
-	"io/fs"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"

@@ -105,7 +105,6 @@ type Server struct {
 	certs    *serve.CertReloader
 	guard    *guard.Guard
 	grpc     *grpc.Server
-	rpcs     *prometheus.CounterVec
 	requeued prometheus.Counter
 	lis      net.Listener
 }
@@ -155,10 +154,12 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	reg := s.health.Registry
-	s.rpcs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_controller_rpcs_total", Help: "RPCs answered, by method and gRPC code (refusals included)."}, []string{"method", "code"})
 	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})
-	reg.MustRegister(s.rpcs, s.requeued, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
-	var err error
+	rpcMetrics, err := serve.RPCMetrics(reg, "vmafx_controller")
+	if err != nil {
+		return nil, err
+	}
+	reg.MustRegister(s.requeued, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	s.guard, err = o.Auth.Guard(serve.GuardSpec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
 		Registry: reg, MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
@@ -176,16 +177,9 @@ func New(o Options) (*Server, error) {
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(s.certs.TLSConfig())),
-		grpc.ChainUnaryInterceptor(s.count, s.guard.UnaryServerInterceptor(nil)))
+		grpc.ChainUnaryInterceptor(rpcMetrics, s.guard.UnaryServerInterceptor(nil)))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease})
 	return s, nil
-}
-
-// count counts every RPC by method and code, refusals included.
-func (s *Server) count(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(ctx, req)
-	s.rpcs.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
-	return resp, err
 }
 
 // Registry is the metrics registry.
