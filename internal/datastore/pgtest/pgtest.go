@@ -74,15 +74,18 @@ func Start(t testing.TB) *Server {
 		if err != nil {
 			t.Fatalf("pgtest: running as root, and no postgres user to run the server as: %v", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
+		uid, uerr := strconv.ParseUint(u.Uid, 10, 32)
+		gid, gerr := strconv.ParseUint(u.Gid, 10, 32)
+		if uerr != nil || gerr != nil {
+			t.Fatalf("pgtest: the postgres user's ids %q/%q", u.Uid, u.Gid)
+		}
+		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
 			t.Fatal(err)
 		}
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	run := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, name), args...)
+		cmd := exec.Command(filepath.Join(bin, name), args...) //nolint:gosec // PostgreSQL's own binaries, with the test's arguments.
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "LC_ALL=C")
 		if cred != nil {
@@ -106,8 +109,9 @@ func Start(t testing.TB) *Server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("pgtest: starting postgres: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- s.cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = s.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
 		select {
@@ -129,9 +133,9 @@ func Start(t testing.TB) *Server {
 			return s
 		}
 		select {
-		case werr := <-exited:
+		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("pgtest: postgres exited: %v\n%s", werr, log)
+			t.Fatalf("pgtest: postgres exited: %v\n%s", waitErr, log)
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -50,8 +50,6 @@ func backends(t *testing.T, dir string) map[string]string {
 	return map[string]string{"sqlite": filepath.Join(dir, "jobs.db"), "postgres": pgtest.Start(t).NewDatabase(t)}
 }
 
-func start(t *testing.T, dir string) *env { return startOn(t, dir, filepath.Join(dir, "jobs.db")) }
-
 func startOn(t *testing.T, dir, datastore string) *env {
 	t.Helper()
 	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
