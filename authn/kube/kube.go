@@ -35,6 +35,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/callerauth/callerauth/authn/oidc"
+
 	"github.com/callerauth/callerauth/authn"
 	tokens "github.com/callerauth/callerauth/token"
 )
@@ -107,19 +109,10 @@ func New(cfg Config) (*Authenticator, error) {
 			return nil, errors.New("kube: an audience may not be empty")
 		}
 	}
-	rc := cfg.REST
-	if rc == nil {
-		var err error
-		if cfg.Kubeconfig != "" {
-			rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-			if err != nil {
-				return nil, fmt.Errorf("kube: kubeconfig %s: %w", cfg.Kubeconfig, err)
-			}
-		} else if rc, err = rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("kube: no kubeconfig given and not running in a cluster: %w", err)
-		}
+	rc, err := restConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
-	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	if rc.QPS <= 0 {
 		rc.QPS = DefaultQPS
@@ -133,6 +126,53 @@ func New(cfg Config) (*Authenticator, error) {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return NewForClient(client, cfg), nil
+}
+
+// restConfig is cfg.REST, the kubeconfig's or the in-cluster config, as a
+// copy.
+func restConfig(cfg Config) (*rest.Config, error) {
+	if cfg.REST != nil {
+		return rest.CopyConfig(cfg.REST), nil
+	}
+	if cfg.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kube: kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kube: no kubeconfig given and not running in a cluster: %w", err)
+	}
+	return rc, nil
+}
+
+// Offline verifies the API server's service-account tokens without asking
+// it: against the keys it publishes at /openid/v1/jwks (fetched with the
+// same client and credentials as TokenReview; the API server grants
+// system:service-account-issuer-discovery to every service account by
+// default), for cfg.Issuers and cfg.Audiences. It gives the identity
+// TokenReview gives, but cannot see revocation; [authn.Recheck] pairs the
+// two.
+func Offline(cfg Config) (*oidc.Authenticator, error) {
+	if len(cfg.Issuers) == 0 {
+		return nil, errors.New("kube: offline verification needs the API server's issuer (--caller-issuer)")
+	}
+	rc, err := restConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	jwks := strings.TrimSuffix(rc.Host, "/") + "/openid/v1/jwks"
+	var issuers []oidc.IssuerConfig
+	for _, iss := range cfg.Issuers {
+		issuers = append(issuers, oidc.IssuerConfig{Issuer: iss, JWKSURL: jwks, Audiences: cfg.Audiences, HTTPClient: client})
+	}
+	return oidc.New(oidc.Config{Issuers: issuers, Timeout: cfg.Timeout})
 }
 
 // NewForClient builds the authenticator on an existing clientset. It does

@@ -65,6 +65,11 @@ type IssuerConfig struct {
 	// bearer token to the discovery and JWKS endpoints (a Kubernetes API
 	// server that does not serve them anonymously).
 	BearerTokenFile string
+	// HTTPClient, when set, fetches discovery and JWKS instead of a client
+	// built from CAFile: one that already carries its credentials (the
+	// Kubernetes client's, for the API server's own keys). Programmatic
+	// only.
+	HTTPClient *http.Client `json:"-"`
 }
 
 // Config configures [New].

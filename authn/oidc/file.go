@@ -63,7 +63,9 @@ func LoadConfigFile(path string) (Config, error) {
 		}
 	}
 	for _, i := range f.Issuers {
-		cfg.Issuers = append(cfg.Issuers, IssuerConfig(i))
+		cfg.Issuers = append(cfg.Issuers, IssuerConfig{Issuer: i.Issuer, DiscoveryURL: i.DiscoveryURL, JWKSURL: i.JWKSURL, Audiences: i.Audiences,
+			Algorithms: i.Algorithms, Tenant: i.Tenant, TenantClaim: i.TenantClaim, RolesClaim: i.RolesClaim, GroupsClaim: i.GroupsClaim,
+			CAFile: i.CAFile, BearerTokenFile: i.BearerTokenFile})
 	}
 	check := cfg
 	check.Issuers = slices.Clone(cfg.Issuers)

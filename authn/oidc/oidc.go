@@ -41,9 +41,12 @@ func New(cfg Config) (*Authenticator, error) {
 	a := &Authenticator{cfg: cfg, issuers: map[string]*issuer{}}
 	for i := range a.cfg.Issuers {
 		ic := &a.cfg.Issuers[i]
-		client, err := httpClient(ic)
-		if err != nil {
-			return nil, fmt.Errorf("oidc: issuer %q: %w", ic.Issuer, err)
+		client := ic.HTTPClient
+		if client == nil {
+			var err error
+			if client, err = httpClient(ic); err != nil {
+				return nil, fmt.Errorf("oidc: issuer %q: %w", ic.Issuer, err)
+			}
 		}
 		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL}
 		if ic.BearerTokenFile != "" {

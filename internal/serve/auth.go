@@ -60,6 +60,12 @@ type AuthOptions struct {
 	// (kube.Config.QPS, Burst). Zero: the defaults.
 	ReviewQPS   float64
 	ReviewBurst int
+	// ReviewInterval, when positive, verifies tokens offline against the
+	// API server's JWKS and sends a TokenReview only at a credential's
+	// first sight and once per interval after (authn.Recheck): the longest
+	// a deleted pod's token is still accepted. Zero: a TokenReview on
+	// every verdict-cache miss.
+	ReviewInterval time.Duration
 }
 
 // AddFlags registers --caller-backend, --kubeconfig, --caller-oidc-issuers,
@@ -89,6 +95,7 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	}
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
+	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; needs --caller-issuer)")
 	a.AddCacheFlags(f)
 }
 
@@ -123,6 +130,9 @@ func (a AuthOptions) Validate() error {
 				errs = append(errs, fmt.Errorf("serve: --caller-issuer %q: want the https:// issuer of the API server's service-account tokens", iss))
 			}
 		}
+		if a.ReviewInterval > 0 && len(a.Issuers) == 0 {
+			errs = append(errs, errors.New("serve: --caller-review-interval verifies offline, which needs the API server's issuer: set --caller-issuer"))
+		}
 	case BackendOIDC:
 		if a.OIDCIssuers == "" {
 			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-oidc-issuers"))
@@ -147,6 +157,12 @@ func (a AuthOptions) Validate() error {
 	}
 	if a.CacheMaxEntries < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-cache-max-entries %d: want a positive number", a.CacheMaxEntries))
+	}
+	if a.ReviewInterval < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-review-interval %s: want zero (off) or a positive duration", a.ReviewInterval))
+	}
+	if a.ReviewInterval > 0 && a.Backend == BackendOIDC {
+		errs = append(errs, errors.New("serve: --caller-review-interval belongs to --caller-backend tokenreview"))
 	}
 	if a.ReviewTimeout < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-review-timeout %s: want a positive duration", a.ReviewTimeout))
@@ -201,6 +217,9 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 	if err := registerCacheMetrics(spec.Registry, spec.MetricsPrefix, cache); err != nil {
 		return nil, err
 	}
+	if err := registerRecheckMetrics(spec.Registry, spec.MetricsPrefix, auth); err != nil {
+		return nil, err
+	}
 	return guard.New(guard.Config{
 		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
 		Authenticator: cache, Rule: spec.Rule, Metrics: m, Logger: spec.Logger,
@@ -249,10 +268,44 @@ func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
 	if audience == "" {
 		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
-	k, err := kube.New(kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers,
-		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst})
+	kcfg := kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers,
+		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst}
+	k, err := kube.New(kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("serve: TokenReview: %w", err)
 	}
-	return k, nil
+	if a.ReviewInterval <= 0 {
+		return k, nil
+	}
+	offline, err := kube.Offline(kcfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --caller-review-interval: %w", err)
+	}
+	return authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: k, Interval: a.ReviewInterval})
+}
+
+// registerRecheckMetrics exports what a Recheck backend did, when the
+// service runs one.
+func registerRecheckMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
+	r, ok := auth.(*authn.Recheck)
+	if !ok {
+		return nil
+	}
+	verdicts := func(result string, f func(authn.RecheckStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_rechecks_total",
+			Help:        "Cache misses under --caller-review-interval, by result: reviewed (a TokenReview was sent: first sight, or the last review was an interval old), offline (verified against the API server's JWKS, its credential reviewed less than an interval ago), refused_offline (refused without a review).",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(f(r.Stats())) })
+	}
+	for _, col := range []prometheus.Collector{
+		verdicts("reviewed", func(s authn.RecheckStats) uint64 { return s.Reviews }),
+		verdicts("offline", func(s authn.RecheckStats) uint64 { return s.Offline }),
+		verdicts("refused_offline", func(s authn.RecheckStats) uint64 { return s.Refusals }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_rechecks_remembered", Help: "Credentials with a review on record under --caller-review-interval."},
+			func() float64 { return float64(r.Remembered()) }),
+	} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("serve: registering the recheck metrics: %w", err)
+		}
+	}
+	return nil
 }
