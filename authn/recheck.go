@@ -33,6 +33,7 @@ type Recheck struct {
 
 	mu    sync.Mutex
 	seen  map[string]time.Time // issuer and credential id → last review
+	swept time.Time            // when lapsed reviews were last dropped
 	stats RecheckStats
 }
 
@@ -123,21 +124,31 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 		}
 		return nil, err
 	}
-	if _, ok := r.seen[key]; !ok && len(r.seen) >= r.max {
+	switch {
+	case now.Sub(r.swept) >= r.interval:
+		// Once per interval, forget the reviews that have lapsed (rotated
+		// tokens, gone pods), so that the table holds what is live.
+		r.sweep(now)
+	case len(r.seen) >= r.max:
 		r.evict(now)
 	}
 	r.seen[key] = now
 	return rc, nil
 }
 
-// evict drops the credentials whose review has lapsed and, if that frees
-// nothing, the oldest tenth.
-func (r *Recheck) evict(now time.Time) {
+func (r *Recheck) sweep(now time.Time) {
 	for k, at := range r.seen {
 		if now.Sub(at) >= r.interval {
 			delete(r.seen, k)
 		}
 	}
+	r.swept = now
+}
+
+// evict drops the credentials whose review has lapsed and, if that frees
+// nothing, the oldest tenth.
+func (r *Recheck) evict(now time.Time) {
+	r.sweep(now)
 	if len(r.seen) < r.max {
 		return
 	}

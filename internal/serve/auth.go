@@ -281,7 +281,9 @@ func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: --caller-review-interval: %w", err)
 	}
-	return authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: k, Interval: a.ReviewInterval})
+	// Credentials outnumber cached verdicts: a rotated token's review
+	// stands until its interval lapses.
+	return authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: k, Interval: a.ReviewInterval, MaxEntries: 10 * a.CacheMaxEntries})
 }
 
 // registerRecheckMetrics exports what a Recheck backend did, when the

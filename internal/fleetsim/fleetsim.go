@@ -1,0 +1,246 @@
+// Package fleetsim simulates a fleet of publishing pods in front of a
+// replicated service and counts the TokenReviews its caller
+// authentication sends the Kubernetes API server — with the real verdict
+// cache (authn.Cache) and the real recheck authenticator (authn.Recheck),
+// driven by a simulated clock, and the real token lifetimes: the kubelet
+// rotates a projected token at 80 % of its lifetime. Only the API server
+// is a stand-in: it counts the reviews it is asked for and accepts every
+// live token. cmd/fleet-sim prints its table; docs/scale.md has one.
+package fleetsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/callerauth/callerauth/authn"
+)
+
+// Config is one simulated fleet and service.
+type Config struct {
+	Nodes, PodsPerNode int
+	// PublishEvery is each pod's period; pods start at random phases.
+	PublishEvery time.Duration
+	// TokenLifetime is a projected token's lifetime; the kubelet replaces
+	// it at RotateAt (0.8) of it. Pods are at random points of their
+	// tokens' lives when the simulation starts.
+	TokenLifetime time.Duration
+	RotateAt      float64
+	// Replicas of the service behind one Service: each request goes to one
+	// at random, as kube-proxy spreads connections.
+	Replicas int
+	// CacheTTL and CacheMaxEntries are the verdict cache's (per replica).
+	CacheTTL        time.Duration
+	CacheMaxEntries int
+	// ReviewInterval, when positive, puts authn.Recheck behind the cache:
+	// offline verification, and a TokenReview per credential at first
+	// sight and once per interval. Zero: a TokenReview per cache miss.
+	ReviewInterval time.Duration
+	// Warmup is simulated before counting; Measure is counted. Zero: a
+	// warm-up long enough for every pod to have rotated its token and every
+	// review to have lapsed once (the longer of the rotation period and
+	// ReviewInterval, plus CacheTTL), and one rotation period measured: a
+	// steady state, averaged over a whole cycle.
+	Warmup, Measure time.Duration
+	Seed            uint64
+}
+
+// Result is what one run measured, over the Measure window.
+type Result struct {
+	Warmup, Measure  time.Duration
+	Pods             int
+	Requests         int64
+	Reviews          int64   // TokenReviews the API server received
+	ReviewsPerSecond float64 // all replicas
+	PerReplica       float64 // ReviewsPerSecond / Replicas
+	HitRatio         float64 // verdict-cache hits / lookups
+	CacheEntries     int     // per replica, at the end (mean)
+	RecheckEntries   int     // per replica, at the end (mean), under ReviewInterval
+	BytesPerReplica  int64   // cache (and recheck table) memory per replica, estimated
+	Evictions        uint64  // verdicts evicted from full caches, all replicas
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Nodes <= 0 || c.PodsPerNode <= 0:
+		return errors.New("fleetsim: nodes and pods per node must be positive")
+	case c.PublishEvery < time.Second:
+		return errors.New("fleetsim: publish period below a second")
+	case c.TokenLifetime < 10*time.Minute:
+		return errors.New("fleetsim: the API server issues tokens of 10 minutes at least")
+	case c.RotateAt <= 0 || c.RotateAt >= 1:
+		return errors.New("fleetsim: rotate-at is a fraction of the lifetime, between 0 and 1")
+	case c.Replicas <= 0 || c.CacheTTL <= 0 || c.CacheMaxEntries <= 0:
+		return errors.New("fleetsim: replicas, cache TTL and cache size must be positive")
+	case c.Warmup < 0 || c.Measure < 0:
+		return errors.New("fleetsim: negative warm-up or measure")
+	}
+	rotate := time.Duration(float64(c.TokenLifetime) * c.RotateAt)
+	if c.Warmup == 0 {
+		c.Warmup = max(rotate, c.ReviewInterval) + c.CacheTTL
+	}
+	if c.Measure == 0 {
+		c.Measure = rotate
+	}
+	return nil
+}
+
+// pod is one publishing pod: its phase, and where its token's life began.
+type pod struct {
+	name   string
+	offset time.Duration // token generation g starts at g*rotate - offset
+	gen    int64
+	token  string
+}
+
+// Run simulates the fleet and returns what the API server saw.
+func Run(cfg Config) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	// Measured first, while nothing of the run is on the heap.
+	cacheBytes, recheckBytes := entryBytes()
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	clock := func() time.Time { return now }
+	rotate := time.Duration(float64(cfg.TokenLifetime) * cfg.RotateAt)
+	n := cfg.Nodes * cfg.PodsPerNode
+
+	var reviews int64
+	// The API server: every live token is valid; a token names its pod
+	// and generation, from which its issue time follows.
+	apiserver := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+		reviews++
+		return caller(tok, rotate, cfg.TokenLifetime, start)
+	})
+	offline := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+		return caller(tok, rotate, cfg.TokenLifetime, start)
+	})
+	caches := make([]*authn.Cache, cfg.Replicas)
+	rechecks := make([]*authn.Recheck, cfg.Replicas)
+	for i := range caches {
+		var inner authn.Authenticator = apiserver
+		if cfg.ReviewInterval > 0 {
+			r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: apiserver, Interval: cfg.ReviewInterval,
+				MaxEntries: 10 * cfg.CacheMaxEntries, Now: clock})
+			if err != nil {
+				return Result{}, err
+			}
+			rechecks[i], inner = r, r
+		}
+		caches[i] = authn.NewCache(inner, authn.CacheConfig{TTL: cfg.CacheTTL, NegativeTTL: -1, MaxEntries: cfg.CacheMaxEntries, MaxInFlight: 1, Now: clock})
+	}
+
+	// Pods grouped by the second of the period they publish in.
+	period := int64(cfg.PublishEvery / time.Second)
+	buckets := make([][]*pod, period)
+	for i := range n {
+		p := &pod{name: "p" + strconv.Itoa(i), offset: time.Duration(rng.Int64N(int64(rotate))), gen: -1}
+		b := rng.Int64N(period)
+		buckets[b] = append(buckets[b], p)
+	}
+	ctx := context.Background()
+	total := cfg.Warmup + cfg.Measure
+	var res Result
+	var before []authn.CacheStats
+	for s := int64(0); time.Duration(s)*time.Second < total; s++ {
+		now = start.Add(time.Duration(s) * time.Second)
+		if before == nil && time.Duration(s)*time.Second >= cfg.Warmup {
+			reviews = 0
+			for _, c := range caches {
+				before = append(before, c.Stats())
+			}
+		}
+		for _, p := range buckets[s%period] {
+			g := int64((now.Sub(start) + p.offset) / rotate)
+			if g != p.gen {
+				p.gen, p.token = g, p.name+"."+strconv.FormatInt(g, 10)+"."+strconv.FormatInt(int64(p.offset), 10)
+			}
+			if _, err := caches[rng.IntN(cfg.Replicas)].Authenticate(ctx, p.token); err != nil {
+				return Result{}, fmt.Errorf("fleetsim: %s refused at %s: %w", p.token, now.Sub(start), err)
+			}
+			if before != nil {
+				res.Requests++
+			}
+		}
+	}
+	var hits, lookups uint64
+	for i, c := range caches {
+		st := c.Stats()
+		hits += st.Hits - before[i].Hits
+		lookups += st.Hits - before[i].Hits + st.Misses - before[i].Misses
+		res.Evictions += st.Evictions - before[i].Evictions
+		res.CacheEntries += c.Len()
+		if rechecks[i] != nil {
+			res.RecheckEntries += rechecks[i].Remembered()
+		}
+	}
+	res.Pods, res.Warmup, res.Measure = n, cfg.Warmup, cfg.Measure
+	res.Reviews = reviews
+	res.ReviewsPerSecond = float64(reviews) / cfg.Measure.Seconds()
+	res.PerReplica = res.ReviewsPerSecond / float64(cfg.Replicas)
+	if lookups > 0 {
+		res.HitRatio = float64(hits) / float64(lookups)
+	}
+	res.CacheEntries /= cfg.Replicas
+	res.RecheckEntries /= cfg.Replicas
+	res.BytesPerReplica = int64(res.CacheEntries)*cacheBytes + int64(res.RecheckEntries)*recheckBytes
+	return res, nil
+}
+
+// caller is the identity of a simulated token "pod.generation.offset".
+func caller(tok string, rotate, lifetime time.Duration, start time.Time) (*authn.Caller, error) {
+	name, rest, ok1 := strings.Cut(tok, ".")
+	gen, off, ok2 := strings.Cut(rest, ".")
+	g, err1 := strconv.ParseInt(gen, 10, 64)
+	o, err2 := strconv.ParseInt(off, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return nil, authn.Fail(authn.TokenInvalid, "not a simulated token")
+	}
+	issued := start.Add(time.Duration(g)*rotate - time.Duration(o))
+	return &authn.Caller{Username: "system:serviceaccount:fleet:" + name, PodName: name, Issuer: "https://kubernetes.default.svc",
+		CredentialID: "JTI=" + tok, IssuedAt: issued, Expiry: issued.Add(lifetime)}, nil
+}
+
+// entryBytes measures what one cached verdict and one recheck record
+// cost, by filling a cache and a recheck table with 20,000 of each.
+func entryBytes() (cache, recheck int64) {
+	const n = 20000
+	measure := func(fill func()) int64 {
+		var a, b runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&a)
+		fill()
+		runtime.GC()
+		runtime.ReadMemStats(&b)
+		return int64(b.HeapAlloc-a.HeapAlloc) / n
+	}
+	start := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return start }
+	mk := func(_ context.Context, tok string) (*authn.Caller, error) {
+		return caller(tok, 48*time.Minute, time.Hour, start)
+	}
+	var keep []any
+	cache = measure(func() {
+		c := authn.NewCache(authn.AuthenticatorFunc(mk), authn.CacheConfig{MaxEntries: n, Now: clock})
+		for i := range n {
+			_, _ = c.Authenticate(context.Background(), "p"+strconv.Itoa(i)+".0.0")
+		}
+		keep = append(keep, c)
+	})
+	recheck = measure(func() {
+		r, _ := authn.NewRecheck(authn.RecheckConfig{Offline: authn.AuthenticatorFunc(mk), Review: authn.AuthenticatorFunc(mk), Interval: time.Hour, MaxEntries: n, Now: clock})
+		for i := range n {
+			_, _ = r.Authenticate(context.Background(), "p"+strconv.Itoa(i)+".0.0")
+		}
+		keep = append(keep, r)
+	})
+	runtime.KeepAlive(keep)
+	return cache, recheck
+}

@@ -1,0 +1,43 @@
+package fleetsim_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/internal/fleetsim"
+)
+
+// TestFleet: a success-only cache sends each replica about one TokenReview
+// per pod per TTL (a little less: after a verdict expires, the next review
+// waits for the pod's next request to that replica; a little more: a
+// rotated token is reviewed at first sight); with --caller-review-interval
+// 30m the same fleet sends at least ten times fewer.
+func TestFleet(t *testing.T) {
+	base := fleetsim.Config{Nodes: 3, PodsPerNode: 100, PublishEvery: 5 * time.Second, TokenLifetime: time.Hour, RotateAt: 0.8,
+		Replicas: 2, CacheTTL: time.Minute, CacheMaxEntries: 400, Seed: 1}
+	plain, err := fleetsim.Run(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perTTL := float64(plain.Pods) / time.Minute.Seconds() // per replica
+	if plain.PerReplica < 0.8*perTTL || plain.PerReplica > 1.05*perTTL {
+		t.Fatalf("%.2f TokenReviews/s per replica; want about pods/TTL = %.2f", plain.PerReplica, perTTL)
+	}
+	recheck := base
+	recheck.ReviewInterval = 30 * time.Minute
+	r, err := fleetsim.Run(recheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != plain.Requests || r.HitRatio != plain.HitRatio {
+		t.Fatalf("the two runs saw different traffic: %d/%v against %d/%v", r.Requests, r.HitRatio, plain.Requests, plain.HitRatio)
+	}
+	if r.ReviewsPerSecond*10 > plain.ReviewsPerSecond {
+		t.Fatalf("%.2f TokenReviews/s with the review interval against %.2f without: want at least 10x fewer", r.ReviewsPerSecond, plain.ReviewsPerSecond)
+	}
+	t.Logf("300 pods, 2 replicas, TTL 1m: %.2f TokenReviews/s per replica (pods/TTL %.2f); with a 30m review interval %.2f (%.1fx fewer)",
+		plain.PerReplica, perTTL, r.PerReplica, plain.ReviewsPerSecond/r.ReviewsPerSecond)
+	if _, err := fleetsim.Run(fleetsim.Config{}); err == nil {
+		t.Fatal("an empty fleet was simulated")
+	}
+}
