@@ -69,7 +69,7 @@ func run(args []string) error {
 				}
 				r, err := fleetsim.Run(fleetsim.Config{Nodes: max(1, n / *perNode), PodsPerNode: min(n, *perNode), PublishEvery: *every,
 					TokenLifetime: *lifetime, RotateAt: *rotateAt, Replicas: *replicas, CacheTTL: ttl, CacheMaxEntries: m,
-					ReviewInterval: iv, Warmup: *warmup, Measure: *measure, Seed: uint64(n)})
+					ReviewInterval: iv, Warmup: *warmup, Measure: *measure, Seed: uint64(n)}) //nolint:gosec // a seed from the pod count, which is positive
 				if err != nil {
 					return err
 				}

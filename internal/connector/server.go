@@ -169,12 +169,12 @@ func New(o Options) (*Server, error) {
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_datastore_failures_total",
 		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
 	s.health.Registry.MustRegister(s.refused, s.stored, s.failed)
-	rpcMetrics, err := serve.RPCMetrics(s.health.Registry, "platform_connector")
+	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, "platform_connector")
 	if err != nil {
 		return nil, err
 	}
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
-		grpc.ChainUnaryInterceptor(rpcMetrics, s.limitBatch)}
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.limitBatch)}
 	if o.Role == RoleDeployment {
 		if s.mode != guard.Enforce || s.failOpen {
 			log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
@@ -211,6 +211,7 @@ func New(o Options) (*Server, error) {
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })
 	s.grpc = grpc.NewServer(opts...)
 	pcv1.RegisterPlatformConnectorServer(s.grpc, &service{s: s})
+	rpcMetrics.Init(s.grpc)
 	return s, nil
 }
 

@@ -155,7 +155,7 @@ func New(o Options) (*Server, error) {
 	}
 	reg := s.health.Registry
 	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})
-	rpcMetrics, err := serve.RPCMetrics(reg, "vmafx_controller")
+	rpcMetrics, err := serve.NewRPCMetrics(reg, "vmafx_controller")
 	if err != nil {
 		return nil, err
 	}
@@ -177,8 +177,9 @@ func New(o Options) (*Server, error) {
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(s.certs.TLSConfig())),
-		grpc.ChainUnaryInterceptor(rpcMetrics, s.guard.UnaryServerInterceptor(nil)))
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil)))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease})
+	rpcMetrics.Init(s.grpc)
 	return s, nil
 }
 
