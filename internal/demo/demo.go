@@ -79,6 +79,7 @@ func Run(ctx context.Context) ([]Result, error) {
 		refuseExpired,
 		refuseWrongAudience,
 		refuseDeletedPod,
+		reviewOncePerInterval,
 		refuseMalformed,
 		validatorUnavailable,
 		validatorTimeout,

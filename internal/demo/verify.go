@@ -175,6 +175,58 @@ func refuseDeletedPod(ctx context.Context, e *env) Result {
 	return refusal(r, "token_invalid", reason, err)
 }
 
+// reviewOncePerInterval is --caller-review-interval: offline verification
+// against the issuer's JWKS, a TokenReview at a credential's first sight
+// and once per interval; a deleted pod's token refused after the interval.
+func reviewOncePerInterval(ctx context.Context, e *env) Result {
+	const interval = 300 * time.Millisecond
+	r := Result{Scenario: "server: TokenReview once per credential per interval", Expected: "20 checks, 1 TokenReview; deleted pod refused after the interval"}
+	kcfg := kube.Config{Kubeconfig: e.iss.KubeconfigFile(), Audiences: []string{demoAudience}, Issuers: []string{e.iss.Issuer()}}
+	review, err := kube.New(kcfg)
+	if err != nil {
+		return fail(r, err)
+	}
+	reviews := 0
+	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
+		reviews++
+		return review.Authenticate(ctx, tok)
+	})
+	offline, err := kube.Offline(kcfg)
+	if err != nil {
+		return fail(r, err)
+	}
+	a, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: counting, Interval: interval})
+	if err != nil {
+		return fail(r, err)
+	}
+	tok, err := e.mintFor(devissuer.TokenRequest{Pod: "rechecked", Node: "node-a"})
+	if err != nil {
+		return fail(r, err)
+	}
+	for range 20 {
+		if _, reason, err := outcome(ctx, a, []string{"Bearer " + tok}); reason != "" {
+			return refusal(r, "accepted", reason, err)
+		}
+	}
+	first := reviews
+	if err := e.iss.DeletePod("vmafx", "rechecked"); err != nil {
+		return fail(r, err)
+	}
+	_, within, _ := outcome(ctx, a, []string{"Bearer " + tok})
+	time.Sleep(interval)
+	_, after, _ := outcome(ctx, a, []string{"Bearer " + tok})
+	r.Observed = fmt.Sprintf("20 checks, %d TokenReview; after the deletion: %s within the interval, %s after", first, orAccepted(within), orAccepted(after))
+	r.Pass = first == 1 && within == "" && after == string(authn.TokenInvalid)
+	return r
+}
+
+func orAccepted(reason string) string {
+	if reason == "" {
+		return "accepted"
+	}
+	return reason
+}
+
 func refuseMalformed(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: Authorization header duplicated", Expected: "malformed_credentials"}
 	a, err := e.tokenReview()
