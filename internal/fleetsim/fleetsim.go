@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/callerauth/callerauth/authn"
@@ -103,8 +104,8 @@ func Run(cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	// Measured first, while nothing of the run is on the heap.
-	cacheBytes, recheckBytes := entryBytes()
+	// Measured once, before any run has put anything on the heap.
+	sizesOnce.Do(func() { cacheBytes, recheckBytes = entryBytes() })
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible simulation, not a secret
 	start := time.Unix(1_800_000_000, 0)
 	now := start
@@ -193,6 +194,11 @@ func Run(cfg Config) (Result, error) {
 	res.BytesPerReplica = int64(res.CacheEntries)*cacheBytes + int64(res.RecheckEntries)*recheckBytes
 	return res, nil
 }
+
+var (
+	sizesOnce                sync.Once
+	cacheBytes, recheckBytes int64
+)
 
 // caller is the identity of a simulated token "pod.generation.offset".
 func caller(tok string, rotate, lifetime time.Duration, start time.Time) (*authn.Caller, error) {
