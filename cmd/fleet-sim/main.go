@@ -50,9 +50,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-ttl: %w", err)
 	}
-	ivs, err := list(*intervals, time.ParseDuration)
-	if err != nil {
-		return fmt.Errorf("-review-intervals: %w", err)
+	var ivs []time.Duration
+	if *intervals != "" {
+		if ivs, err = list(*intervals, time.ParseDuration); err != nil {
+			return fmt.Errorf("-review-intervals: %w", err)
+		}
 	}
 	modes := append([]time.Duration{0}, ivs...)
 	fmt.Printf("Fleet: %d pods per node publishing every %s; tokens of %s rotated at %.0f %%; %d replicas, requests spread at random; each row measured over one rotation period after a warm-up in which every token rotated and every review lapsed once (unless -warmup/-measure say otherwise).\n\n",
