@@ -20,10 +20,17 @@ import (
 
 const chartDir = "../../deploy/charts/platform-connector"
 
-// render renders the chart into namespace with values given as YAML.
+// render renders the platform-connector chart into namespace with values
+// given as YAML.
 func render(t *testing.T, namespace, values string) (map[string]string, error) {
+	return renderChart(t, chartDir, "nvsentinel", namespace, values)
+}
+
+// renderChart renders the chart in dir as release name in namespace, with
+// values given as YAML, as helm template does.
+func renderChart(t *testing.T, dir, name, namespace, values string) (map[string]string, error) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
+	ch, err := loader.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +38,7 @@ func render(t *testing.T, namespace, values string) (map[string]string, error) {
 	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
 		t.Fatal(err)
 	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "nvsentinel", Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn"
@@ -22,20 +19,7 @@ import (
 const pdpChart = "../../deploy/charts/pdp"
 
 func renderPDP(t *testing.T, values string) (map[string]string, error) {
-	t.Helper()
-	ch, err := loader.Load(pdpChart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vals map[string]any
-	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
-		t.Fatal(err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "flex-auth", Namespace: "flex-auth", IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	return engine.Render(ch, rv)
+	return renderChart(t, pdpChart, "flex-auth", "flex-auth", values)
 }
 
 // examplePDPValues are values serving examples/secrets-engine, its policy

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/internal/pki"
@@ -19,20 +16,7 @@ import (
 const vmafxChart = "../../deploy/charts/vmafx"
 
 func renderVmafx(t *testing.T, values string) (map[string]string, error) {
-	t.Helper()
-	ch, err := loader.Load(vmafxChart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vals map[string]any
-	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
-		t.Fatal(err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "vmafx", Namespace: "vmafx-system", IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	return engine.Render(ch, rv)
+	return renderChart(t, vmafxChart, "vmafx", "vmafx-system", values)
 }
 
 const goodVmafx = `tenants:
