@@ -56,6 +56,7 @@ node-binding settings; see docs/platform-connector.md.`,
 	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
 	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
 	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
 	o.Serve.AddFlags(f)

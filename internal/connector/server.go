@@ -51,6 +51,9 @@ type Options struct {
 	// fail-open come from config.json.
 	Auth      serve.AuthOptions
 	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
+	// DatastoreURLFile, when set, holds the datastore URL instead
+	// (--datastore-url-file; datastore.Resolve).
+	DatastoreURLFile string
 	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
 	// carry; a larger batch is refused whole (InvalidArgument). Default
 	// DefaultMaxBatchEvents.
@@ -112,7 +115,7 @@ func (o Options) Validate(auth AuthConfig) error {
 	default:
 		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
 	}
-	if _, _, err := datastore.Parse(o.Datastore); err != nil {
+	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
 		errs = append(errs, fmt.Errorf("connector: --datastore: %w", err))
 	}
 	return errors.Join(errs...)
@@ -205,7 +208,11 @@ func New(o Options) (*Server, error) {
 		log.Error("connector: enableNodeBindingAuth is false: NO AUTHENTICATION. Any caller that can reach the socket can submit an event naming any node. This is not a supported production configuration.",
 			"socket", o.Socket)
 	}
-	if s.store, err = OpenStore(o.Datastore); err != nil {
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return nil, fmt.Errorf("connector: %w", err)
+	}
+	if s.store, err = OpenStore(target); err != nil {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })

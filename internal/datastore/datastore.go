@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -315,4 +316,38 @@ func (d *DB) Rebind(q string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// FileFlagHelp is the help of a service's --datastore-url-file flag.
+const FileFlagHelp = "read the datastore URL from this file instead of --datastore (a mounted Secret: the URL may then carry the password without showing in the process's arguments)"
+
+// Check validates a service's datastore flags without reading anything:
+// target must parse, unless the URL comes from urlFile.
+func Check(target, urlFile string) error {
+	if urlFile != "" {
+		return nil
+	}
+	_, _, err := Parse(target)
+	return err
+}
+
+// Resolve is the datastore a service opens: the first line of urlFile when
+// set (a Secret's key, mounted), else target. The file's content is never
+// echoed in an error.
+func Resolve(target, urlFile string) (string, error) {
+	if urlFile == "" {
+		return target, nil
+	}
+	b, err := os.ReadFile(urlFile)
+	if err != nil {
+		return "", fmt.Errorf("--datastore-url-file: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" || strings.ContainsAny(s, "\r\n") {
+		return "", fmt.Errorf("--datastore-url-file %s: want one URL on one line", urlFile)
+	}
+	if _, _, err := Parse(s); err != nil {
+		return "", fmt.Errorf("--datastore-url-file %s: %w", urlFile, err)
+	}
+	return s, nil
 }

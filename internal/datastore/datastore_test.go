@@ -181,3 +181,36 @@ func mustRead(t *testing.T, p string) []byte {
 	}
 	return b
 }
+
+// TestURLFile: the URL read from a mounted Secret's file, one line, checked
+// like the flag; an error never shows the file's content.
+func TestURLFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "uri")
+	if err := os.WriteFile(good, []byte("postgres://app:hunter2@127.0.0.1:5432/app?sslmode=disable\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := datastore.Resolve("/ignored.db", good); err != nil || got != "postgres://app:hunter2@127.0.0.1:5432/app?sslmode=disable" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if got, err := datastore.Resolve("/var/lib/x.db", ""); err != nil || got != "/var/lib/x.db" {
+		t.Fatalf("no file: %q %v", got, err)
+	}
+	for name, content := range map[string]string{"empty": "\n", "two lines": "postgres://a@127.0.0.1/x\npostgres://b@127.0.0.1/y\n", "plaintext": "postgres://app:hunter2@db.example/app\n"} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		_ = os.WriteFile(p, []byte(content), 0o600)
+		_, err := datastore.Resolve("", p)
+		if err == nil || !strings.Contains(err.Error(), "--datastore-url-file") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := datastore.Resolve("", filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file was accepted")
+	}
+	if err := datastore.Check("", good); err != nil {
+		t.Errorf("Check with a file: %v", err)
+	}
+	if err := datastore.Check("mysql://x", ""); err == nil {
+		t.Error("Check accepted another scheme")
+	}
+}

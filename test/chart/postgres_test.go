@@ -31,6 +31,12 @@ type deployment struct {
 					} `json:"env"`
 					VolumeMounts []struct{ Name, MountPath, SubPath string } `json:"volumeMounts"`
 				} `json:"containers"`
+				Volumes []struct {
+					Name   string `json:"name"`
+					Secret struct {
+						SecretName string `json:"secretName"`
+					} `json:"secret"`
+				} `json:"volumes"`
 			} `json:"spec"`
 		} `json:"template"`
 	} `json:"spec"`
@@ -129,5 +135,56 @@ func TestConnectorChartPostgres(t *testing.T) {
 				t.Fatalf("render = %v; want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// checkURLSecret: a Deployment rendered with the datastore URL from a
+// Secret reads it from the Secret's key, mounted as a file, and the URL
+// shows in no argument or variable.
+func checkURLSecret(t *testing.T, manifest string, replicas int, file, secret string) {
+	t.Helper()
+	d := findDeployment(t, manifest)
+	if d.Spec.Replicas != replicas {
+		t.Fatalf("%d replicas, want %d", d.Spec.Replicas, replicas)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if got := flagValue(c.Args, "datastore-url-file"); got != file {
+		t.Fatalf("--datastore-url-file=%q; want %q", got, file)
+	}
+	if strings.HasPrefix(flagValue(c.Args, "datastore"), "postgres") || len(c.Env) != 0 {
+		t.Fatalf("the URL is in the arguments or the environment: %v %v", c.Args, c.Env)
+	}
+	dir := filepath.Dir(file)
+	var vol string
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == dir {
+			vol = m.Name
+		}
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == vol && v.Secret.SecretName == secret {
+			return
+		}
+	}
+	t.Fatalf("no volume of Secret %s mounted at %s", secret, dir)
+}
+
+// TestChartsURLSecret: both charts take the whole URL from a Secret.
+func TestChartsURLSecret(t *testing.T) {
+	out, err := render(t, "nvsentinel", auth("    enabled: true\n")+"deployment:\n  enabled: true\n  replicas: 2\n  postgres:\n    urlSecret: {name: events-db-app}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkURLSecret(t, out["platform-connector/templates/deployment.yaml"], 2, "/etc/platform-connector-datastore-url/uri", "events-db-app")
+	out, err = renderVmafx(t, goodVmafx+"controller:\n  replicas: 2\n  postgres:\n    urlSecret: {name: vmafx-db-app, key: dsn}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkURLSecret(t, out["vmafx/templates/controller.yaml"], 2, "/etc/vmafx/datastore-url/dsn", "vmafx-db-app")
+	if _, err := render(t, "nvsentinel", auth("    enabled: true\n")+"deployment: {enabled: true, postgres: {url: 'postgres://c@db/e?sslmode=require', urlSecret: {name: x}}}\n"); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Fatalf("url and urlSecret: %v", err)
+	}
+	if _, err := renderVmafx(t, goodVmafx+"controller: {postgres: {url: 'postgres://c@db/e?sslmode=require', urlSecret: {name: x}}}\n"); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Fatalf("url and urlSecret: %v", err)
 	}
 }

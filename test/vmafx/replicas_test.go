@@ -3,6 +3,7 @@ package vmafx_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,8 @@ type claim struct {
 // TestControllerReplicas runs three vmafx-controller binaries on one real
 // PostgreSQL database behind no balancer: twelve nodes (four per replica)
 // claim and complete 150 jobs concurrently, and one replica is killed
-// (SIGKILL) a third of the way through. Its nodes move to the survivors;
+// (SIGKILL) a third of the way through; that one read its database URL
+// from a file, as from a mounted Secret (--datastore-url-file). Its nodes move to the survivors;
 // a claim it committed but never answered is requeued when its lease (2 s)
 // expires. At the end every job has succeeded (none lost), and no job was
 // ever handed to a second node while a first one's lease still ran (no
@@ -36,7 +38,10 @@ func TestControllerReplicas(t *testing.T) {
 	pg := pgtest.Start(t)
 	w := newWorldOn(t, pg.NewDatabase(t))
 	_, a2 := w.startReplica()
-	p3, a3 := w.startReplica()
+	// The third reads its URL from a file, as from a mounted Secret.
+	urlFile := filepath.Join(w.dir, "datastore-url")
+	write(t, urlFile, w.datadir+"\n")
+	p3, a3 := w.startReplica("--datastore", "/nonexistent/ignored.db", "--datastore-url-file", urlFile)
 	addrs := []string{w.addr, a2, a3}
 
 	ctx := context.Background()

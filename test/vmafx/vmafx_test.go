@@ -116,11 +116,11 @@ func (w *world) startController() {
 	w.ctl, w.addr = w.startReplica()
 }
 
-// startReplica starts a controller on the world's datastore and returns it
-// with its address.
-func (w *world) startReplica() (*e2e.Process, string) {
-	p := e2e.Start(w.t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--tenants", w.tenants, "--datastore", w.datadir, "--lease", "2s"})
+// startReplica starts a controller on the world's datastore (with extra
+// flags) and returns it with its address.
+func (w *world) startReplica(extra ...string) (*e2e.Process, string) {
+	p := e2e.Start(w.t, bins["vmafx-controller"], append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--tenants", w.tenants, "--datastore", w.datadir, "--lease", "2s"}, extra...))
 	return p, p.LogValue(w.t, "controller: serving", "address", 60*time.Second)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -42,6 +43,7 @@ vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	o.Serve.AddFlags(f)
 	f.StringVar(&o.Tenants, "tenants", "/etc/vmafx/tenants.yaml", "YAML file of the tenants and their identity providers")
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
 	f.DurationVar(&o.Auth.CacheTTL, "caller-cache-ttl", o.Auth.CacheTTL, "how long a successful verification is reused")
 	f.DurationVar(&o.Auth.ReviewTimeout, "caller-review-timeout", o.Auth.ReviewTimeout, "how long one discovery or JWKS fetch may take")

@@ -62,6 +62,9 @@ type Options struct {
 	// Datastore is an SQLite file or a postgres:// URL (--datastore;
 	// datastore.Parse).
 	Datastore string
+	// DatastoreURLFile, when set, holds the datastore URL instead
+	// (--datastore-url-file; datastore.Resolve).
+	DatastoreURLFile string
 	// Lease is how long a claimed job stays with its node without a report
 	// (--lease); LeaseCheck how often expired leases are looked for.
 	Lease, LeaseCheck time.Duration
@@ -87,7 +90,7 @@ func (o Options) Validate() error {
 	if o.Tenants == "" && o.Authenticator == nil {
 		errs = append(errs, errors.New("controller: --tenants is required: the identity provider of each tenant"))
 	}
-	if _, _, err := datastore.Parse(o.Datastore); err != nil {
+	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
 		errs = append(errs, fmt.Errorf("controller: --datastore: %w", err))
 	}
 	if o.Lease < time.Second {
@@ -172,7 +175,11 @@ func New(o Options) (*Server, error) {
 	if s.certs, err = o.Serve.CertReloader(s.log); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	if s.store, err = OpenStore(o.Datastore, o.Now); err != nil {
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if s.store, err = OpenStore(target, o.Now); err != nil {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
@@ -211,7 +218,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		runnables = append(runnables, metrics)
 		metricsAddr = metrics.Listener.Addr().String()
 	}
-	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "datastore", datastore.Redact(s.o.Datastore))
+	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "datastore", s.store.db.Target)
 	if err := serve.Run(ctx, runnables...); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

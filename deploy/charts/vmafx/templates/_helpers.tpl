@@ -39,8 +39,11 @@ controller:
 {{- if not (regexMatch "[?&]sslmode=(require|verify-ca|verify-full)(&|$)" $pg.url) -}}
 {{- fail "vmafx: controller.postgres.url: add sslmode=verify-full (with sslrootcert), verify-ca or require: the controller refuses plaintext to a remote PostgreSQL" -}}
 {{- end -}}
-{{- else if gt (int .Values.controller.replicas) 1 -}}
-{{- fail (printf "vmafx: controller.replicas %d needs controller.postgres.url: replicas on SQLite would each keep their own jobs" (int .Values.controller.replicas)) -}}
+{{- if $pg.urlSecret.name -}}
+{{- fail "vmafx: controller.postgres.url and controller.postgres.urlSecret: give one" -}}
+{{- end -}}
+{{- else if and (gt (int .Values.controller.replicas) 1) (not $pg.urlSecret.name) -}}
+{{- fail (printf "vmafx: controller.replicas %d needs controller.postgres.url or urlSecret: replicas on SQLite would each keep their own jobs" (int .Values.controller.replicas)) -}}
 {{- end -}}
 {{- if not .Values.controller.tls.enabled -}}
 {{- fail "vmafx: controller.tls.enabled is false but the node and the operator send a bearer token: a token never travels over plaintext TCP" -}}
