@@ -132,6 +132,9 @@ func TestOptionsValidate(t *testing.T) {
 		{serve.AuthOptions{Backend: "tokenreview", OIDCIssuers: "f"}, "belongs to --caller-backend oidc"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "x509"}, `--caller-backend "x509"`},
+		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: time.Minute}, "needs the API server's issuer: set --caller-issuer"},
+		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", ReviewInterval: time.Minute}, "--caller-review-interval belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: -time.Minute}, "--caller-review-interval -1m0s"},
 	} {
 		if err := tt.a.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", tt.a, err, tt.want)
@@ -191,11 +194,13 @@ func TestGuardOnBothBackends(t *testing.T) {
 	}
 	good, other := mint("svc"), mint("another-service")
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
-	for _, a := range []serve.AuthOptions{
-		{Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile()},
-		{Backend: serve.BackendOIDC, OIDCIssuers: issuers},
+	for name, a := range map[string]serve.AuthOptions{
+		"tokenreview": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile()},
+		"oidc":        {Backend: serve.BackendOIDC, OIDCIssuers: issuers},
+		// TokenReview once per credential per interval, offline between.
+		"tokenreview with a review interval": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, ReviewInterval: time.Hour},
 	} {
-		t.Run(a.Backend, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) {
 			g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: prometheus.NewRegistry(),
 				MetricsPrefix: "test", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 			if err != nil {
@@ -209,5 +214,23 @@ func TestGuardOnBothBackends(t *testing.T) {
 				t.Fatalf("another audience: %+v", v)
 			}
 		})
+	}
+	// With the interval, a new token is reviewed once however often the
+	// verdict cache misses it (TTL below: every check misses).
+	a := serve.AuthOptions{Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, ReviewInterval: time.Hour, CacheTTL: time.Nanosecond}
+	g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: prometheus.NewRegistry(), MetricsPrefix: "test",
+		Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, before := mint("svc"), iss.Reviews()
+	for range 10 {
+		if v := g.Check(context.Background(), fresh, binding.Request{System: "sys"}); !v.Allowed {
+			t.Fatalf("%+v", v)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := iss.Reviews() - before; n != 1 {
+		t.Fatalf("%d TokenReviews for 10 checks of one token under --caller-review-interval; want 1", n)
 	}
 }
