@@ -27,6 +27,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/pdp"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/tokenvolume"
 )
 
 const example = "../../examples/secrets-engine"
@@ -425,6 +426,81 @@ func TestRunReloadsOnFileChange(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // a new mtime
 	_ = os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"package_id":"secrets-engine","policy_version":"v3"}`), 0o600)
 	waitFor("secrets-engine v3")
+}
+
+// TestReloadFromConfigMapVolumes: the policy package and the registry as
+// the kubelet lays out ConfigMap volumes (each file a link through ..data,
+// updated by swapping ..data) — what deploy/charts/pdp mounts — are
+// reloaded after an update without a restart.
+func TestReloadFromConfigMapVolumes(t *testing.T) {
+	root := t.TempDir()
+	policy, err := tokenvolume.NewDir(filepath.Join(root, "policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := tokenvolume.NewDir(filepath.Join(root, "registry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, f := range []string{"manifest.json", "schema.cedarschema", "catalog.cedar"} {
+		files[f], _ = os.ReadFile(filepath.Join(example, "policy", f))
+	}
+	reg, _ := os.ReadFile(filepath.Join(example, "registry.json"))
+	if err := policy.PublishFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	if err := registry.PublishFiles(map[string][]byte{"registry.json": reg}); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	e := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(root, "policy"), filepath.Join(root, "registry", "registry.json")
+		o.Serve.Listen, o.ReloadInterval = addr, 50*time.Millisecond
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(b), want) {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("readyz never said %q", want)
+			}
+		}
+	}
+	waitFor("secrets-engine v2")
+	files["manifest.json"] = []byte(`{"package_id":"secrets-engine","policy_version":"v3"}`)
+	if err := policy.PublishFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("secrets-engine v3")
+	// The registry's update is seen too: an empty registry makes the allow
+	// example's subject unknown.
+	if err := registry.PublishFiles(map[string][]byte{"registry.json": []byte("[]")}); err != nil {
+		t.Fatal(err)
+	}
+	tok := e.token(t, "secrets-engine", "flex-auth", time.Now())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		status, body := e.post(t, tok, readExample(t, "check_request_allow_rotate.json"), "application/json")
+		if status == http.StatusOK && strings.Contains(string(body), `"effect":"deny"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registry update was never seen: %d %s", status, body)
+		}
+	}
 }
 
 // TestSigningKeyRotation walks the rotation procedure of docs/pdp.md, one

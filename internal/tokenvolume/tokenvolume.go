@@ -36,6 +36,23 @@ func (v *Volume) Path() string { return filepath.Join(v.dir, "token") }
 
 // Publish atomically replaces the token with tok.
 func (v *Volume) Publish(tok string) error {
+	return v.PublishFiles(map[string][]byte{"token": []byte(tok)})
+}
+
+// NewDir creates an empty volume in dir, for [Volume.PublishFiles]: a
+// ConfigMap or Secret volume of several keys.
+func NewDir(dir string) (*Volume, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tokenvolume: %w", err)
+	}
+	return &Volume{dir: dir}, nil
+}
+
+// PublishFiles atomically replaces the volume's files (name → content) as
+// the kubelet updates a ConfigMap or Secret volume: the files in a new
+// timestamped directory, each name a link through ..data, ..data swapped
+// by one rename, the previous directory removed.
+func (v *Volume) PublishFiles(files map[string][]byte) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.gen++
@@ -43,15 +60,29 @@ func (v *Volume) Publish(tok string) error {
 	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o700); err != nil {
 		return fmt.Errorf("tokenvolume: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(v.dir, ts, "token"), []byte(tok), 0o600); err != nil {
-		return fmt.Errorf("tokenvolume: %w", err)
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(v.dir, ts, name), b, 0o600); err != nil {
+			return fmt.Errorf("tokenvolume: %w", err)
+		}
+		link := filepath.Join(v.dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				return fmt.Errorf("tokenvolume: %w", err)
+			}
+		}
 	}
+	old, _ := os.Readlink(filepath.Join(v.dir, "..data"))
 	tmp := filepath.Join(v.dir, "..data_tmp")
 	if err := os.Symlink(ts, tmp); err != nil {
 		return fmt.Errorf("tokenvolume: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
 		return fmt.Errorf("tokenvolume: %w", err)
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(v.dir, old)); err != nil {
+			return fmt.Errorf("tokenvolume: %w", err)
+		}
 	}
 	return nil
 }
