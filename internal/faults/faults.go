@@ -56,7 +56,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(m.Delay):
 		case <-r.Context().Done():
-			return
+			// The client is gone: drop the connection rather than let
+			// net/http finish the exchange with an empty 200, which a
+			// slow server never sends.
+			panic(http.ErrAbortHandler)
 		}
 	}
 	if m.Status != 0 {
