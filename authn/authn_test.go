@@ -349,19 +349,3 @@ func BenchmarkCacheHitVsAPIServer(b *testing.B) {
 		}
 	})
 }
-
-func BenchmarkCacheHit(b *testing.B) {
-	inner := &counting{expiry: time.Now().Add(time.Hour)}
-	c := authn.NewCache(inner, authn.CacheConfig{})
-	tok := "good" + testjwt.Expiring("system:serviceaccount:ns:sa", time.Now().Add(time.Hour))
-	ctx := context.Background()
-	if _, err := c.Authenticate(ctx, tok); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Authenticate(ctx, tok); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -536,16 +536,17 @@ func readBody(r *http.Request) ([]byte, error) {
 // fields, every field present with its type and no null anywhere. The
 // error names the field.
 func decodeRequest(body []byte) (*policy.Request, error) {
-	if err := ijson.Check(body); err != nil {
+	// One pass: the I-JSON check and the split into members together.
+	raw := map[string]json.RawMessage{}
+	if err := ijson.Members(body, func(name, v []byte) error {
+		raw[string(name)] = v
+		return nil
+	}); err != nil {
 		var e *ijson.Error
 		if errors.As(err, &e) && e.Member() != "" {
 			return nil, badField(e.Member(), "field %q: %s", e.Member(), e.Problem)
 		}
 		return nil, badField("body", "body is not a JSON object: %v", err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, badField("body", "body is not a JSON object")
 	}
 	var req policy.Request
 	fields := []struct {
@@ -562,9 +563,11 @@ func decodeRequest(body []byte) (*policy.Request, error) {
 		if !ok || string(v) == "null" {
 			return nil, badField(f.name, "field %q is required", f.name)
 		}
-		if v[0] != '"' || json.Unmarshal(v, f.dst) != nil {
+		str, ok := ijson.String(v)
+		if !ok {
 			return nil, badField(f.name, "field %q must be a string", f.name)
 		}
+		*f.dst = str
 		if *f.dst == "" && f.name != "purpose" {
 			return nil, badField(f.name, "field %q may not be empty", f.name)
 		}
