@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/capture"
 	"github.com/callerauth/callerauth/internal/cli"
@@ -220,5 +222,25 @@ func TestDemoCommand(t *testing.T) {
 	m := regexp.MustCompile(`demo: (\d+) passed, 0 failed`).FindStringSubmatch(out)
 	if m == nil || strings.Count(out, " pass\n") != atoi(m[1]) || atoi(m[1]) < 39 {
 		t.Fatalf("want every scenario (39 or more) passed, each row saying pass:\n%s", out)
+	}
+}
+
+// TestDecisionKeygen: keygen writes a key the pdp's key loader reads, of
+// the algorithm asked for; an unknown one is refused naming it.
+func TestDecisionKeygen(t *testing.T) {
+	for alg, pemType := range map[string]string{"ES256": "*ecdsa.PrivateKey", "EdDSA": "ed25519.PrivateKey"} {
+		out := filepath.Join(t.TempDir(), "signing.pem")
+		r := execute(context.Background(), t, "", time.Time{}, "decision", "keygen", "--out", out, "--alg", alg)
+		if r.err != nil || !strings.Contains(r.stdout.String(), alg) {
+			t.Fatalf("%s: %q %v", alg, r.stdout.String(), r.err)
+		}
+		keys, err := decision.LoadKeyFile(out)
+		if err != nil || len(keys) != 1 || fmt.Sprintf("%T", keys[0]) != pemType {
+			t.Fatalf("%s: %d keys of %T, %v", alg, len(keys), keys, err)
+		}
+	}
+	r := execute(context.Background(), t, "", time.Time{}, "decision", "keygen", "--out", filepath.Join(t.TempDir(), "k.pem"), "--alg", "HS256")
+	if r.err == nil || !strings.Contains(r.err.Error(), `"HS256"`) {
+		t.Fatalf("HS256: %v", r.err)
 	}
 }
