@@ -27,8 +27,10 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// JobState: PENDING → RUNNING → SUCCEEDED | FAILED; a RUNNING job whose
-// lease expires goes back to PENDING.
+// JobState: PENDING → RUNNING → SUCCEEDED | FAILED; PENDING or RUNNING →
+// CANCELLED. A RUNNING job whose lease expires, or whose node gives it
+// back, goes back to PENDING behind the tenant's other pending jobs, until
+// its attempts are exhausted (then FAILED, reason attempts_exhausted).
 type JobState int32
 
 const (
@@ -37,6 +39,7 @@ const (
 	JobState_JOB_STATE_RUNNING     JobState = 2
 	JobState_JOB_STATE_SUCCEEDED   JobState = 3
 	JobState_JOB_STATE_FAILED      JobState = 4
+	JobState_JOB_STATE_CANCELLED   JobState = 5
 )
 
 // Enum value maps for JobState.
@@ -47,6 +50,7 @@ var (
 		2: "JOB_STATE_RUNNING",
 		3: "JOB_STATE_SUCCEEDED",
 		4: "JOB_STATE_FAILED",
+		5: "JOB_STATE_CANCELLED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -54,6 +58,7 @@ var (
 		"JOB_STATE_RUNNING":     2,
 		"JOB_STATE_SUCCEEDED":   3,
 		"JOB_STATE_FAILED":      4,
+		"JOB_STATE_CANCELLED":   5,
 	}
 )
 
@@ -87,13 +92,15 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 // JobSpec is what to measure.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// reference is the reference clip: a path or a file:// URI the nodes can
-	// read, a YUV4MPEG2 8-bit 4:2:0 file.
+	// reference is the reference clip, a YUV4MPEG2 8-bit 4:2:0 file: a path
+	// relative to the tenant's clip directory on the nodes
+	// (<clip-root>/<tenant>/<reference>). At most 1024 bytes; absolute paths
+	// and ".." elements are refused.
 	Reference string `protobuf:"bytes,1,opt,name=reference,proto3" json:"reference,omitempty"`
 	// distorted is the clip measured against the reference, of the same size
-	// and frame count.
+	// and frame count; named as reference is.
 	Distorted string `protobuf:"bytes,2,opt,name=distorted,proto3" json:"distorted,omitempty"`
-	// metrics wanted: "psnr", "ssim".
+	// metrics wanted: "psnr", "ssim", each at most once.
 	Metrics       []string `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -225,7 +232,8 @@ type Job struct {
 	Tenant string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Spec   *JobSpec               `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	State  JobState               `protobuf:"varint,4,opt,name=state,proto3,enum=vmafx.v1.JobState" json:"state,omitempty"`
-	// node holding or having held the lease: the caller's identity.
+	// node holding or having held the lease: the claiming pod (the token's
+	// pod claim, else the node's --node-name, else the token's subject).
 	Node           string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	Scores         []*Score               `protobuf:"bytes,7,rep,name=scores,proto3" json:"scores,omitempty"`
@@ -236,7 +244,13 @@ type Job struct {
 	SubmittedBy string `protobuf:"bytes,11,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	// progress of a running job: the frames measured so far, as the node
 	// last reported them.
-	Progress      float64 `protobuf:"fixed64,12,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress float64 `protobuf:"fixed64,12,opt,name=progress,proto3" json:"progress,omitempty"`
+	// reason is the stable reason of a FAILED job (attempts_exhausted,
+	// clip_unavailable, frame_too_large, …; docs/vmafx.md), "cancelled" for a
+	// CANCELLED one; empty otherwise.
+	Reason string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	// attempts is how many times the job has been claimed.
+	Attempts      int32 `protobuf:"varint,14,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +365,20 @@ func (x *Job) GetSubmittedBy() string {
 func (x *Job) GetProgress() float64 {
 	if x != nil {
 		return x.Progress
+	}
+	return 0
+}
+
+func (x *Job) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Job) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
 	}
 	return 0
 }
@@ -658,7 +686,10 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 }
 
 type ClaimJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_name names the claiming pod when the token carries no pod claim
+	// (the node's --node-name); at most 253 bytes.
+	NodeName      string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -693,10 +724,20 @@ func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
 	return file_vmafx_v1_vmafx_proto_rawDescGZIP(), []int{9}
 }
 
+func (x *ClaimJobRequest) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
 type ClaimJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// job is unset when nothing is pending.
-	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// lease_id identifies this claim: every ReportJob for it must carry it.
+	// Unguessable; a later claim of the same job has another.
+	LeaseId       string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -738,16 +779,30 @@ func (x *ClaimJobResponse) GetJob() *Job {
 	return nil
 }
 
+func (x *ClaimJobResponse) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
 type ReportJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// state is RUNNING (progress; renews the lease), SUCCEEDED (with scores)
-	// or FAILED (with error).
+	// state is RUNNING (progress; renews the lease), SUCCEEDED (with scores,
+	// one per metric of the job), FAILED (with error and reason), or PENDING
+	// (the node gives the job back, e.g. when it stops).
 	State JobState `protobuf:"varint,2,opt,name=state,proto3,enum=vmafx.v1.JobState" json:"state,omitempty"`
-	// progress: the frames measured so far.
-	Progress      float64  `protobuf:"fixed64,3,opt,name=progress,proto3" json:"progress,omitempty"`
-	Scores        []*Score `protobuf:"bytes,4,rep,name=scores,proto3" json:"scores,omitempty"`
-	Error         string   `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// progress: the frames measured so far; finite and not negative.
+	Progress float64  `protobuf:"fixed64,3,opt,name=progress,proto3" json:"progress,omitempty"`
+	Scores   []*Score `protobuf:"bytes,4,rep,name=scores,proto3" json:"scores,omitempty"`
+	// error of a FAILED report, at most 2048 bytes.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// lease_id is the one ClaimJob returned; another or a stale one is
+	// FailedPrecondition.
+	LeaseId string `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// reason of a FAILED report: a stable word (a-z, '_', at most 64 bytes).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +872,108 @@ func (x *ReportJobRequest) GetError() string {
 	return ""
 }
 
+func (x *ReportJobRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ReportJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobRequest) Reset() {
+	*x = CancelJobRequest{}
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobRequest) ProtoMessage() {}
+
+func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobRequest) Descriptor() ([]byte, []int) {
+	return file_vmafx_v1_vmafx_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CancelJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CancelJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobResponse) Reset() {
+	*x = CancelJobResponse{}
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobResponse) ProtoMessage() {}
+
+func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
+func (*CancelJobResponse) Descriptor() ([]byte, []int) {
+	return file_vmafx_v1_vmafx_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CancelJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 type ReportJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -826,7 +983,7 @@ type ReportJobResponse struct {
 
 func (x *ReportJobResponse) Reset() {
 	*x = ReportJobResponse{}
-	mi := &file_vmafx_v1_vmafx_proto_msgTypes[12]
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +995,7 @@ func (x *ReportJobResponse) String() string {
 func (*ReportJobResponse) ProtoMessage() {}
 
 func (x *ReportJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vmafx_v1_vmafx_proto_msgTypes[12]
+	mi := &file_vmafx_v1_vmafx_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1008,7 @@ func (x *ReportJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportJobResponse.ProtoReflect.Descriptor instead.
 func (*ReportJobResponse) Descriptor() ([]byte, []int) {
-	return file_vmafx_v1_vmafx_proto_rawDescGZIP(), []int{12}
+	return file_vmafx_v1_vmafx_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportJobResponse) GetJob() *Job {
@@ -874,7 +1031,7 @@ const file_vmafx_v1_vmafx_proto_rawDesc = "" +
 	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x12\n" +
 	"\x04mean\x18\x02 \x01(\x01R\x04mean\x12\x10\n" +
 	"\x03min\x18\x03 \x01(\x01R\x03min\x12\x16\n" +
-	"\x06frames\x18\x04 \x01(\x03R\x06frames\"\xcc\x03\n" +
+	"\x06frames\x18\x04 \x01(\x03R\x06frames\"\x80\x04\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12%\n" +
@@ -890,7 +1047,9 @@ const file_vmafx_v1_vmafx_proto_rawDesc = "" +
 	"updated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
 	"\fsubmitted_by\x18\v \x01(\tR\vsubmittedBy\x12\x1a\n" +
-	"\bprogress\x18\f \x01(\x01R\bprogress\"X\n" +
+	"\bprogress\x18\f \x01(\x01R\bprogress\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\x12\x1a\n" +
+	"\battempts\x18\x0e \x01(\x05R\battempts\"X\n" +
 	"\x10SubmitJobRequest\x12%\n" +
 	"\x04spec\x18\x01 \x01(\v2\x11.vmafx.v1.JobSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -908,31 +1067,41 @@ const file_vmafx_v1_vmafx_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"]\n" +
 	"\x10ListJobsResponse\x12!\n" +
 	"\x04jobs\x18\x01 \x03(\v2\r.vmafx.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x11\n" +
-	"\x0fClaimJobRequest\"3\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
+	"\x0fClaimJobRequest\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"N\n" +
 	"\x10ClaimJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job\"\xa7\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\xda\x01\n" +
 	"\x10ReportJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x12.vmafx.v1.JobStateR\x05state\x12\x1a\n" +
 	"\bprogress\x18\x03 \x01(\x01R\bprogress\x12'\n" +
 	"\x06scores\x18\x04 \x03(\v2\x0f.vmafx.v1.ScoreR\x06scores\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"4\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x19\n" +
+	"\blease_id\x18\x06 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\"\n" +
+	"\x10CancelJobRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"4\n" +
+	"\x11CancelJobResponse\x12\x1f\n" +
+	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job\"4\n" +
 	"\x11ReportJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job*\x82\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job*\x9b\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_PENDING\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x042\xdb\x02\n" +
+	"\x10JOB_STATE_FAILED\x10\x04\x12\x17\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x052\xa1\x03\n" +
 	"\n" +
 	"JobService\x12D\n" +
 	"\tSubmitJob\x12\x1a.vmafx.v1.SubmitJobRequest\x1a\x1b.vmafx.v1.SubmitJobResponse\x12;\n" +
 	"\x06GetJob\x12\x17.vmafx.v1.GetJobRequest\x1a\x18.vmafx.v1.GetJobResponse\x12A\n" +
 	"\bListJobs\x12\x19.vmafx.v1.ListJobsRequest\x1a\x1a.vmafx.v1.ListJobsResponse\x12A\n" +
 	"\bClaimJob\x12\x19.vmafx.v1.ClaimJobRequest\x1a\x1a.vmafx.v1.ClaimJobResponse\x12D\n" +
-	"\tReportJob\x12\x1a.vmafx.v1.ReportJobRequest\x1a\x1b.vmafx.v1.ReportJobResponseB7Z5github.com/callerauth/callerauth/api/vmafx/v1;vmafxv1b\x06proto3"
+	"\tReportJob\x12\x1a.vmafx.v1.ReportJobRequest\x1a\x1b.vmafx.v1.ReportJobResponse\x12D\n" +
+	"\tCancelJob\x12\x1a.vmafx.v1.CancelJobRequest\x1a\x1b.vmafx.v1.CancelJobResponseB7Z5github.com/callerauth/callerauth/api/vmafx/v1;vmafxv1b\x06proto3"
 
 var (
 	file_vmafx_v1_vmafx_proto_rawDescOnce sync.Once
@@ -947,7 +1116,7 @@ func file_vmafx_v1_vmafx_proto_rawDescGZIP() []byte {
 }
 
 var file_vmafx_v1_vmafx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_vmafx_v1_vmafx_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_vmafx_v1_vmafx_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_vmafx_v1_vmafx_proto_goTypes = []any{
 	(JobState)(0),                 // 0: vmafx.v1.JobState
 	(*JobSpec)(nil),               // 1: vmafx.v1.JobSpec
@@ -962,16 +1131,18 @@ var file_vmafx_v1_vmafx_proto_goTypes = []any{
 	(*ClaimJobRequest)(nil),       // 10: vmafx.v1.ClaimJobRequest
 	(*ClaimJobResponse)(nil),      // 11: vmafx.v1.ClaimJobResponse
 	(*ReportJobRequest)(nil),      // 12: vmafx.v1.ReportJobRequest
-	(*ReportJobResponse)(nil),     // 13: vmafx.v1.ReportJobResponse
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*CancelJobRequest)(nil),      // 13: vmafx.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 14: vmafx.v1.CancelJobResponse
+	(*ReportJobResponse)(nil),     // 15: vmafx.v1.ReportJobResponse
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_vmafx_v1_vmafx_proto_depIdxs = []int32{
 	1,  // 0: vmafx.v1.Job.spec:type_name -> vmafx.v1.JobSpec
 	0,  // 1: vmafx.v1.Job.state:type_name -> vmafx.v1.JobState
-	14, // 2: vmafx.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
+	16, // 2: vmafx.v1.Job.lease_expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: vmafx.v1.Job.scores:type_name -> vmafx.v1.Score
-	14, // 4: vmafx.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	14, // 5: vmafx.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	16, // 4: vmafx.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	16, // 5: vmafx.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: vmafx.v1.SubmitJobRequest.spec:type_name -> vmafx.v1.JobSpec
 	3,  // 7: vmafx.v1.SubmitJobResponse.job:type_name -> vmafx.v1.Job
 	3,  // 8: vmafx.v1.GetJobResponse.job:type_name -> vmafx.v1.Job
@@ -980,22 +1151,25 @@ var file_vmafx_v1_vmafx_proto_depIdxs = []int32{
 	3,  // 11: vmafx.v1.ClaimJobResponse.job:type_name -> vmafx.v1.Job
 	0,  // 12: vmafx.v1.ReportJobRequest.state:type_name -> vmafx.v1.JobState
 	2,  // 13: vmafx.v1.ReportJobRequest.scores:type_name -> vmafx.v1.Score
-	3,  // 14: vmafx.v1.ReportJobResponse.job:type_name -> vmafx.v1.Job
-	4,  // 15: vmafx.v1.JobService.SubmitJob:input_type -> vmafx.v1.SubmitJobRequest
-	6,  // 16: vmafx.v1.JobService.GetJob:input_type -> vmafx.v1.GetJobRequest
-	8,  // 17: vmafx.v1.JobService.ListJobs:input_type -> vmafx.v1.ListJobsRequest
-	10, // 18: vmafx.v1.JobService.ClaimJob:input_type -> vmafx.v1.ClaimJobRequest
-	12, // 19: vmafx.v1.JobService.ReportJob:input_type -> vmafx.v1.ReportJobRequest
-	5,  // 20: vmafx.v1.JobService.SubmitJob:output_type -> vmafx.v1.SubmitJobResponse
-	7,  // 21: vmafx.v1.JobService.GetJob:output_type -> vmafx.v1.GetJobResponse
-	9,  // 22: vmafx.v1.JobService.ListJobs:output_type -> vmafx.v1.ListJobsResponse
-	11, // 23: vmafx.v1.JobService.ClaimJob:output_type -> vmafx.v1.ClaimJobResponse
-	13, // 24: vmafx.v1.JobService.ReportJob:output_type -> vmafx.v1.ReportJobResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	3,  // 14: vmafx.v1.CancelJobResponse.job:type_name -> vmafx.v1.Job
+	3,  // 15: vmafx.v1.ReportJobResponse.job:type_name -> vmafx.v1.Job
+	4,  // 16: vmafx.v1.JobService.SubmitJob:input_type -> vmafx.v1.SubmitJobRequest
+	6,  // 17: vmafx.v1.JobService.GetJob:input_type -> vmafx.v1.GetJobRequest
+	8,  // 18: vmafx.v1.JobService.ListJobs:input_type -> vmafx.v1.ListJobsRequest
+	10, // 19: vmafx.v1.JobService.ClaimJob:input_type -> vmafx.v1.ClaimJobRequest
+	12, // 20: vmafx.v1.JobService.ReportJob:input_type -> vmafx.v1.ReportJobRequest
+	13, // 21: vmafx.v1.JobService.CancelJob:input_type -> vmafx.v1.CancelJobRequest
+	5,  // 22: vmafx.v1.JobService.SubmitJob:output_type -> vmafx.v1.SubmitJobResponse
+	7,  // 23: vmafx.v1.JobService.GetJob:output_type -> vmafx.v1.GetJobResponse
+	9,  // 24: vmafx.v1.JobService.ListJobs:output_type -> vmafx.v1.ListJobsResponse
+	11, // 25: vmafx.v1.JobService.ClaimJob:output_type -> vmafx.v1.ClaimJobResponse
+	15, // 26: vmafx.v1.JobService.ReportJob:output_type -> vmafx.v1.ReportJobResponse
+	14, // 27: vmafx.v1.JobService.CancelJob:output_type -> vmafx.v1.CancelJobResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_vmafx_v1_vmafx_proto_init() }
@@ -1009,7 +1183,7 @@ func file_vmafx_v1_vmafx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_vmafx_v1_vmafx_proto_rawDesc), len(file_vmafx_v1_vmafx_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

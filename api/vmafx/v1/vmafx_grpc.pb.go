@@ -29,6 +29,7 @@ const (
 	JobService_ListJobs_FullMethodName  = "/vmafx.v1.JobService/ListJobs"
 	JobService_ClaimJob_FullMethodName  = "/vmafx.v1.JobService/ClaimJob"
 	JobService_ReportJob_FullMethodName = "/vmafx.v1.JobService/ReportJob"
+	JobService_CancelJob_FullMethodName = "/vmafx.v1.JobService/CancelJob"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -50,6 +51,12 @@ type JobServiceClient interface {
 	// scores, or failure with a message. Only the node holding the lease may
 	// report. Role vmafx:node.
 	ReportJob(ctx context.Context, in *ReportJobRequest, opts ...grpc.CallOption) (*ReportJobResponse, error)
+	// CancelJob cancels a PENDING or RUNNING job of the caller's tenant: it
+	// becomes CANCELLED, and the node measuring it stops on its next report
+	// (refused FailedPrecondition). Cancelling a CANCELLED job returns it; a
+	// finished one is FailedPrecondition; another tenant's is NotFound.
+	// Role vmafx:submitter.
+	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 }
 
 type jobServiceClient struct {
@@ -110,6 +117,16 @@ func (c *jobServiceClient) ReportJob(ctx context.Context, in *ReportJobRequest, 
 	return out, nil
 }
 
+func (c *jobServiceClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelJobResponse)
+	err := c.cc.Invoke(ctx, JobService_CancelJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -129,6 +146,12 @@ type JobServiceServer interface {
 	// scores, or failure with a message. Only the node holding the lease may
 	// report. Role vmafx:node.
 	ReportJob(context.Context, *ReportJobRequest) (*ReportJobResponse, error)
+	// CancelJob cancels a PENDING or RUNNING job of the caller's tenant: it
+	// becomes CANCELLED, and the node measuring it stops on its next report
+	// (refused FailedPrecondition). Cancelling a CANCELLED job returns it; a
+	// finished one is FailedPrecondition; another tenant's is NotFound.
+	// Role vmafx:submitter.
+	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -153,6 +176,9 @@ func (UnimplementedJobServiceServer) ClaimJob(context.Context, *ClaimJobRequest)
 }
 func (UnimplementedJobServiceServer) ReportJob(context.Context, *ReportJobRequest) (*ReportJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportJob not implemented")
+}
+func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -265,6 +291,24 @@ func _JobService_ReportJob_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CancelJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CancelJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CancelJob(ctx, req.(*CancelJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -291,6 +335,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportJob",
 			Handler:    _JobService_ReportJob_Handler,
+		},
+		{
+			MethodName: "CancelJob",
+			Handler:    _JobService_CancelJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

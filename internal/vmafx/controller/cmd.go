@@ -15,7 +15,7 @@ import (
 
 // NewCommand is the vmafx-controller command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease,
+	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts,
 		Auth: serve.AuthOptions{CacheTTL: authn.DefaultCacheTTL, ReviewTimeout: kube.DefaultTimeout}}
 	cmd := &cobra.Command{
 		Use:   "vmafx-controller",
@@ -23,7 +23,7 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 		Long: `vmafx-controller serves JobService over gRPC with TLS. Every call is verified
 offline against the identity provider of the caller's tenant (--tenants) and
 role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob),
-vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
+vmafx:submitter (SubmitJob, CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -45,6 +45,7 @@ vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
+	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
 	f.DurationVar(&o.Auth.CacheTTL, "caller-cache-ttl", o.Auth.CacheTTL, "how long a successful verification is reused")
 	f.DurationVar(&o.Auth.ReviewTimeout, "caller-review-timeout", o.Auth.ReviewTimeout, "how long one discovery or JWKS fetch may take")
 	o.Auth.AddCacheFlags(f)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,10 @@ func (e *env) clientWith(t *testing.T, tok string) vmafxv1.JobServiceClient {
 	return vmafxv1.NewJobServiceClient(conn)
 }
 
-var spec = &vmafxv1.JobSpec{Reference: "/clips/ref.y4m", Distorted: "file:///clips/dist.y4m", Metrics: []string{"psnr", "ssim"}}
+var spec = &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: "takes/dist.y4m", Metrics: []string{"psnr", "ssim"}}
+
+// bothScores are a SUCCEEDED report's scores for spec.
+var bothScores = []*vmafxv1.Score{{Metric: "psnr", Mean: 40.1, Min: 38, Frames: 10}, {Metric: "ssim", Mean: 0.98, Min: 0.97, Frames: 10}}
 
 // TestEveryMethodHasARule: a method added to JobService without a role in
 // MethodRoles fails here (and would be refused for everyone).
@@ -225,25 +229,31 @@ func testTenantsAndRoles(t *testing.T, datastore string) {
 		t.Fatalf("node A claim: %v %v", claim, err)
 	}
 	// Only the node holding the lease may report; only legal transitions.
-	done := &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
-		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 40.1, Min: 38, Frames: 10}, {Metric: "ssim", Mean: 0.98, Min: 0.97, Frames: 10}}}
+	done := &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}
 	if _, err := nodeA2.ReportJob(ctx, done); code(err) != codes.FailedPrecondition {
-		t.Fatalf("another node reporting: %v", err)
+		t.Fatalf("another node reporting without the lease: %v", err)
 	}
+	if len(claim.GetLeaseId()) < 22 {
+		t.Fatalf("lease id %q: want 128 random bits", claim.GetLeaseId())
+	}
+	done.LeaseId = claim.GetLeaseId()
 	if _, err := nodeB.ReportJob(ctx, done); code(err) != codes.NotFound {
 		t.Fatalf("another tenant's node reporting: %v", err)
 	}
 	if r, err := nodeA.ReportJob(ctx, done); err != nil || r.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(r.GetJob().GetScores()) != 2 {
 		t.Fatalf("report: %v %v", r, err)
 	}
-	if _, err := nodeA.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "late"}); code(err) != codes.FailedPrecondition {
+	if _, err := nodeA.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: claim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "late"}); code(err) != codes.FailedPrecondition {
 		t.Fatalf("SUCCEEDED → FAILED: %v", err)
 	}
 	// Bad specs name what is wrong.
 	for _, bad := range []*vmafxv1.JobSpec{
-		{Reference: "/a.y4m", Distorted: "/b.y4m", Metrics: []string{"psnr", "vmaf"}},
-		{Reference: "/a.y4m", Distorted: "https://x/b.y4m", Metrics: []string{"psnr"}},
-		{Reference: "", Distorted: "/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr", "vmaf"}},
+		{Reference: "a.y4m", Distorted: "https://x/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "", Distorted: "b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "/a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "a.y4m", Distorted: "../tenant-b/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr", "psnr"}},
 	} {
 		if _, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: bad}); code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v", bad, err)
@@ -302,7 +312,8 @@ func testLeaseExpiryAndRestart(t *testing.T, datastore string) {
 		t.Fatal(err)
 	}
 	dead, alive := e.client(t, "tenant-a", "node-dead", controller.RoleNode), e.client(t, "tenant-a", "node-alive", controller.RoleNode)
-	if c, err := dead.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob() == nil {
+	deadClaim, err := dead.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || deadClaim.GetJob() == nil {
 		t.Fatalf("claim: %v", err)
 	}
 	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano()) // past the lease
@@ -319,14 +330,21 @@ func testLeaseExpiryAndRestart(t *testing.T, datastore string) {
 	if got := metric(t, e.ctl, "vmafx_controller_lease_expiries_total"); got != 1 {
 		t.Fatalf("lease expiries counted: %v", got)
 	}
-	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED}); code(err) != codes.FailedPrecondition {
+	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: deadClaim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: bothScores}); code(err) != codes.FailedPrecondition {
 		t.Fatalf("the dead node reporting after losing its lease: %v", err)
 	}
-	if c, err := alive.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob().GetNode() != "node-alive" {
+	c, err := alive.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || c.GetJob().GetNode() != "node-alive" || c.GetJob().GetAttempts() != 2 {
 		t.Fatalf("second claim: %v %v", c, err)
 	}
-	if _, err := alive.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
-		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 30, Min: 29, Frames: 3}}}); err != nil {
+	// The dead node's lease id does not fit the new claim.
+	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: deadClaim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: bothScores}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("a stale lease id: %v", err)
+	}
+	if _, err := alive.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 30, Min: 29, Frames: 3}, {Metric: "ssim", Mean: 0.9, Min: 0.8, Frames: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	// Restart on the same datastore: everything is there.
@@ -410,7 +428,7 @@ func TestClaimExactlyOnce(t *testing.T) {
 					node := fmt.Sprintf("node-%d-%d", r, c)
 					wg.Go(func() {
 						for {
-							j, err := s.Claim(ctx, "tenant-a", node, time.Minute)
+							j, _, err := s.Claim(ctx, "tenant-a", node, time.Minute)
 							if err != nil {
 								t.Errorf("%s: %v", node, err)
 								return
@@ -446,5 +464,129 @@ func TestClaimExactlyOnce(t *testing.T) {
 				t.Fatalf("%d double claims, %d lost, %d claimed of %d", double, lost, len(claimedBy), jobs)
 			}
 		})
+	}
+}
+
+// TestAttemptsQueueAndCancel: a claim that ends without an outcome (lease
+// lost or job given back) queues the job behind the tenant's other pending
+// jobs; after --max-attempts claims it is FAILED attempts_exhausted with the
+// last error; a cancelled job refuses its node's next report; report values
+// that are not finite or out of range are InvalidArgument naming the field.
+func TestAttemptsQueueAndCancel(t *testing.T) {
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) { testAttemptsQueueAndCancel(t, target) })
+	}
+}
+
+func testAttemptsQueueAndCancel(t *testing.T, datastore string) {
+	e := startOn(t, t.TempDir(), datastore)
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	node := e.client(t, "tenant-a", "node-a1", controller.RoleNode)
+	var ids []string
+	for range 3 {
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sub.GetJob().GetId())
+	}
+	poison := ids[0]
+	// The poison job is claimed first, given back, and then waits behind
+	// the two submitted after it.
+	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "pod-1"})
+	if err != nil || c.GetJob().GetId() != poison || c.GetJob().GetNode() != "pod-1" || c.GetJob().GetAttempts() != 1 {
+		t.Fatalf("first claim: %v %v", c, err)
+	}
+	for _, bad := range []struct {
+		r     *vmafxv1.ReportJobRequest
+		field string
+	}{
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: math.NaN()}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: math.Inf(1)}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: -5}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: math.NaN(), Min: 1, Frames: 1}, bothScores[1]}}, "scores[0].mean"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{bothScores[0], {Metric: "ssim", Mean: 0.5, Min: -3, Frames: 1}}}, "scores[1].min"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{bothScores[0], bothScores[0]}}, "scores[1].metric"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores[:1]}, "scores: 1 reported"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_FAILED, Error: strings.Repeat("x", 4096)}, "error: 4096 bytes"},
+	} {
+		bad.r.Id, bad.r.LeaseId = poison, c.GetLeaseId()
+		if _, err := node.ReportJob(ctx, bad.r); code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), bad.field) {
+			t.Errorf("%s: %v", bad.field, err)
+		}
+	}
+	giveBack := func(c *vmafxv1.ClaimJobResponse, why string) {
+		t.Helper()
+		if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_PENDING, Error: why}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	giveBack(c, "too slow")
+	for _, want := range ids[1:] {
+		c2, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+		if err != nil || c2.GetJob().GetId() != want {
+			t.Fatalf("the queue behind the given-back job: claimed %v (%v); want %s", c2.GetJob().GetId(), err, want)
+		}
+		if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: want, LeaseId: c2.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Attempt 2 is given back; attempt 3 loses its lease: FAILED
+	// attempts_exhausted with the last error.
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	giveBack(c, "too slow again")
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "pod-3"})
+	if c.GetJob().GetId() != poison || c.GetJob().GetAttempts() != 3 {
+		t.Fatalf("third claim: %v", c)
+	}
+	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano())
+	reader := e.client(t, "tenant-a", "dash", controller.RoleReader)
+	var j *vmafxv1.Job
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		g, err := reader.GetJob(ctx, &vmafxv1.GetJobRequest{Id: poison})
+		if j = g.GetJob(); err == nil && j.GetState() == vmafxv1.JobState_JOB_STATE_FAILED {
+			break
+		}
+	}
+	if j.GetState() != vmafxv1.JobState_JOB_STATE_FAILED || j.GetReason() != controller.ReasonAttemptsExhausted || j.GetError() != "claimed 3 times without an outcome; the last: the lease of pod-3 expired" {
+		t.Fatalf("poison job: %v", j)
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_attempts_exhausted_total"); got != 1 {
+		t.Errorf("attempts_exhausted counted %v", got)
+	}
+	e.clock.Store(0)
+	// Cancelling: a running job's node is refused its next report; a
+	// finished job cannot be cancelled; another tenant's is NotFound.
+	sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if c.GetJob().GetId() != sub.GetJob().GetId() {
+		t.Fatalf("claimed %v", c)
+	}
+	if _, err := e.client(t, "tenant-b", "ci-b", controller.RoleSubmitter).CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()}); code(err) != codes.NotFound {
+		t.Fatalf("tenant B cancelling A's job: %v", err)
+	}
+	if _, err := reader.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()}); code(err) != codes.PermissionDenied {
+		t.Fatalf("a reader cancelling: %v", err)
+	}
+	cj, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()})
+	if err != nil || cj.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_CANCELLED || cj.GetJob().GetReason() != controller.ReasonCancelled {
+		t.Fatalf("cancel: %v %v", cj, err)
+	}
+	if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: 3}); code(err) != codes.FailedPrecondition ||
+		!strings.Contains(status.Convert(err).Message(), "CANCELLED") {
+		t.Fatalf("the cancelled job's node reporting: %v", err)
+	}
+	if _, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: ids[1]}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("cancelling a finished job: %v", err)
+	}
+	// Every refusal above is one log line with tenant, caller and reason.
+	for _, want := range []string{`"reason":"invalid_argument"`, `"reason":"job_conflict"`, `"reason":"job_not_found"`, `"caller":"node-a1"`, `"caller":"ci-b"`} {
+		if !strings.Contains(e.log.String(), want) {
+			t.Errorf("no refusal logged with %s", want)
+		}
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -21,7 +23,6 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
-	"github.com/callerauth/callerauth/internal/vmafx/measure"
 )
 
 // Roles.
@@ -39,14 +40,21 @@ var MethodRoles = map[string]string{
 	vmafxv1.JobService_ListJobs_FullMethodName:  RoleReader,
 	vmafxv1.JobService_ClaimJob_FullMethodName:  RoleNode,
 	vmafxv1.JobService_ReportJob_FullMethodName: RoleNode,
+	vmafxv1.JobService_CancelJob_FullMethodName: RoleSubmitter,
 }
 
 // Defaults.
 const (
 	DefaultLease      = 30 * time.Second
 	DefaultLeaseCheck = time.Second
-	maxPageSize       = 500
-	defaultPageSize   = 100
+	// DefaultMaxAttempts is how many claims a job gets before it is FAILED
+	// attempts_exhausted (--max-attempts).
+	DefaultMaxAttempts = 3
+	maxPageSize        = 500
+	defaultPageSize    = 100
+	// maxPageBytes bounds a ListJobs page (its jobs encoded), well under
+	// gRPC's 4 MiB message limit: a page stops early rather than grow.
+	maxPageBytes = 1 << 20
 )
 
 // Options configure the controller. Flags map onto them.
@@ -68,7 +76,9 @@ type Options struct {
 	// Lease is how long a claimed job stays with its node without a report
 	// (--lease); LeaseCheck how often expired leases are looked for.
 	Lease, LeaseCheck time.Duration
-	Logger            *slog.Logger
+	// MaxAttempts is how many claims a job gets (--max-attempts).
+	MaxAttempts int
+	Logger      *slog.Logger
 	// Authenticator replaces the tenants' verifier, for tests.
 	Authenticator authn.Authenticator
 	// Now is the clock of leases. Default time.Now.
@@ -96,6 +106,9 @@ func (o Options) Validate() error {
 	if o.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("controller: --lease %s: want at least 1s", o.Lease))
 	}
+	if o.MaxAttempts < 1 || o.MaxAttempts > 100 {
+		errs = append(errs, fmt.Errorf("controller: --max-attempts %d: want 1 to 100", o.MaxAttempts))
+	}
 	return errors.Join(errs...)
 }
 
@@ -108,8 +121,9 @@ type Server struct {
 	certs    *serve.CertReloader
 	guard    *guard.Guard
 	grpc     *grpc.Server
-	requeued prometheus.Counter
-	lis      net.Listener
+	requeued  prometheus.Counter
+	exhausted prometheus.Counter
+	lis       net.Listener
 }
 
 // Listen opens the gRPC listener (Run does when it has not been) and
@@ -135,6 +149,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.LeaseCheck <= 0 {
 		o.LeaseCheck = DefaultLeaseCheck
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -162,7 +179,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg.MustRegister(s.requeued, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
+	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	s.guard, err = o.Auth.Guard(serve.GuardSpec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
 		Registry: reg, MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
@@ -184,8 +202,8 @@ func New(o Options) (*Server, error) {
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(s.certs.TLSConfig())),
-		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil)))
-	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease})
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)))
+	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log})
 	rpcMetrics.Init(s.grpc)
 	return s, nil
 }
@@ -218,7 +236,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		runnables = append(runnables, metrics)
 		metricsAddr = metrics.Listener.Addr().String()
 	}
-	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "datastore", s.store.db.Target)
+	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "max_attempts", s.o.MaxAttempts, "datastore", s.store.db.Target)
 	if err := serve.Run(ctx, runnables...); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -233,14 +251,14 @@ func (s *Server) expireLeases(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			n, err := s.store.RequeueExpired(ctx)
+			n, exhausted, err := s.store.RequeueExpired(ctx, s.o.MaxAttempts)
 			if err != nil {
 				s.log.Error("controller: lease expiry", "err", err)
-				continue
 			}
-			if n > 0 {
-				s.requeued.Add(float64(n))
-				s.log.Warn("controller: leases expired; jobs back to PENDING", "jobs", n)
+			if n+exhausted > 0 {
+				s.requeued.Add(float64(n + exhausted))
+				s.exhausted.Add(float64(exhausted))
+				s.log.Warn("controller: leases expired; jobs back to PENDING behind their tenant's queue, or FAILED attempts_exhausted", "jobs", n, "attempts_exhausted", exhausted)
 			}
 		}
 	}
@@ -261,7 +279,8 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for _, st := range []vmafxv1.JobState{vmafxv1.JobState_JOB_STATE_PENDING, vmafxv1.JobState_JOB_STATE_RUNNING, vmafxv1.JobState_JOB_STATE_SUCCEEDED, vmafxv1.JobState_JOB_STATE_FAILED} {
+	for _, st := range []vmafxv1.JobState{vmafxv1.JobState_JOB_STATE_PENDING, vmafxv1.JobState_JOB_STATE_RUNNING, vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		vmafxv1.JobState_JOB_STATE_FAILED, vmafxv1.JobState_JOB_STATE_CANCELLED} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[st]), stateName(st))
 	}
 }
@@ -276,6 +295,8 @@ func stateName(st vmafxv1.JobState) string {
 		return "succeeded"
 	case vmafxv1.JobState_JOB_STATE_FAILED:
 		return "failed"
+	case vmafxv1.JobState_JOB_STATE_CANCELLED:
+		return "cancelled"
 	}
 	return "unspecified"
 }
@@ -284,8 +305,10 @@ func stateName(st vmafxv1.JobState) string {
 // from the guard's verdict in the context: a request never names its tenant.
 type Service struct {
 	vmafxv1.UnimplementedJobServiceServer
-	Store *Store
-	Lease time.Duration
+	Store       *Store
+	Lease       time.Duration
+	MaxAttempts int
+	Log         *slog.Logger
 }
 
 var _ vmafxv1.JobServiceServer = (*Service)(nil)
@@ -301,16 +324,21 @@ func caller(ctx context.Context) (*authn.Caller, error) {
 	return v.Caller, nil
 }
 
-func storeError(err error) error {
+func (s *Service) storeError(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return status.Error(codes.NotFound, "job not found")
+		return refuse(codes.NotFound, ReasonJobNotFound, "job not found")
 	case errors.Is(err, ErrConflict):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, errBadToken):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return refuse(codes.FailedPrecondition, ReasonConflict, strings.TrimPrefix(err.Error(), "controller: "))
+	case errors.Is(err, ErrBadPageToken):
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	case errors.Is(err, errBadReport):
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
 	default:
-		return status.Error(codes.Unavailable, "datastore unavailable; retry")
+		if s.Log != nil {
+			s.Log.ErrorContext(ctx, "controller: datastore", "err", err)
+		}
+		return refuse(codes.Unavailable, ReasonDatastoreUnavailable, "datastore unavailable; retry")
 	}
 }
 
@@ -321,23 +349,15 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 		return nil, err
 	}
 	spec := in.GetSpec()
-	if spec.GetReference() == "" || spec.GetDistorted() == "" {
-		return nil, status.Error(codes.InvalidArgument, "spec.reference and spec.distorted are required")
+	if err := CheckSpec(spec); err != nil {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
 	}
-	for _, loc := range []string{spec.GetReference(), spec.GetDistorted()} {
-		if _, err := measure.Path(loc); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-	}
-	if err := measure.ParseMetrics(spec.GetMetrics()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if len(in.GetRequestId()) > 128 {
-		return nil, status.Error(codes.InvalidArgument, "request_id is longer than 128 bytes")
+	if len(in.GetRequestId()) > maxRequestID {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("request_id: %d bytes; at most %d", len(in.GetRequestId()), maxRequestID))
 	}
 	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(ctx, err)
 	}
 	return &vmafxv1.SubmitJobResponse{Job: j}, nil
 }
@@ -348,9 +368,12 @@ func (s *Service) GetJob(ctx context.Context, in *vmafxv1.GetJobRequest) (*vmafx
 	if err != nil {
 		return nil, err
 	}
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
+	}
 	j, err := s.Store.Get(ctx, c.Tenant, in.GetId())
 	if err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(ctx, err)
 	}
 	return &vmafxv1.GetJobResponse{Job: j}, nil
 }
@@ -364,28 +387,46 @@ func (s *Service) ListJobs(ctx context.Context, in *vmafxv1.ListJobsRequest) (*v
 	size := int(in.GetPageSize())
 	switch {
 	case size < 0 || size > maxPageSize:
-		return nil, status.Errorf(codes.InvalidArgument, "page_size %d: want 0 to %d", size, maxPageSize)
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("page_size %d: want 0 to %d", size, maxPageSize))
 	case size == 0:
 		size = defaultPageSize
 	}
-	jobs, next, err := s.Store.List(ctx, c.Tenant, in.GetState(), size, in.GetPageToken())
+	if len(in.GetPageToken()) > 128 {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, ErrBadPageToken.Error())
+	}
+	jobs, next, err := s.Store.List(ctx, c.Tenant, in.GetState(), size, maxPageBytes, in.GetPageToken())
 	if err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(ctx, err)
 	}
 	return &vmafxv1.ListJobsResponse{Jobs: jobs, NextPageToken: next}, nil
 }
 
-// ClaimJob implements JobService.
-func (s *Service) ClaimJob(ctx context.Context, _ *vmafxv1.ClaimJobRequest) (*vmafxv1.ClaimJobResponse, error) {
+// ClaimJob implements JobService. The job's node is the claiming pod: the
+// token's pod claim, else the request's node_name, else the token's
+// subject.
+func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*vmafxv1.ClaimJobResponse, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	j, err := s.Store.Claim(ctx, c.Tenant, c.Username, s.Lease)
-	if err != nil {
-		return nil, storeError(err)
+	node := c.PodName
+	if node == "" {
+		node = in.GetNodeName()
 	}
-	return &vmafxv1.ClaimJobResponse{Job: j}, nil
+	if node == "" {
+		node = c.Username
+	}
+	if len(node) > maxNodeName || !utf8.ValidString(node) {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
+	}
+	j, lease, err := s.Store.Claim(ctx, c.Tenant, node, s.Lease)
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	if j != nil && s.Log != nil {
+		s.Log.InfoContext(ctx, "controller: claimed", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username, "node", node, "attempt", j.GetAttempts())
+	}
+	return &vmafxv1.ClaimJobResponse{Job: j, LeaseId: lease}, nil
 }
 
 // ReportJob implements JobService.
@@ -394,12 +435,43 @@ func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if in.GetState() == vmafxv1.JobState_JOB_STATE_FAILED && in.GetError() == "" {
-		return nil, status.Error(codes.InvalidArgument, "a FAILED report needs an error message")
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
 	}
-	j, err := s.Store.Report(ctx, c.Tenant, c.Username, in, s.Lease)
+	if err := CheckReport(in); err != nil {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	}
+	j, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(ctx, err)
 	}
 	return &vmafxv1.ReportJobResponse{Job: j}, nil
+}
+
+// CancelJob implements JobService.
+func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (*vmafxv1.CancelJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
+	}
+	j, err := s.Store.Cancel(ctx, c.Tenant, in.GetId())
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	if s.Log != nil {
+		s.Log.InfoContext(ctx, "controller: cancelled", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username)
+	}
+	return &vmafxv1.CancelJobResponse{Job: j}, nil
+}
+
+// checkID refuses an id no job could have, without echoing it: a job id is
+// a UUID.
+func checkID(id string) error {
+	if len(id) > 64 {
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("id: %d bytes; a job id is a UUID", len(id)))
+	}
+	return nil
 }

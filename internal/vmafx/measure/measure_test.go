@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/vmafx/measure"
@@ -76,7 +78,7 @@ func TestAgainstFFmpeg(t *testing.T) {
 		t.Run(fmt.Sprintf("%dx%d-noise%d", tt.w, tt.h, tt.noise), func(t *testing.T) {
 			ref := clip(t, dir, fmt.Sprintf("ref-%dx%d.y4m", tt.w, tt.h), clipgen.Spec{Width: tt.w, Height: tt.h, Frames: tt.frames})
 			dist := clip(t, dir, fmt.Sprintf("dist-%dx%d-%d.y4m", tt.w, tt.h, tt.noise), clipgen.Spec{Width: tt.w, Height: tt.h, Frames: tt.frames, Noise: tt.noise, Seed: 7})
-			scores, err := measure.Files(context.Background(), ref, "file://"+dist, []string{measure.PSNR, measure.SSIM}, measure.Options{KeepPerFrame: true})
+			scores, err := files(t, dir, ref, dist, []string{measure.PSNR, measure.SSIM}, measure.Options{KeepPerFrame: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,13 +114,30 @@ func TestAgainstFFmpeg(t *testing.T) {
 func TestIdenticalClips(t *testing.T) {
 	dir := t.TempDir()
 	ref := clip(t, dir, "ref.y4m", clipgen.Spec{Width: 32, Height: 32, Frames: 3})
-	scores, err := measure.Files(context.Background(), ref, ref, []string{measure.SSIM, measure.PSNR}, measure.Options{})
+	scores, err := files(t, dir, ref, ref, []string{measure.SSIM, measure.PSNR}, measure.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if scores[0].Mean != 1 || scores[0].Min != 1 || scores[1].Mean != measure.MaxPSNR || scores[1].Frames != 3 {
 		t.Fatalf("%+v", scores)
 	}
+}
+
+// files measures two clips of dir (paths in it, named relative to it).
+func files(t testing.TB, dir, ref, dist string, metrics []string, o measure.Options) ([]measure.Score, error) {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	rel := func(p string) string {
+		if r, err := filepath.Rel(dir, p); err == nil && filepath.IsAbs(p) {
+			return r
+		}
+		return p
+	}
+	return measure.Files(context.Background(), root, rel(ref), rel(dist), metrics, o)
 }
 
 func TestRefusals(t *testing.T) {
@@ -130,6 +149,8 @@ func TestRefusals(t *testing.T) {
 	_ = os.WriteFile(notY4M, []byte("hello\n"), 0o600)
 	deep := filepath.Join(dir, "deep.y4m")
 	_ = os.WriteFile(deep, []byte("YUV4MPEG2 W8 H8 C420p10\n"), 0o600)
+	huge := filepath.Join(dir, "huge.y4m")
+	_ = os.WriteFile(huge, []byte("YUV4MPEG2 W16384 H16384\nFRAME\n"), 0o600)
 	var truncated bytes.Buffer
 	_ = clipgen.Write(&truncated, clipgen.Spec{Width: 32, Height: 32, Frames: 3})
 	cut := filepath.Join(dir, "cut.y4m")
@@ -137,24 +158,104 @@ func TestRefusals(t *testing.T) {
 	for _, tt := range []struct {
 		name, ref, dist string
 		metrics         []string
-		want            string
+		o               measure.Options
+		want, reason    string
 	}{
-		{"sizes differ", ref, wider, []string{"psnr"}, "frame sizes differ: reference " + ref + " is 32x32, distorted " + wider + " is 48x32"},
-		{"frame counts differ", ref, longer, []string{"psnr"}, "frame counts differ: reference " + ref + " has 3 frames, distorted " + longer + " has more than 3 frames"},
-		{"frame counts differ the other way", longer, ref, []string{"psnr"}, "distorted " + ref + " has 3 frames"},
-		{"unknown metric", ref, ref, []string{"psnr", "vmaf"}, `unknown metric "vmaf" (want psnr, ssim)`},
-		{"not Y4M", ref, notY4M, []string{"psnr"}, "not a YUV4MPEG2 stream"},
-		{"10-bit", ref, deep, []string{"psnr"}, "colorspace C420p10; this node measures 8-bit 4:2:0 only"},
-		{"truncated", ref, cut, []string{"psnr"}, "frame 3 is truncated"},
-		{"missing file", ref, filepath.Join(dir, "none.y4m"), []string{"psnr"}, "no such file"},
-		{"a URL", ref, "https://example.com/clip.y4m", []string{"psnr"}, "only paths and file:// URIs"},
+		{"sizes differ", ref, wider, []string{"psnr"}, measure.Options{}, "frame sizes differ: reference ref.y4m is 32x32, distorted wider.y4m is 48x32", measure.ReasonClipsDiffer},
+		{"frame counts differ", ref, longer, []string{"psnr"}, measure.Options{}, "frame counts differ: reference ref.y4m has 3 frames, distorted longer.y4m has more than 3 frames", measure.ReasonClipsDiffer},
+		{"frame counts differ the other way", longer, ref, []string{"psnr"}, measure.Options{}, "distorted ref.y4m has 3 frames", measure.ReasonClipsDiffer},
+		{"unknown metric", ref, ref, []string{"psnr", "vmaf"}, measure.Options{}, `spec.metrics[1]: unknown metric "vmaf" (want psnr, ssim)`, measure.ReasonClipInvalid},
+		{"a metric twice", ref, ref, []string{"ssim", "ssim"}, measure.Options{}, `spec.metrics[1]: "ssim" is listed twice`, measure.ReasonClipInvalid},
+		{"not Y4M", ref, notY4M, []string{"psnr"}, measure.Options{}, "not a YUV4MPEG2 stream", measure.ReasonClipInvalid},
+		{"10-bit", ref, deep, []string{"psnr"}, measure.Options{}, "colorspace C420p10; this node measures 8-bit 4:2:0 only", measure.ReasonClipInvalid},
+		{"truncated", ref, cut, []string{"psnr"}, measure.Options{}, "frame 3 is truncated", measure.ReasonClipInvalid},
+		// 16384x16384 is refused on its header, before a frame is allocated.
+		{"frames too large", huge, huge, []string{"psnr"}, measure.Options{}, "frames of 16384x16384 are 268435456 pixels; this node measures at most 35389440", measure.ReasonFrameTooLarge},
+		{"frames over a lower limit", ref, ref, []string{"psnr"}, measure.Options{MaxFramePixels: 32*32 - 1}, "at most 1023", measure.ReasonFrameTooLarge},
+		{"too many frames", longer, longer, []string{"psnr"}, measure.Options{MaxFrames: 3}, "more than 3 frames (--max-frames)", measure.ReasonTooManyFrames},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := measure.Files(context.Background(), tt.ref, tt.dist, tt.metrics, measure.Options{})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v; want %q", err, tt.want)
+			_, err := files(t, dir, tt.ref, tt.dist, tt.metrics, tt.o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || measure.ReasonOf(err) != tt.reason {
+				t.Fatalf("err = %v (reason %s); want %q, reason %s", err, measure.ReasonOf(err), tt.want, tt.reason)
 			}
 		})
+	}
+}
+
+// TestClipsConfinedToTheTenant: a clip is opened beneath the tenant's clip
+// directory only, without blocking, only if it is a regular file; whatever
+// the cause, the submitter reads one sentence (no file-system oracle).
+func TestClipsConfinedToTheTenant(t *testing.T) {
+	root := t.TempDir()
+	mine, theirs := filepath.Join(root, "tenant-a"), filepath.Join(root, "tenant-b")
+	for _, d := range []string{mine, theirs, filepath.Join(mine, "sub")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clip(t, mine, "ref.y4m", clipgen.Spec{Width: 32, Height: 32, Frames: 3})
+	clip(t, theirs, "secret.y4m", clipgen.Spec{Width: 32, Height: 32, Frames: 3})
+	if err := syscall.Mkfifo(filepath.Join(mine, "fifo.y4m"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Symlink("../tenant-b/secret.y4m", filepath.Join(mine, "escape.y4m"))
+	_ = os.Symlink(filepath.Join(theirs, "secret.y4m"), filepath.Join(mine, "absolute-link.y4m"))
+	_ = os.Symlink("ref.y4m", filepath.Join(mine, "inside-link.y4m"))
+	want := func(p string) string {
+		return "spec.distorted " + strconv.Quote(p) + ": no such clip in the tenant's clip directory (missing, not a regular file, or not beneath it)"
+	}
+	for _, p := range []string{"fifo.y4m", "sub", "none.y4m", "escape.y4m", "absolute-link.y4m", "../tenant-b/secret.y4m", "sub/../../tenant-b/secret.y4m"} {
+		t.Run(p, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := files(t, mine, "ref.y4m", p, []string{"psnr"}, measure.Options{}); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || measure.ReasonOf(err) != measure.ReasonClipUnavailable || (!strings.Contains(err.Error(), "..") && err.Error() != want(p)) {
+					t.Fatalf("err = %v (reason %s); want %q", err, measure.ReasonOf(err), want(p))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("opening the clip blocked")
+			}
+		})
+	}
+	// The absolute path of another tenant's clip is refused before any open.
+	dir, err := os.OpenRoot(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if _, err := measure.Files(context.Background(), dir, "ref.y4m", filepath.Join(theirs, "secret.y4m"), []string{"psnr"}, measure.Options{}); err == nil || !strings.Contains(err.Error(), "an absolute path") {
+		t.Fatalf("absolute: %v", err)
+	}
+	// A link that stays beneath the directory is followed.
+	if _, err := files(t, mine, "ref.y4m", "inside-link.y4m", []string{"psnr"}, measure.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckPath(t *testing.T) {
+	for p, want := range map[string]string{
+		"a/b.y4m":                 "",
+		"":                        "is required",
+		"/etc/passwd":             "an absolute path",
+		"a/../b.y4m":              `a ".." element`,
+		"..":                      `a ".." element`,
+		"a//b":                    "an empty",
+		"./a":                     "an empty",
+		"file:///clips/a.y4m":     "a URL",
+		"s3://bucket/a.y4m":       "a URL",
+		"a\x00b":                  "NUL",
+		strings.Repeat("a", 1025): "1025 bytes; at most 1024",
+		strings.Repeat("a", 1024): "",
+	} {
+		err := measure.CheckPath("spec.reference", p)
+		if (want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "spec.reference"))) {
+			t.Errorf("%.40q: %v; want %q", p, err, want)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("%.40q: the error repeats the input: %d bytes", p, len(err.Error()))
+		}
 	}
 }
 
@@ -165,7 +266,7 @@ func BenchmarkMeasure(b *testing.B) {
 	dist := clip(b, dir, "dist.y4m", clipgen.Spec{Width: 640, Height: 360, Frames: 25, Noise: 8, Seed: 1})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := measure.Files(context.Background(), ref, dist, []string{measure.PSNR, measure.SSIM}, measure.Options{}); err != nil {
+		if _, err := files(b, dir, ref, dist, []string{measure.PSNR, measure.SSIM}, measure.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

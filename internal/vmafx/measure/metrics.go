@@ -8,7 +8,10 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
+	"unicode/utf8"
 )
 
 // Metric names.
@@ -111,66 +114,177 @@ type Options struct {
 	Progress func(frames int)
 	// KeepPerFrame keeps every frame's value in the scores.
 	KeepPerFrame bool
+	// MaxFramePixels bounds width×height (memory holds two frames of 1.5
+	// bytes a pixel); 0 means DefaultMaxFramePixels.
+	MaxFramePixels int
+	// MaxFrames bounds the frames of a clip; 0 means DefaultMaxFrames.
+	MaxFrames int
 }
 
-// ParseMetrics checks the metrics asked for, naming an unknown one.
+// Limits a node applies by default (vmafx-node --max-frame-pixels,
+// --max-frames).
+const (
+	// DefaultMaxFramePixels is 8K UHD with room (8192×4320): two frames
+	// are about 106 MB.
+	DefaultMaxFramePixels = 8192 * 4320
+	// DefaultMaxFrames is a little over an hour at 60 frames a second.
+	DefaultMaxFrames = 250_000
+	// MaxPathBytes bounds a clip path.
+	MaxPathBytes = 1024
+)
+
+// Stable reasons of a measurement that fails (the job's reason).
+const (
+	// ReasonClipUnavailable: a clip is missing, not a regular file or
+	// outside the tenant's clip directory — one sentence for all three,
+	// so that a submitter learns nothing of files it may not open.
+	ReasonClipUnavailable = "clip_unavailable"
+	// ReasonClipInvalid: not a Y4M 8-bit 4:2:0 stream, or a damaged one.
+	ReasonClipInvalid = "clip_invalid"
+	// ReasonFrameTooLarge: width×height over the node's limit.
+	ReasonFrameTooLarge = "frame_too_large"
+	// ReasonTooManyFrames: more frames than the node's limit.
+	ReasonTooManyFrames = "too_many_frames"
+	// ReasonClipsDiffer: the two clips differ in frame size or count.
+	ReasonClipsDiffer = "clips_differ"
+)
+
+// Error is a measurement failure with its stable reason.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func fail(reason, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf is the stable reason of a measurement error ("" for none,
+// clip_invalid for an error without one).
+func ReasonOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ReasonClipInvalid
+}
+
+// ParseMetrics checks the metrics asked for: at least one, each known, each
+// once. Errors name the field spec.metrics and the index.
 func ParseMetrics(metrics []string) error {
 	if len(metrics) == 0 {
-		return errors.New("measure: no metric asked for (want psnr, ssim or both)")
+		return fmt.Errorf("spec.metrics: none asked for (want %s, each at most once)", strings.Join(Known, ", "))
 	}
-	for _, m := range metrics {
+	if len(metrics) > len(Known) {
+		return fmt.Errorf("spec.metrics: %d listed; at most %d (%s, each at most once)", len(metrics), len(Known), strings.Join(Known, ", "))
+	}
+	for i, m := range metrics {
 		if !slices.Contains(Known, m) {
-			return fmt.Errorf("measure: unknown metric %q (want %s)", m, strings.Join(Known, ", "))
+			return fmt.Errorf("spec.metrics[%d]: unknown metric %s (want %s)", i, quote(m), strings.Join(Known, ", "))
+		}
+		if slices.Contains(metrics[:i], m) {
+			return fmt.Errorf("spec.metrics[%d]: %q is listed twice", i, m)
 		}
 	}
 	return nil
 }
 
-// Path turns a job's clip location — a path or a file:// URI — into a path.
-func Path(loc string) (string, error) {
-	if p, ok := strings.CutPrefix(loc, "file://"); ok {
-		if !strings.HasPrefix(p, "/") {
-			return "", fmt.Errorf("measure: %q: a file:// URI needs an absolute path", loc)
-		}
-		return p, nil
+// quote quotes s for an error message, cut to 64 bytes: an error never
+// repeats a large input.
+func quote(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + fmt.Sprintf("… (%d bytes)", len(s))
 	}
-	if strings.Contains(loc, "://") {
-		return "", fmt.Errorf("measure: %q: only paths and file:// URIs can be read", loc)
-	}
-	if loc == "" {
-		return "", errors.New("measure: an empty clip location")
-	}
-	return loc, nil
+	return strconv.Quote(s)
 }
 
-// Files measures the distorted clip against the reference, both given as
-// paths or file:// URIs.
-func Files(ctx context.Context, reference, distorted string, metrics []string, o Options) ([]Score, error) {
-	rp, err := Path(reference)
+// CheckPath checks a clip's name as a job spec gives it (field names it in
+// errors): a path relative to the tenant's clip directory, at most
+// MaxPathBytes, UTF-8, with no empty, "." or ".." element, no NUL and no
+// backslash. The node checks it again and opens it beneath that directory
+// only.
+func CheckPath(field, p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%s is required: a clip path relative to the tenant's clip directory", field)
+	case len(p) > MaxPathBytes:
+		return fmt.Errorf("%s: %d bytes; at most %d", field, len(p), MaxPathBytes)
+	case !utf8.ValidString(p) || strings.ContainsAny(p, "\x00\\"):
+		return fmt.Errorf("%s: not a clip path (UTF-8 without NUL or backslash)", field)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%s: an absolute path; clips are named relative to the tenant's clip directory", field)
+	case strings.Contains(p, "://"):
+		return fmt.Errorf("%s: a URL; clips are named by a path relative to the tenant's clip directory", field)
+	}
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." {
+			return fmt.Errorf("%s: a \"..\" element; clips are named beneath the tenant's clip directory", field)
+		}
+		if e == "" || e == "." {
+			return fmt.Errorf("%s: an empty or \".\" element; name each clip by one clean relative path", field)
+		}
+	}
+	return nil
+}
+
+// Unavailable is the one sentence a submitter sees about a clip the node
+// cannot open, whatever the cause (reason clip_unavailable).
+func Unavailable(field, p string) error {
+	return fail(ReasonClipUnavailable, "%s %s: no such clip in the tenant's clip directory (missing, not a regular file, or not beneath it)", field, quote(p))
+}
+
+// Open opens a clip beneath dir (the tenant's clip directory): never
+// following anything out of it, without blocking (a FIFO or a device never
+// hangs the node), and only if what was opened is a regular file.
+func Open(dir *os.Root, field, p string) (*os.File, error) {
+	if err := CheckPath(field, p); err != nil {
+		return nil, fail(ReasonClipUnavailable, "%w", err)
+	}
+	f, err := dir.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, Unavailable(field, p)
+	}
+	fi, err := f.Stat() // the kind of what was opened, not of a name
+	if err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, Unavailable(field, p)
+	}
+	return f, nil
+}
+
+// Files measures the distorted clip against the reference, both named
+// relative to dir, the tenant's clip directory.
+func Files(ctx context.Context, dir *os.Root, reference, distorted string, metrics []string, o Options) ([]Score, error) {
+	rf, err := Open(dir, "spec.reference", reference)
 	if err != nil {
 		return nil, err
-	}
-	dp, err := Path(distorted)
-	if err != nil {
-		return nil, err
-	}
-	rf, err := os.Open(rp)
-	if err != nil {
-		return nil, fmt.Errorf("measure: reference: %w", err)
 	}
 	defer rf.Close()
-	df, err := os.Open(dp)
+	df, err := Open(dir, "spec.distorted", distorted)
 	if err != nil {
-		return nil, fmt.Errorf("measure: distorted: %w", err)
+		return nil, err
 	}
 	defer df.Close()
-	return Clips(ctx, rp, rf, dp, df, metrics, o)
+	return Clips(ctx, reference, rf, distorted, df, metrics, o)
 }
 
 // Clips measures two Y4M streams frame by frame.
 func Clips(ctx context.Context, refName string, ref io.Reader, distName string, dist io.Reader, metrics []string, o Options) ([]Score, error) {
 	if err := ParseMetrics(metrics); err != nil {
 		return nil, err
+	}
+	maxPixels, maxFrames := o.MaxFramePixels, o.MaxFrames
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxFramePixels
+	}
+	if maxFrames <= 0 {
+		maxFrames = DefaultMaxFrames
 	}
 	rr, err := NewReader(refName, ref)
 	if err != nil {
@@ -180,8 +294,14 @@ func Clips(ctx context.Context, refName string, ref io.Reader, distName string, 
 	if err != nil {
 		return nil, err
 	}
+	for _, r := range []*Reader{rr, dr} {
+		if px := r.Header.Width * r.Header.Height; px > maxPixels {
+			return nil, fail(ReasonFrameTooLarge, "measure: %s: frames of %dx%d are %d pixels; this node measures at most %d (--max-frame-pixels)",
+				r.name, r.Header.Width, r.Header.Height, px, maxPixels)
+		}
+	}
 	if rr.Header.Width != dr.Header.Width || rr.Header.Height != dr.Header.Height {
-		return nil, fmt.Errorf("measure: frame sizes differ: reference %s is %dx%d, distorted %s is %dx%d",
+		return nil, fail(ReasonClipsDiffer, "measure: frame sizes differ: reference %s is %dx%d, distorted %s is %dx%d",
 			refName, rr.Header.Width, rr.Header.Height, distName, dr.Header.Width, dr.Header.Height)
 	}
 	scores := make([]Score, len(metrics))
@@ -212,12 +332,14 @@ func Clips(ctx context.Context, refName string, ref io.Reader, distName string, 
 				}
 				return fmt.Sprintf("more than %d frames", r.Frames()-1)
 			}
-			return nil, fmt.Errorf("measure: frame counts differ: reference %s has %s, distorted %s has %s",
+			return nil, fail(ReasonClipsDiffer, "measure: frame counts differ: reference %s has %s, distorted %s has %s",
 				refName, count(rr, aerr), distName, count(dr, berr))
 		case aerr != nil:
 			return nil, aerr
 		case berr != nil:
 			return nil, berr
+		case rr.Frames() > maxFrames:
+			return nil, fail(ReasonTooManyFrames, "measure: %s: more than %d frames (--max-frames)", refName, maxFrames)
 		}
 		for i := range scores {
 			var v float64

@@ -80,7 +80,9 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 		// 420p10 and the like are deeper; 422, 444, mono are other layouts.
 		return nil, fmt.Errorf("measure: %s: colorspace C%s; this node measures 8-bit 4:2:0 only (C420, C420jpeg, C420mpeg2, C420paldv)", name, h.Colorspace)
 	}
-	return &Reader{Header: h, name: name, r: br, frame: make([]byte, h.frameSize())}, nil
+	// The frame is allocated on the first Next, after the caller has had the
+	// header to check against its limits.
+	return &Reader{Header: h, name: name, r: br}, nil
 }
 
 // Next reads the next frame and returns its luma plane (valid until the
@@ -95,6 +97,9 @@ func (r *Reader) Next() ([]byte, error) {
 	}
 	if line != "FRAME" && !strings.HasPrefix(line, "FRAME ") {
 		return nil, fmt.Errorf("measure: %s: frame %d: expected a FRAME marker", r.name, r.n+1)
+	}
+	if r.frame == nil {
+		r.frame = make([]byte, r.Header.frameSize())
 	}
 	if _, err := io.ReadFull(r.r, r.frame); err != nil {
 		return nil, fmt.Errorf("measure: %s: frame %d is truncated: %w", r.name, r.n+1, err)

@@ -12,6 +12,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,8 +45,30 @@ type Options struct {
 	// ReportEvery is how often a running job's progress is reported, which
 	// renews its lease. Default 5 s.
 	ReportEvery time.Duration
-	Logger      *slog.Logger
+	// ClipRoot holds one directory per tenant: a job's clips are opened
+	// beneath <ClipRoot>/<tenant> and nowhere else (--clip-root).
+	ClipRoot string
+	// NodeName names this node (its pod) when its token has no pod claim
+	// (--node-name).
+	NodeName string
+	// MaxFramePixels and MaxFrames bound a clip (--max-frame-pixels,
+	// --max-frames); 0 means measure's defaults.
+	MaxFramePixels, MaxFrames int
+	// MaxJobDuration bounds one measurement: past it the job is given back
+	// (--max-job-duration; 0: no bound).
+	MaxJobDuration time.Duration
+	// ShutdownTimeout is how long a stopping node waits for its
+	// measurement to end after cancelling it (--shutdown-timeout).
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
 }
+
+// Defaults of the node's flags.
+const (
+	DefaultClipRoot        = "/var/lib/vmafx/clips"
+	DefaultMaxJobDuration  = time.Hour
+	DefaultShutdownTimeout = 10 * time.Second
+)
 
 // Node is a configured node.
 type Node struct {
@@ -64,6 +90,25 @@ func New(o Options) (*Node, error) {
 	if o.ReportEvery <= 0 {
 		o.ReportEvery = 5 * time.Second
 	}
+	if o.ClipRoot == "" {
+		o.ClipRoot = DefaultClipRoot
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	var errs []error
+	if !filepath.IsAbs(o.ClipRoot) {
+		errs = append(errs, fmt.Errorf("node: --clip-root %q: want an absolute path", o.ClipRoot))
+	}
+	if o.MaxFramePixels < 0 || o.MaxFrames < 0 || o.MaxJobDuration < 0 {
+		errs = append(errs, errors.New("node: --max-frame-pixels, --max-frames and --max-job-duration cannot be negative"))
+	}
+	if len(o.NodeName) > 253 {
+		errs = append(errs, errors.New("node: --node-name: at most 253 bytes"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	n := &Node{o: o, log: o.Logger}
 	if n.log == nil {
 		n.log = slog.Default()
@@ -84,7 +129,8 @@ func (n *Node) Close() error { return n.conn.Close() }
 
 // Run claims, measures and reports until ctx ends.
 func (n *Node) Run(ctx context.Context) error {
-	n.log.Info("node: polling the controller", "address", n.cfg.Address, "tls", n.cfg.TLS, "token_file", n.cfg.TokenFile)
+	n.log.Info("node: polling the controller", "address", n.cfg.Address, "tls", n.cfg.TLS, "token_file", n.cfg.TokenFile,
+		"clip_root", n.o.ClipRoot, "node_name", n.o.NodeName)
 	for {
 		worked := n.once(ctx)
 		if ctx.Err() != nil {
@@ -117,7 +163,7 @@ func (n *Node) once(ctx context.Context) bool {
 			return false
 		}
 	}
-	resp, err := n.client.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	resp, err := n.client.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: n.o.NodeName})
 	if err != nil {
 		if ctx.Err() == nil {
 			n.log.Warn("node: claiming a job", "code", status.Code(err).String(), "err", status.Convert(err).Message())
@@ -128,49 +174,151 @@ func (n *Node) once(ctx context.Context) bool {
 	if job == nil {
 		return false
 	}
-	n.log.Info("node: claimed", "job", job.GetId(), "tenant", job.GetTenant(), "reference", job.GetSpec().GetReference(), "distorted", job.GetSpec().GetDistorted())
-	n.run(ctx, job)
+	n.log.Info("node: claimed", "job", job.GetId(), "tenant", job.GetTenant(), "node", job.GetNode(), "attempt", job.GetAttempts(),
+		"reference", job.GetSpec().GetReference(), "distorted", job.GetSpec().GetDistorted())
+	n.run(ctx, job, resp.GetLeaseId())
 	return true
 }
 
-func (n *Node) run(ctx context.Context, job *vmafxv1.Job) {
-	last := time.Now()
-	total := 0
-	progress := func(frames int) {
-		total = frames
-		if time.Since(last) < n.o.ReportEvery {
-			return
-		}
-		last = time.Now()
-		// Progress renews the lease; a frame count is all a stream gives.
-		if _, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: float64(frames)}); err != nil {
-			n.log.Warn("node: reporting progress", "job", job.GetId(), "err", status.Convert(err).Message())
-		}
-	}
+// Why a measurement was stopped before its end.
+var (
+	errLeaseLost = errors.New("the controller refused a progress report")
+	errTooLong   = errors.New("the measurement outlasted --max-job-duration")
+)
+
+type outcome struct {
+	scores []measure.Score
+	err    error
+}
+
+// measureJob measures a job's clips beneath the tenant's clip directory.
+func (n *Node) measureJob(ctx context.Context, job *vmafxv1.Job, frames *atomic.Int64) ([]measure.Score, error) {
 	spec := job.GetSpec()
-	scores, err := measure.Files(ctx, spec.GetReference(), spec.GetDistorted(), spec.GetMetrics(), measure.Options{Progress: progress})
-	if ctx.Err() != nil {
-		return // stopping: the lease expires and another node takes the job
+	if !tenantDir.MatchString(job.GetTenant()) {
+		return nil, measure.Unavailable("spec.reference", spec.GetReference())
 	}
-	report := &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED}
+	dir, err := os.OpenRoot(filepath.Join(n.o.ClipRoot, job.GetTenant()))
 	if err != nil {
-		report.State, report.Error = vmafxv1.JobState_JOB_STATE_FAILED, err.Error()
+		// The same sentence as a clip missing beneath it.
+		return nil, measure.Unavailable("spec.reference", spec.GetReference())
 	}
-	for _, s := range scores {
+	defer dir.Close()
+	return measure.Files(ctx, dir, spec.GetReference(), spec.GetDistorted(), spec.GetMetrics(), measure.Options{
+		Progress: func(f int) { frames.Store(int64(f)) }, MaxFramePixels: n.o.MaxFramePixels, MaxFrames: n.o.MaxFrames})
+}
+
+var tenantDir = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// run measures a claimed job under a context that ends when the lease is
+// lost (a progress report refused: another claim, a cancellation), when
+// the measurement outlasts --max-job-duration (the job is given back) or
+// when the node stops (the job is given back; the node waits at most
+// --shutdown-timeout for the measurement to end). It returns only once the
+// measurement has ended, so that a node never holds two jobs' frames.
+func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
+	mctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if n.o.MaxJobDuration > 0 {
+		var stop context.CancelFunc
+		mctx, stop = context.WithTimeoutCause(mctx, n.o.MaxJobDuration, errTooLong)
+		defer stop()
+	}
+	var frames atomic.Int64
+	done := make(chan outcome, 1)
+	go func() {
+		scores, err := n.measureJob(mctx, job, &frames)
+		done <- outcome{scores, err}
+	}()
+	tick := time.NewTicker(n.o.ReportEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case out := <-done:
+			n.finish(ctx, mctx, job, lease, out, frames.Load())
+			return
+		case <-ctx.Done():
+			cancel(ctx.Err())
+			n.giveBack(job, lease, "the node is stopping")
+			select {
+			case <-done:
+			case <-time.After(n.o.ShutdownTimeout):
+				n.log.Warn("node: the measurement did not end within --shutdown-timeout; exiting anyway", "job", job.GetId())
+			}
+			return
+		case <-tick.C:
+			// Progress renews the lease; a frame count is all a stream gives.
+			_, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_RUNNING,
+				Progress: float64(frames.Load())})
+			switch status.Code(err) {
+			case codes.OK:
+			case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
+				// The job is no longer this claim's (cancelled, lease lost,
+				// re-claimed): stop measuring it at once.
+				n.log.Warn("node: stopping the job: the controller refused its progress report", "job", job.GetId(),
+					"code", status.Code(err).String(), "err", status.Convert(err).Message())
+				cancel(errLeaseLost)
+				<-done
+				return
+			default:
+				if ctx.Err() == nil {
+					n.log.Warn("node: reporting progress", "job", job.GetId(), "err", status.Convert(err).Message())
+				}
+			}
+		}
+	}
+}
+
+// finish reports a measurement that ended by itself, or gives the job back
+// when it outlasted --max-job-duration.
+func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string, out outcome, frames int64) {
+	switch cause := context.Cause(mctx); {
+	case errors.Is(cause, errTooLong):
+		n.giveBack(job, lease, fmt.Sprintf("the measurement outlasted --max-job-duration %s after %d frames", n.o.MaxJobDuration, frames))
+		return
+	case ctx.Err() != nil || cause != nil:
+		return
+	}
+	report := &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_SUCCEEDED}
+	if out.err != nil {
+		report.State, report.Error, report.Reason = vmafxv1.JobState_JOB_STATE_FAILED, bounded(out.err.Error()), measure.ReasonOf(out.err)
+	}
+	for _, s := range out.scores {
 		report.Scores = append(report.Scores, &vmafxv1.Score{Metric: s.Metric, Mean: s.Mean, Min: s.Min, Frames: s.Frames})
 	}
 	for attempt := 0; ; attempt++ {
 		_, rerr := n.client.ReportJob(ctx, report)
 		if rerr == nil {
-			n.log.Info("node: reported", "job", job.GetId(), "state", report.GetState().String(), "frames", total, "error", report.GetError())
+			n.log.Info("node: reported", "job", job.GetId(), "state", report.GetState().String(), "frames", frames, "reason", report.GetReason(), "error", report.GetError())
 			return
 		}
 		if status.Code(rerr) != codes.Unavailable || attempt == 5 || ctx.Err() != nil {
 			n.log.Error("node: the report was not accepted", "job", job.GetId(), "code", status.Code(rerr).String(), "err", status.Convert(rerr).Message())
 			return
 		}
-		time.Sleep(time.Second)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
+}
+
+// giveBack hands the job back to the controller (queued again behind the
+// tenant's other jobs), with a deadline of its own: the node may be
+// stopping.
+func (n *Node) giveBack(job *vmafxv1.Job, lease, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_PENDING, Error: why})
+	n.log.Warn("node: giving the job back", "job", job.GetId(), "why", why, "accepted", err == nil, "err", status.Convert(err).Message())
+}
+
+// bounded cuts a report's error message to what the controller accepts.
+func bounded(s string) string {
+	if len(s) <= 2000 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:2000], "") + "…"
 }
 
 // NewCommand is the vmafx-node command line.
@@ -205,6 +353,12 @@ environment variables (docs/vmafx.md); the token file is read on every call.`,
 	f.StringVar(&o.Config, "config", "", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
 	f.DurationVar(&o.Poll, "poll", 2*time.Second, "wait between claims when nothing is pending")
 	f.DurationVar(&o.ReportEvery, "report-every", 5*time.Second, "how often a running job's progress is reported (renewing its lease)")
+	f.StringVar(&o.ClipRoot, "clip-root", DefaultClipRoot, "directory of one directory per tenant: a job's clips are opened beneath <clip-root>/<tenant> and nowhere else")
+	f.StringVar(&o.NodeName, "node-name", os.Getenv("POD_NAME"), "this node's name (its pod) in job status and logs when its token carries no pod claim; default $POD_NAME")
+	f.IntVar(&o.MaxFramePixels, "max-frame-pixels", measure.DefaultMaxFramePixels, "largest frame measured, width×height; a larger clip fails its job frame_too_large")
+	f.IntVar(&o.MaxFrames, "max-frames", measure.DefaultMaxFrames, "most frames measured; a longer clip fails its job too_many_frames")
+	f.DurationVar(&o.MaxJobDuration, "max-job-duration", DefaultMaxJobDuration, "longest one measurement may take before the job is given back (counted as an attempt); 0 for no bound")
+	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "on SIGTERM, how long to wait for the running measurement to stop after cancelling it")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
