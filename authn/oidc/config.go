@@ -48,8 +48,10 @@ type IssuerConfig struct {
 	Algorithms []string
 	// Tenant is the tenant every caller of this issuer belongs to.
 	Tenant string
-	// TenantClaim, when set, names a claim that must carry the caller's
-	// tenant; if Tenant is also set, the claim must equal it.
+	// TenantClaim, when set, names a claim that carries the caller's
+	// tenant; if Tenant is also set, the claim must equal it. A token
+	// without the claim (or with it empty) states no tenant: its caller's
+	// Tenant is "", which a tenant-scoped service refuses tenant_missing.
 	TenantClaim string
 	// RolesClaim names a claim holding the caller's roles: a list of
 	// strings or one space-separated string (e.g. "roles", "groups").

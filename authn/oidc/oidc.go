@@ -254,10 +254,16 @@ func (a *Authenticator) extraClaims(ic *IssuerConfig, c *claims, caller *authn.C
 		}
 	}
 	if ic.TenantClaim != "" {
-		v, _ := c.get(ic.TenantClaim)
+		v, present := c.get(ic.TenantClaim)
 		t, ok := ijson.String(v)
-		if !ok || t == "" {
-			return authn.Fail(authn.TokenInvalid, "claim %q carries no tenant", ic.TenantClaim)
+		switch {
+		case !present || (ok && t == ""):
+			// The token states no tenant: the caller has none, and a
+			// service that scopes by tenant refuses it tenant_missing.
+			caller.Tenant = ""
+			return nil
+		case !ok:
+			return authn.Fail(authn.TokenInvalid, "claim %q is not a string", ic.TenantClaim)
 		}
 		if ic.Tenant != "" && t != ic.Tenant {
 			return authn.Fail(authn.TokenInvalid, "claim %q names tenant %q; issuer %s serves tenant %q", ic.TenantClaim, t, ic.Issuer, ic.Tenant)

@@ -139,6 +139,13 @@ func TestTenantsRolesAndRouting(t *testing.T) {
 	if c.Tenant != "tenant-b" || fmt.Sprint(c.Roles) != "[vmafx:reader vmafx:writer]" {
 		t.Fatalf("caller %+v", c)
 	}
+	// Without the tenant claim the token states no tenant: verified, with
+	// Tenant "", which a tenant-scoped service refuses tenant_missing (not
+	// token_invalid: the token is good, the tenant is what is missing).
+	c, err = auth.Authenticate(context.Background(), forge.Sign(claims(b.issuer, now, nil), kb, jose.ES256, "b1"))
+	if err != nil || c.Tenant != "" {
+		t.Fatalf("no tenant claim: %+v %v", c, err)
+	}
 
 	refusals := []struct {
 		name string
@@ -147,7 +154,7 @@ func TestTenantsRolesAndRouting(t *testing.T) {
 	}{
 		{"tenant A's key cannot sign for tenant B", forge.Sign(claims(b.issuer, now, map[string]any{"tenant": "tenant-b"}), ka, jose.ES256, "b1"), "signature does not verify"},
 		{"unknown issuer", forge.Sign(claims("https://idp.tenant-c.example", now, nil), ka, jose.ES256, "a1"), "unknown issuer"},
-		{"tenant claim missing", forge.Sign(claims(b.issuer, now, nil), kb, jose.ES256, "b1"), "carries no tenant"},
+		{"tenant claim not a string", forge.Sign(claims(b.issuer, now, map[string]any{"tenant": 5}), kb, jose.ES256, "b1"), "is not a string"},
 		{"roles claim of the wrong type", forge.Sign(claims(a.issuer, now, map[string]any{"roles": 5}), ka, jose.ES256, "a1"), "neither a list"},
 		{"no sub", forge.Sign(claims(a.issuer, now, map[string]any{"sub": ""}), ka, jose.ES256, "a1"), "no sub"},
 		{"aud as a string, another service", forge.Sign(claims(a.issuer, now, map[string]any{"aud": "flex-auth"}), ka, jose.ES256, "a1"), "include none of"},

@@ -130,13 +130,18 @@ func (w *vmafxWorld) client(tok string) (vmafxv1.JobServiceClient, func(), error
 }
 
 // runNode runs a node with tokenFile until stop is called; its log goes to
-// the returned buffer.
-func (w *vmafxWorld) runNode(tokenFile string) (*capture.Buffer, func(), error) {
+// the returned buffer. Its clip root is the world's (clips of tenant-a are
+// in clips/tenant-a); tune adjusts its options.
+func (w *vmafxWorld) runNode(tokenFile string, tune ...func(*node.Options)) (*capture.Buffer, func(), error) {
 	env := map[string]string{"VMAFX_CONTROLLER_ADDRESS": w.addr, "VMAFX_CONTROLLER_TLS": "true", "VMAFX_CONTROLLER_CA_FILE": w.caFile,
 		"VMAFX_CONTROLLER_SERVER_NAME": "127.0.0.1", "VMAFX_CONTROLLER_TOKEN_FILE": tokenFile}
 	var log capture.Buffer
-	n, err := node.New(node.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		Poll: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	o := node.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Poll: 50 * time.Millisecond, ReportEvery: 200 * time.Millisecond, ClipRoot: filepath.Join(w.dir, "clips"), Logger: slog.New(slog.NewJSONHandler(&log, nil))}
+	for _, f := range tune {
+		f(&o)
+	}
+	n, err := node.New(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -146,12 +151,81 @@ func (w *vmafxWorld) runNode(tokenFile string) (*capture.Buffer, func(), error) 
 	return &log, func() { cancel(); <-done; _ = n.Close() }, nil
 }
 
+// clips writes tenant-a's reference and distorted clips into its clip
+// directory and returns their names, relative to it as a job names them.
 func (w *vmafxWorld) clips() (ref, dist string, err error) {
-	ref, dist = filepath.Join(w.dir, "ref.y4m"), filepath.Join(w.dir, "dist.y4m")
-	if err = clipgen.WriteFile(ref, clipgen.Spec{Width: 176, Height: 144, Frames: 10}); err == nil {
-		err = clipgen.WriteFile(dist, clipgen.Spec{Width: 176, Height: 144, Frames: 10, Noise: 8, Seed: 1})
+	dir := filepath.Join(w.dir, "clips", "tenant-a")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	ref, dist = "ref.y4m", "dist.y4m"
+	if err = clipgen.WriteFile(filepath.Join(dir, ref), clipgen.Spec{Width: 176, Height: 144, Frames: 10}); err == nil {
+		err = clipgen.WriteFile(filepath.Join(dir, dist), clipgen.Spec{Width: 176, Height: 144, Frames: 10, Noise: 8, Seed: 1})
 	}
 	return ref, dist, err
+}
+
+// vmafxPoison: a job no node can finish (its measurement outlasts the
+// node's --max-job-duration) is given back, queued behind the tenant's
+// other jobs, and FAILED attempts_exhausted after its third claim; the
+// jobs submitted after it run meanwhile.
+func vmafxPoison(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: a poison job fails after its attempts; the queue behind it runs",
+		Expected: "poison FAILED attempts_exhausted after 3 claims; the 2 jobs behind it SUCCEEDED"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	// 1080p black frames in a sparse file: about 40 s of measuring.
+	if err := clipgen.WriteSparse(filepath.Join(w.dir, "clips", "tenant-a", "long.y4m"), 1920, 1080, 2000); err != nil {
+		return fail(r, err)
+	}
+	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeC()
+	var ids []string
+	for _, spec := range []*vmafxv1.JobSpec{
+		{Reference: "long.y4m", Distorted: "long.y4m", Metrics: []string{"ssim"}},
+		{Reference: ref, Distorted: dist, Metrics: []string{"psnr"}},
+		{Reference: ref, Distorted: dist, Metrics: []string{"ssim"}},
+	} {
+		sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			return fail(r, err)
+		}
+		ids = append(ids, sub.GetJob().GetId())
+	}
+	tokFile := filepath.Join(w.dir, "node.token")
+	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
+	_, stopNode, err := w.runNode(tokFile, func(o *node.Options) { o.MaxJobDuration = 300 * time.Millisecond })
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var jobs []*vmafxv1.Job
+		for _, id := range ids {
+			if g, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: id}); err == nil {
+				jobs = append(jobs, g.GetJob())
+			}
+		}
+		if len(jobs) != 3 || jobs[0].GetState() != vmafxv1.JobState_JOB_STATE_FAILED {
+			continue
+		}
+		r.Observed = fmt.Sprintf("poison %s %s after %d claims (%s); behind it: %s, %s", jobs[0].GetState(), jobs[0].GetReason(), jobs[0].GetAttempts(),
+			jobs[0].GetError(), jobs[1].GetState(), jobs[2].GetState())
+		r.Pass = jobs[0].GetReason() == controller.ReasonAttemptsExhausted && jobs[0].GetAttempts() == 3 &&
+			jobs[1].GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED && jobs[2].GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED
+		return r
+	}
+	return fail(r, fmt.Errorf("the poison job did not fail in 30 s"))
 }
 
 func vmafxMeasure(ctx context.Context, e *env) Result {
@@ -177,7 +251,7 @@ func vmafxMeasure(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	defer closeC()
-	sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: "file://" + dist, Metrics: []string{"psnr", "ssim"}}})
+	sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: dist, Metrics: []string{"psnr", "ssim"}}})
 	if err != nil {
 		return fail(r, err)
 	}
@@ -209,7 +283,7 @@ func vmafxScoping(ctx context.Context, e *env) Result {
 	defer closeB()
 	reader, closeR, _ := w.client(w.mint("tenant-a", "dash-a", time.Time{}, controller.RoleReader))
 	defer closeR()
-	sub, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "/r.y4m", Distorted: "/d.y4m", Metrics: []string{"psnr"}}})
+	sub, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "r.y4m", Distorted: "d.y4m", Metrics: []string{"psnr"}}})
 	if err != nil {
 		return fail(r, err)
 	}
@@ -257,7 +331,7 @@ func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
 	return r
 }
 
-var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile, vmafxOperatorJob, vmafxOperatorExpired}
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxOperatorJob, vmafxOperatorExpired}
 
 // The operator's reconciler, against controller-runtime's fake Kubernetes
 // client (no API server here; test/operator runs it against the real one).
@@ -321,7 +395,7 @@ func vmafxOperatorJob(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	defer stopNode()
-	rec, c, closeConn, err := w.reconciler(opTok, demoJob("measure", ref, "file://"+dist))
+	rec, c, closeConn, err := w.reconciler(opTok, demoJob("measure", ref, dist))
 	if err != nil {
 		return fail(r, err)
 	}

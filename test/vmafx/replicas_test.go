@@ -48,7 +48,7 @@ func TestControllerReplicas(t *testing.T) {
 	submitter := w.client(w.mint("tenant-a", "ci-a", time.Now(), "vmafx:submitter", "vmafx:reader"))
 	want := map[string]bool{}
 	for i := range jobs {
-		r, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "/clips/ref.y4m", Distorted: fmt.Sprintf("file:///clips/%d.y4m", i), Metrics: []string{"psnr"}}})
+		r, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: fmt.Sprintf("dist/%d.y4m", i), Metrics: []string{"psnr"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestControllerReplicas(t *testing.T) {
 					claims[j.GetId()] = append(claims[j.GetId()], claim{node: node, at: time.Now(), leased: j.GetLeaseExpiresAt().AsTime()})
 					mu.Unlock()
 					claimed.Add(1)
-					_, err = c.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: j.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+					_, err = c.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: j.GetId(), LeaseId: resp.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
 						Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 40, Min: 39, Frames: 1}}})
 					switch status.Code(err) {
 					case codes.OK:

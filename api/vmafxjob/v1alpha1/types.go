@@ -21,6 +21,8 @@ const (
 	PhaseRunning   = "Running"
 	PhaseSucceeded = "Succeeded"
 	PhaseFailed    = "Failed"
+	// PhaseCancelled: the job was cancelled at the controller (CancelJob).
+	PhaseCancelled = "Cancelled"
 )
 
 // Condition types.
@@ -37,13 +39,16 @@ const (
 
 // VmafxJobSpec is what to measure.
 type VmafxJobSpec struct {
-	// Reference is the reference clip: a path or file:// URI the nodes can
-	// read (YUV4MPEG2, 8-bit 4:2:0). Required unless JobID is set.
+	// Reference is the reference clip (YUV4MPEG2, 8-bit 4:2:0): a path
+	// relative to the tenant's clip directory on the nodes, without ".."
+	// elements. Required unless JobID is set.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Reference string `json:"reference,omitempty"`
-	// Distorted is the clip measured against the reference. Required
-	// unless JobID is set.
+	// Distorted is the clip measured against the reference, named as
+	// Reference is. Required unless JobID is set.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Distorted string `json:"distorted,omitempty"`
 	// Metrics wanted. Required unless JobID is set.
 	// +optional
@@ -68,8 +73,8 @@ type Score struct {
 
 // VmafxJobStatus is what the controller says of the job.
 type VmafxJobStatus struct {
-	// Phase is Pending, Running, Succeeded or Failed.
-	// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+	// Phase is Pending, Running, Succeeded, Failed or Cancelled.
+	// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Cancelled
 	Phase string `json:"phase,omitempty"`
 	// JobID is the controller's job id.
 	JobID string `json:"jobID,omitempty"`

@@ -81,3 +81,35 @@ func WriteFile(path string, s Spec) error {
 	}
 	return f.Close()
 }
+
+// WriteSparse writes a clip of black frames (every sample zero) to path as
+// a sparse file: the header and the FRAME markers are written, the frames
+// are holes. A long or large clip thus costs no disk, only the node's time
+// to read and measure it — what the tests of slow jobs need.
+func WriteSparse(path string, width, height, frames int) error {
+	if width <= 0 || height <= 0 || frames < 0 {
+		return fmt.Errorf("clipgen: %dx%d, %d frames: not a clip", width, height, frames)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("clipgen: %w", err)
+	}
+	header := fmt.Sprintf("YUV4MPEG2 W%d H%d F25:1 Ip A1:1 C420jpeg\n", width, height)
+	frame := int64(width*height + 2*((width+1)/2)*((height+1)/2))
+	off := int64(len(header))
+	_, err = f.WriteAt([]byte(header), 0)
+	for i := 0; i < frames && err == nil; i++ {
+		_, err = f.WriteAt([]byte("FRAME\n"), off)
+		off += int64(len("FRAME\n")) + frame
+	}
+	if err == nil {
+		err = f.Truncate(off)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("clipgen: %w", err)
+	}
+	return nil
+}

@@ -114,13 +114,13 @@ func (o Options) Validate() error {
 
 // Server is a running controller.
 type Server struct {
-	o        Options
-	log      *slog.Logger
-	store    *Store
-	health   *serve.Health
-	certs    *serve.CertReloader
-	guard    *guard.Guard
-	grpc     *grpc.Server
+	o         Options
+	log       *slog.Logger
+	store     *Store
+	health    *serve.Health
+	certs     *serve.CertReloader
+	guard     *guard.Guard
+	grpc      *grpc.Server
 	requeued  prometheus.Counter
 	exhausted prometheus.Counter
 	lis       net.Listener

@@ -270,11 +270,11 @@ func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobR
 	}
 	defer func() { _ = tx.Rollback() }()
 	var (
-		state            int32
-		holder, leaseID  string
-		metrics          string
-		expires          sql.NullInt64
-		attempts         int
+		state           int32
+		holder, leaseID string
+		metrics         string
+		expires         sql.NullInt64
+		attempts        int
 	)
 	err = tx.QueryRowContext(ctx, s.q(`SELECT state, node, lease_id, lease_expires_at, metrics, attempts FROM jobs WHERE id = ? AND tenant = ?`+s.lockRow(false)),
 		r.GetId(), tenant).Scan(&state, &holder, &leaseID, &expires, &metrics, &attempts)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
@@ -40,7 +41,16 @@ const (
 	ReasonNotFound        = "JobNotFound"
 	ReasonAccepted        = "Accepted"
 	ReasonPolling         = "Polling"
+	ReasonCancelled       = "Cancelled"
 )
+
+// Finalizer holds a VmafxJob that is deleted until its job is cancelled at
+// the controller, so that a deleted object never leaves a node measuring.
+const Finalizer = "vmafx.callerauth.dev/cancel"
+
+func finished(phase string) bool {
+	return phase == jobsv1.PhaseSucceeded || phase == jobsv1.PhaseFailed || phase == jobsv1.PhaseCancelled
+}
 
 // Reconciler reconciles VmafxJobs against the vmafx controller.
 type Reconciler struct {
@@ -71,8 +81,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if job.Status.Phase == jobsv1.PhaseSucceeded || job.Status.Phase == jobsv1.PhaseFailed {
+	if !job.DeletionTimestamp.IsZero() {
+		return r.deleted(ctx, &job, poll)
+	}
+	if finished(job.Status.Phase) {
 		return ctrl.Result{}, nil // finished: no more polling
+	}
+	if controllerutil.AddFinalizer(&job, Finalizer) {
+		if err := r.Client.Update(ctx, &job); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("operator: adding the finalizer to %s/%s: %w", job.Namespace, job.Name, err)
+		}
 	}
 	before := job.Status.DeepCopy()
 	if job.Status.Phase == "" {
@@ -121,17 +142,56 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		job.Status.Phase = jobsv1.PhaseSucceeded
 	case vmafxv1.JobState_JOB_STATE_FAILED:
 		job.Status.Phase = jobsv1.PhaseFailed
+		if remote.GetReason() != "" {
+			job.Status.Message = remote.GetReason() + ": " + remote.GetError()
+		}
+	case vmafxv1.JobState_JOB_STATE_CANCELLED:
+		job.Status.Phase = jobsv1.PhaseCancelled
 	default:
 		job.Status.Phase = jobsv1.PhasePending
 	}
 	job.Status.Scores, job.Status.Summary = scores(remote.GetScores())
-	if job.Status.Phase == jobsv1.PhaseSucceeded || job.Status.Phase == jobsv1.PhaseFailed {
+	if finished(job.Status.Phase) {
 		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: jobsv1.ConditionFinished, Status: metav1.ConditionTrue,
 			Reason: job.Status.Phase, Message: strings.TrimSpace(job.Status.Summary + " " + job.Status.Message), ObservedGeneration: job.Generation})
 		r.event(&job, corev1.EventTypeNormal, job.Status.Phase, "Finished", "job "+job.Status.JobID+" "+strings.ToLower(job.Status.Phase))
 		return r.save(ctx, &job, before, 0)
 	}
 	return r.save(ctx, &job, before, poll)
+}
+
+// deleted cancels the job of a VmafxJob being deleted, unless it finished,
+// then lets the object go. A controller that cannot be reached keeps the
+// finalizer, and the deletion waits and is retried.
+func (r *Reconciler) deleted(ctx context.Context, job *jobsv1.VmafxJob, poll time.Duration) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(job, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if job.Status.JobID != "" && !finished(job.Status.Phase) {
+		if reason, msg := r.tokenProblem(ctx); reason != "" {
+			r.unreachable(job, reason, msg)
+			return ctrl.Result{RequeueAfter: poll}, nil
+		}
+		_, err := r.Jobs.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: job.Status.JobID})
+		switch status.Code(err) {
+		case codes.OK:
+			r.event(job, corev1.EventTypeNormal, ReasonCancelled, "Cancel", "the VmafxJob was deleted: job "+job.Status.JobID+" cancelled at the controller")
+		case codes.NotFound, codes.FailedPrecondition:
+			// Gone, or finished meanwhile: nothing to stop.
+		default:
+			reason, msg := refusal(err)
+			r.unreachable(job, reason, "cancelling the job of a deleted VmafxJob: "+msg)
+			return ctrl.Result{RequeueAfter: poll}, nil
+		}
+	}
+	controllerutil.RemoveFinalizer(job, Finalizer)
+	if err := r.Client.Update(ctx, job); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("operator: removing the finalizer of %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return ctrl.Result{}, nil
 }
 
 // tokenProblem reads the token as the next call would: an expired JWT in

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -116,7 +119,7 @@ func (w *world) reconciler(t *testing.T, tokenFile string, objs ...client.Object
 
 func vmafxJob(name string) *jobsv1.VmafxJob {
 	return &jobsv1.VmafxJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-" + name), Generation: 1},
-		Spec: jobsv1.VmafxJobSpec{Reference: "/clips/ref.y4m", Distorted: "/clips/dist.y4m", Metrics: []string{"psnr"}}}
+		Spec: jobsv1.VmafxJobSpec{Reference: "ref.y4m", Distorted: "dist.y4m", Metrics: []string{"psnr"}}}
 }
 
 func reconcile(t *testing.T, r *operator.Reconciler, c client.Client, name string) (ctrl.Result, *jobsv1.VmafxJob) {
@@ -166,13 +169,14 @@ func TestReconcile(t *testing.T) {
 		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(w.mint(t, "tenant-a", "node-a1", time.Time{}, controller.RoleNode)))))
 	defer nodeConn.Close()
 	node := vmafxv1.NewJobServiceClient(nodeConn)
-	if _, err := node.ClaimJob(context.Background(), &vmafxv1.ClaimJobRequest{}); err != nil {
+	claim, err := node.ClaimJob(context.Background(), &vmafxv1.ClaimJobRequest{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, job = reconcile(t, r, c, "j1"); job.Status.Phase != jobsv1.PhaseRunning {
 		t.Fatalf("running: %+v", job.Status)
 	}
-	if _, err := node.ReportJob(context.Background(), &vmafxv1.ReportJobRequest{Id: first, State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+	if _, err := node.ReportJob(context.Background(), &vmafxv1.ReportJobRequest{Id: first, LeaseId: claim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
 		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 41.25, Min: 39.5, Frames: 10}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +195,43 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
+// TestDeletedJobIsCancelled: a VmafxJob carries the operator's finalizer
+// from its first reconcile; deleting it cancels its job at the controller
+// (the node measuring it is refused its next report) and then lets it go.
+func TestDeletedJobIsCancelled(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	tokFile := filepath.Join(w.dir, "operator.token")
+	writeToken(t, tokFile, w.mint(t, "tenant-a", "operator-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	r, c, _ := w.reconciler(t, tokFile, vmafxJob("j1"))
+	_, job := reconcile(t, r, c, "j1")
+	if !slices.Contains(job.Finalizers, operator.Finalizer) || job.Status.JobID == "" {
+		t.Fatalf("after the first reconcile: finalizers %v, status %+v", job.Finalizers, job.Status)
+	}
+	nodeConn, _ := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(w.mint(t, "tenant-a", "node-a1", time.Time{}, controller.RoleNode)))))
+	defer nodeConn.Close()
+	node := vmafxv1.NewJobServiceClient(nodeConn)
+	claim, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || claim.GetJob().GetId() != job.Status.JobID {
+		t.Fatalf("claim: %v %v", claim, err)
+	}
+	if err := c.Delete(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: "team-a", Name: "j1"}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, &jobsv1.VmafxJob{}); err == nil {
+		t.Fatal("the deleted VmafxJob is still there")
+	}
+	_, err = node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.Status.JobID, LeaseId: claim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: 1})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "CANCELLED") {
+		t.Fatalf("the node's next report: %v; want FailedPrecondition, CANCELLED", err)
+	}
+}
+
 // TestRefusalsAreVisible: the seed's consequences as a user sees them in
 // `kubectl describe`: a refused job stays Pending with a condition and an
 // Event naming the refusal; an expired token file is named with its expiry
@@ -200,7 +241,7 @@ func TestRefusalsAreVisible(t *testing.T) {
 	ctx := context.Background()
 	// Tenant A's job, followed by tenant B's operator: NotFound.
 	subA := vmafxv1.NewJobServiceClient(mustConn(t, w, w.mint(t, "tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter)))
-	a, err := subA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "/r.y4m", Distorted: "/d.y4m", Metrics: []string{"psnr"}}})
+	a, err := subA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "r.y4m", Distorted: "d.y4m", Metrics: []string{"psnr"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
