@@ -1,15 +1,18 @@
 package chart_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/vmafx/node"
 	"github.com/callerauth/callerauth/internal/vmafx/operator"
 )
 
@@ -95,12 +98,50 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 					t.Fatalf("%s: %+v", c.key, cfg)
 				}
 			}
+			// The node mounts only its tenant's directory of the clip volume,
+			// and its rendered arguments are ones vmafx-node accepts.
+			ds := daemonSet(t, out["vmafx/templates/node.yaml"])
+			node0 := ds.Spec.Template.Spec.Containers[0]
+			var mounted, host string
+			for _, m := range node0.VolumeMounts {
+				if m.Name == "clips" {
+					mounted = m.MountPath
+				}
+			}
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.Name == "clips" && v.HostPath != nil {
+					host = v.HostPath.Path
+				}
+			}
+			if mounted != "/var/lib/vmafx/clips/tenant-a" || host != "/var/lib/vmafx/clips/tenant-a" {
+				t.Fatalf("clips: host path %q mounted at %q; want the tenant's directory only", host, mounted)
+			}
+			cmd := node.NewCommand(io.Discard)
+			if err := cmd.ParseFlags(node0.Args); err != nil {
+				t.Fatalf("vmafx-node refuses the chart's arguments %v: %v", node0.Args, err)
+			}
+			if v, _ := cmd.Flags().GetString("clip-root"); v != "/var/lib/vmafx/clips" {
+				t.Fatalf("--clip-root %q", v)
+			}
 			hasSidecar := strings.Contains(out["vmafx/templates/node.yaml"], "token-refresher") && strings.Contains(out["vmafx/templates/operator.yaml"], "token-refresher")
 			if hasSidecar != (mode == "refresher") {
 				t.Fatalf("refresher sidecars rendered: %v in mode %s", hasSidecar, mode)
 			}
 		})
 	}
+}
+
+// daemonSet is the DaemonSet of a rendered template.
+func daemonSet(t *testing.T, rendered string) *appsv1.DaemonSet {
+	t.Helper()
+	for _, doc := range strings.Split(rendered, "\n---") {
+		var ds appsv1.DaemonSet
+		if err := yaml.Unmarshal([]byte(doc), &ds); err == nil && ds.Kind == "DaemonSet" {
+			return &ds
+		}
+	}
+	t.Fatal("no DaemonSet rendered")
+	return nil
 }
 
 func TestVmafxChartRefusals(t *testing.T) {

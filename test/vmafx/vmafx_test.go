@@ -78,11 +78,19 @@ func newWorldOn(t *testing.T, datastore string) *world {
 	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}}
 	var tenants strings.Builder
 	tenants.WriteString("tenants:\n")
-	for _, name := range []string{"tenant-a", "tenant-b"} {
+	for _, name := range []string{"tenant-a", "tenant-b", "tenant-c"} {
 		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
 		w.idp[name] = iss
 		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    roles_claim: scp\n    ca_file: %s\n",
 			name, iss.Issuer(), srv.URL, iss.CAFile())
+		if name == "tenant-c" {
+			tenants.WriteString("    tenant_claim: tenant\n") // its tokens must state the tenant
+		}
+		// One clip volume for every tenant, a directory each (as on a
+		// node's disk).
+		if err := os.MkdirAll(filepath.Join(w.dir, "clips", name), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w.tenants = filepath.Join(w.dir, "tenants.yaml")
 	write(t, w.tenants, tenants.String())
@@ -149,12 +157,17 @@ func (w *world) clientOf(addr, tok string) vmafxv1.JobServiceClient {
 	return vmafxv1.NewJobServiceClient(conn)
 }
 
-// node starts a node binary for tenant A whose token file is tokenFile.
-func (w *world) node(name, tokenFile string) *e2e.Process {
+// node starts a node binary for tenant A whose token file is tokenFile,
+// named name (--node-name), its clip root the world's clips directory.
+func (w *world) node(name, tokenFile string, extra ...string) *e2e.Process {
 	cfg := filepath.Join(w.dir, name+".yaml")
 	write(w.t, cfg, fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tokenFile))
-	return e2e.Start(w.t, bins["vmafx-node"], []string{"--config", cfg, "--poll", "100ms", "--report-every", "500ms"})
+	return e2e.Start(w.t, bins["vmafx-node"], append([]string{"--config", cfg, "--poll", "100ms", "--report-every", "500ms",
+		"--clip-root", filepath.Join(w.dir, "clips"), "--node-name", name}, extra...))
 }
+
+// clipDir is tenant's directory on the clip volume.
+func (w *world) clipDir(tenant string) string { return filepath.Join(w.dir, "clips", tenant) }
 
 func (w *world) wait(c vmafxv1.JobServiceClient, id string, done func(*vmafxv1.Job) bool) *vmafxv1.Job {
 	w.t.Helper()
@@ -219,8 +232,7 @@ func TestVmafx(t *testing.T) {
 	submitter := w.client(w.mint("tenant-a", "ci-a", now, "vmafx:submitter", "vmafx:reader"))
 	readerA := w.client(w.mint("tenant-a", "dash-a", now, "vmafx:reader"))
 	readerB := w.client(w.mint("tenant-b", "dash-b", now, "vmafx:reader"))
-	clips := filepath.Join(w.dir, "clips")
-	_ = os.MkdirAll(clips, 0o700)
+	clips := w.clipDir("tenant-a")
 	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
 	if err := clipgen.WriteFile(ref, clipgen.Spec{Width: 160, Height: 96, Frames: 12}); err != nil {
 		t.Fatal(err)
@@ -228,7 +240,7 @@ func TestVmafx(t *testing.T) {
 	if err := clipgen.WriteFile(dist, clipgen.Spec{Width: 160, Height: 96, Frames: 12, Noise: 10, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	spec := &vmafxv1.JobSpec{Reference: ref, Distorted: "file://" + dist, Metrics: []string{"psnr", "ssim"}}
+	spec := &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: "dist.y4m", Metrics: []string{"psnr", "ssim"}}
 
 	t.Run("submit, claim, measure, succeed with ffmpeg's figures", func(t *testing.T) {
 		tokFile := filepath.Join(w.dir, "node-a1.token")
@@ -268,12 +280,12 @@ func TestVmafx(t *testing.T) {
 		if err := clipgen.WriteFile(wide, clipgen.Spec{Width: 176, Height: 96, Frames: 12}); err != nil {
 			t.Fatal(err)
 		}
-		bad, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: wide, Metrics: []string{"psnr"}}})
+		bad, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: "wide.y4m", Metrics: []string{"psnr"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		failed := w.wait(readerA, bad.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_FAILED })
-		if !strings.Contains(failed.GetError(), "frame sizes differ: reference "+ref+" is 160x96, distorted "+wide+" is 176x96") {
+		if !strings.Contains(failed.GetError(), "frame sizes differ: reference ref.y4m is 160x96, distorted wide.y4m is 176x96") || failed.GetReason() != "clips_differ" {
 			t.Errorf("failed job's error: %q", failed.GetError())
 		}
 		// A reader cannot submit: PermissionDenied naming the role.
@@ -311,50 +323,61 @@ func TestVmafx(t *testing.T) {
 		}
 	})
 
-	t.Run("a node killed mid-job: the job returns after the lease and another node finishes it", func(t *testing.T) {
-		fifo := filepath.Join(clips, "slow.y4m")
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	t.Run("a node killed mid-job: the job returns after the lease, another node takes it, a cancel stops that node", func(t *testing.T) {
+		// 1080p black frames in a sparse file: a minute of measuring.
+		if err := clipgen.WriteSparse(filepath.Join(clips, "long.y4m"), 1920, 1080, 3000); err != nil {
 			t.Fatal(err)
 		}
 		tok := filepath.Join(w.dir, "node-a3.token")
 		write(t, tok, w.mint("tenant-a", "node-a3", now, "vmafx:node"))
-		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: fifo, Metrics: []string{"psnr"}}})
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "long.y4m", Distorted: "long.y4m", Metrics: []string{"ssim"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		doomed := w.node("node-a3", tok)
-		// It claims and blocks on the clip nobody writes yet.
 		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool {
-			return j.GetNode() == "node-a3" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING
+			return j.GetNode() == "node-a3" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING && j.GetProgress() > 0
 		})
 		if err := doomed.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_PENDING })
+		back := w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_PENDING })
+		if back.GetError() != "the lease of node-a3 expired" || back.GetAttempts() != 1 {
+			t.Errorf("back to PENDING: error %q, attempts %d", back.GetError(), back.GetAttempts())
+		}
 		tok4 := filepath.Join(w.dir, "node-a4.token")
 		write(t, tok4, w.mint("tenant-a", "node-a4", now, "vmafx:node"))
 		n4 := w.node("node-a4", tok4)
 		defer func() { _ = n4.Stop() }()
-		go func() {
-			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-			if err != nil {
-				return
-			}
-			defer f.Close()
-			_ = clipgen.Write(f, clipgen.Spec{Width: 160, Height: 96, Frames: 12, Noise: 10, Seed: 3})
-		}()
-		j := w.wait(readerA, sub.GetJob().GetId(), succeeded)
-		if j.GetNode() != "node-a4" {
-			t.Fatalf("finished by %s", j.GetNode())
-		}
+		w.wait(readerA, sub.GetJob().GetId(), func(j *vmafxv1.Job) bool {
+			return j.GetNode() == "node-a4" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING && j.GetAttempts() == 2
+		})
 		if !strings.Contains(w.ctl.Output(), "leases expired") {
 			t.Error("the lease expiry was not logged")
+		}
+		// Cancelled: the node stops measuring at its next report and takes
+		// the next job.
+		if _, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		if got := n4.LogValue(t, "node: stopping the job: the controller refused its progress report", "job", 30*time.Second); got != sub.GetJob().GetId() {
+			t.Fatalf("node-a4 stopped job %s", got)
+		}
+		next, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j := w.wait(readerA, next.GetJob().GetId(), succeeded); j.GetNode() != "node-a4" {
+			t.Fatalf("the next job finished by %s", j.GetNode())
+		}
+		if j, _ := readerA.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()}); j.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_CANCELLED {
+			t.Fatalf("the cancelled job: %v", j.GetJob())
 		}
 	})
 
 	t.Run("a controller restart loses nothing", func(t *testing.T) {
 		list, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
-		if err != nil || len(list.GetJobs()) != 4 {
+		if err != nil || len(list.GetJobs()) != 5 {
 			t.Fatalf("before: %v %v", list, err)
 		}
 		if err := w.ctl.Stop(); err != nil {
@@ -363,7 +386,7 @@ func TestVmafx(t *testing.T) {
 		w.startController()
 		after := w.client(w.mint("tenant-a", "dash-a", time.Now(), "vmafx:reader"))
 		list2, err := after.ListJobs(ctx, &vmafxv1.ListJobsRequest{})
-		if err != nil || len(list2.GetJobs()) != 4 {
+		if err != nil || len(list2.GetJobs()) != 5 {
 			t.Fatalf("after: %v %v", list2, err)
 		}
 		for i, j := range list2.GetJobs() {
@@ -387,6 +410,22 @@ func (w *world) metrics(t *testing.T) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// metric is the value of an unlabelled metric of the controller.
+func (w *world) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(w.metrics(t), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("the controller exports no %s", name)
+	return 0
 }
 
 func requiredRole(err error) string {
