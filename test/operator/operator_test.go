@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -169,14 +168,15 @@ func TestOperator(t *testing.T) {
 	startNodeRefresher()
 	waitFile(t, opToken)
 	waitFile(t, nodeToken)
-	e2e.Start(t, bins["vmafx-node"], []string{"--config", connection("node", nodeToken), "--poll", "200ms", "--report-every", "1s"})
+	e2e.Start(t, bins["vmafx-node"], []string{"--config", connection("node", nodeToken), "--poll", "200ms", "--report-every", "1s",
+		"--clip-root", filepath.Join(dir, "clips")})
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := apiserver.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
 		"--leader-election-namespace", "vmafx-system", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"})
-	clips := filepath.Join(dir, "clips")
+	clips := filepath.Join(dir, "clips", "tenant-a") // the node's tenant's clip directory
 	_ = os.MkdirAll(clips, 0o700)
 	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
 	if err := clipgen.WriteFile(ref, clipgen.Spec{Width: 96, Height: 64, Frames: 6}); err != nil {
@@ -185,6 +185,7 @@ func TestOperator(t *testing.T) {
 	if err := clipgen.WriteFile(dist, clipgen.Spec{Width: 96, Height: 64, Frames: 6, Noise: 6, Seed: 2}); err != nil {
 		t.Fatal(err)
 	}
+	ref, dist = "ref.y4m", "dist.y4m" // as a job names them: relative to the tenant's clip directory
 	create := func(name string, spec map[string]any) {
 		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vmafx.callerauth.dev/v1alpha1", "kind": "VmafxJob",
 			"metadata": map[string]any{"name": name, "namespace": "team-a"}, "spec": spec}}
@@ -212,22 +213,13 @@ func TestOperator(t *testing.T) {
 	}
 
 	t.Run("Pending → Running → Succeeded with the node's scores", func(t *testing.T) {
-		// The distorted clip is a FIFO nobody writes yet: the node claims the
-		// job and blocks, so Running can be seen, then the clip arrives.
-		fifo := filepath.Join(clips, "live.y4m")
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		// 1080p black frames in a sparse file, a few seconds of measuring:
+		// Running can be seen before Succeeded.
+		if err := clipgen.WriteSparse(filepath.Join(clips, "long.y4m"), 1920, 1080, 300); err != nil {
 			t.Fatal(err)
 		}
-		create("measure", map[string]any{"reference": ref, "distorted": "file://" + fifo, "metrics": []any{"psnr", "ssim"}})
+		create("measure", map[string]any{"reference": "long.y4m", "distorted": "long.y4m", "metrics": []any{"psnr", "ssim"}})
 		status("measure", phase("Running"))
-		go func() {
-			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-			if err != nil {
-				return
-			}
-			defer f.Close()
-			_ = clipgen.Write(f, clipgen.Spec{Width: 96, Height: 64, Frames: 6, Noise: 6, Seed: 2})
-		}()
 		st := status("measure", phase("Succeeded"))
 		scores, _ := st["scores"].([]any)
 		if len(scores) != 2 || !strings.Contains(fmt.Sprint(st["summary"]), "psnr=") || st["jobID"] == "" {

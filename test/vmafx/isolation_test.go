@@ -165,7 +165,9 @@ func TestIsolationBeyondTheAPI(t *testing.T) {
 
 	t.Run("SIGTERM mid-job: the node gives the job back and exits", func(t *testing.T) {
 		id := submit("long.y4m", "long.y4m", "ssim")
-		w.wait(submitter, id, func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING && j.GetProgress() > 0 })
+		w.wait(submitter, id, func(j *vmafxv1.Job) bool {
+			return j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING && j.GetProgress() > 0
+		})
 		if err := n1.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +194,9 @@ func TestIsolationBeyondTheAPI(t *testing.T) {
 		w.wait(submitter, id, func(j *vmafxv1.Job) bool { return j.GetState() == vmafxv1.JobState_JOB_STATE_PENDING })
 		pod2 := w.node("vmafx-node-x2", tok)
 		defer func() { _ = pod2.Stop() }()
-		w.wait(submitter, id, func(j *vmafxv1.Job) bool { return j.GetNode() == "vmafx-node-x2" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING })
+		w.wait(submitter, id, func(j *vmafxv1.Job) bool {
+			return j.GetNode() == "vmafx-node-x2" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING
+		})
 		if err := pod1.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
