@@ -94,6 +94,16 @@ func (r Reason) SaysNothingAboutCaller() bool {
 type Error struct {
 	Reason Reason
 	Err    error
+	// Uncacheable marks a verdict that may change within moments — a
+	// token signed by a key the verifier has not fetched yet — which a
+	// cache must not keep.
+	Uncacheable bool
+}
+
+// Cacheable reports whether a verdict cache may keep err.
+func Cacheable(err error) bool {
+	var e *Error
+	return !errors.As(err, &e) || !e.Uncacheable
 }
 
 func (e *Error) Error() string {

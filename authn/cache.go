@@ -198,7 +198,7 @@ func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, 
 		switch {
 		case err == nil:
 			c.put(key, caller, nil)
-		case ReasonOf(err) == TokenInvalid && c.negTTL > 0:
+		case ReasonOf(err) == TokenInvalid && c.negTTL > 0 && Cacheable(err):
 			c.put(key, nil, err)
 		}
 		return caller, err

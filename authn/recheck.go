@@ -2,13 +2,14 @@ package authn
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"sync"
 	"time"
 )
 
 // Recheck verifies every token offline and asks an authoritative
-// authenticator only when it first sees a credential and again once per
+// authenticator only when it first sees a token and again once per
 // Interval: the Kubernetes API server's TokenReview is asked once per
 // token per Interval, not once per cache TTL.
 //
@@ -16,15 +17,22 @@ import (
 // checks what a signature can: issuer, signature, audience, expiry, the
 // identity. What it cannot see is revocation — a token whose pod, secret
 // or service account was deleted still verifies. TokenReview sees that, so
-// a credential is reviewed when first seen (the pod was alive then) and
-// again when its last review is Interval old: a deleted pod's token is
-// refused at most Interval (plus the verdict cache's TTL, which sits in
-// front) after the deletion. That is the trade-off, and Interval is the
-// knob; docs/scale.md has the TokenReview rate it buys.
+// a token is reviewed when first seen (the pod was alive then) and again
+// when its last review is Interval old: a deleted pod's token is refused at
+// most Interval (plus the verdict cache's TTL, which sits in front) after
+// the deletion. That is the trade-off, and Interval is the knob;
+// docs/scale.md has the TokenReview rate it buys.
 //
-// A credential is told apart by its Caller.CredentialID (a token's jti);
-// a token without one is reviewed every time the verdict cache misses, as
-// without Recheck.
+// What a remembered review vouches for is exactly one token — it is kept
+// under a SHA-256 of the whole token, never under a claim such as the jti,
+// which is not secret — and the identity TokenReview returned for it: a
+// request answered from a remembered review gets that identity, and an
+// offline identity that differs from the reviewed one is refused
+// (token_invalid) and counted. Every request is verified offline first, so
+// a review stops vouching as soon as the key that signed its token leaves
+// the JWKS (the offline refusal forgets it). When reviews of one token
+// overlap, the one started last decides: a refusal is never overwritten by
+// an older success.
 type Recheck struct {
 	offline, review Authenticator
 	interval        time.Duration
@@ -32,9 +40,17 @@ type Recheck struct {
 	now             func() time.Time
 
 	mu    sync.Mutex
-	seen  map[string]time.Time // issuer and credential id → last review
-	swept time.Time            // when lapsed reviews were last dropped
+	seq   uint64                       // reviews started
+	seen  map[[sha256.Size]byte]review // token hash → its latest review
+	swept time.Time                    // when lapsed reviews were last dropped
 	stats RecheckStats
+}
+
+// review is what a TokenReview of one token said, and when.
+type review struct {
+	at     time.Time
+	seq    uint64  // the order in which the review started
+	caller *Caller // the reviewed identity; nil: refused
 }
 
 // RecheckConfig configures [NewRecheck].
@@ -45,10 +61,10 @@ type RecheckConfig struct {
 	// Review is the authority that also sees revocation (TokenReview).
 	// Required.
 	Review Authenticator
-	// Interval is how long a review of a credential stands: the longest a
+	// Interval is how long a review of a token stands: the longest a
 	// revoked credential is still accepted. Required.
 	Interval time.Duration
-	// MaxEntries bounds the credentials remembered; when full, those whose
+	// MaxEntries bounds the tokens remembered; when full, those whose
 	// review is older than Interval are dropped, then the oldest. Default
 	// 100000.
 	MaxEntries int
@@ -61,6 +77,9 @@ type RecheckStats struct {
 	Reviews  uint64 // asked the authority
 	Offline  uint64 // answered from the offline verification and a standing review
 	Refusals uint64 // refused offline, never reviewed
+	// Mismatches are tokens whose offline identity differs from the one
+	// TokenReview returned for them: refused.
+	Mismatches uint64
 }
 
 // NewRecheck returns the authenticator, or an error naming what is missing.
@@ -77,7 +96,7 @@ func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Recheck{offline: cfg.Offline, review: cfg.Review, interval: cfg.Interval, max: cfg.MaxEntries, now: cfg.Now, seen: map[string]time.Time{}}, nil
+	return &Recheck{offline: cfg.Offline, review: cfg.Review, interval: cfg.Interval, max: cfg.MaxEntries, now: cfg.Now, seen: map[[sha256.Size]byte]review{}}, nil
 }
 
 // RequiredAudiences are the reviewer's, for the verdict cache's key.
@@ -88,41 +107,62 @@ func (r *Recheck) RequiredAudiences() []string {
 	return nil
 }
 
-// Authenticate verifies token offline and, when its credential has no
-// review younger than Interval, reviews it.
+// SameIdentity reports whether two callers name the same identity: user,
+// UID, and the pod and node the credential is bound to.
+func SameIdentity(a, b *Caller) bool {
+	return a.Username == b.Username && a.UID == b.UID && a.PodName == b.PodName && a.PodUID == b.PodUID &&
+		a.NodeName == b.NodeName && a.NodeUID == b.NodeUID
+}
+
+// Authenticate verifies token offline and, when no review of this very
+// token younger than Interval stands, reviews it.
 func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, error) {
+	key := sha256.Sum256([]byte(token))
 	c, err := r.offline.Authenticate(ctx, token)
 	if err != nil {
 		r.mu.Lock()
 		r.stats.Refusals++
+		delete(r.seen, key) // its key left the JWKS, or it expired: vouch no more
 		r.mu.Unlock()
 		return nil, err
-	}
-	key := ""
-	if c.CredentialID != "" {
-		key = c.Issuer + "\x00" + c.CredentialID
 	}
 	now := r.now()
 	r.mu.Lock()
-	at, ok := r.seen[key]
-	if key != "" && ok && now.Sub(at) < r.interval {
+	if rv, ok := r.seen[key]; ok && rv.caller != nil && now.Sub(rv.at) < r.interval {
+		if !SameIdentity(c, rv.caller) {
+			r.stats.Mismatches++
+			r.mu.Unlock()
+			return nil, Fail(TokenInvalid, "the offline identity %q differs from the one TokenReview returned for this token (%q)", c.Username, rv.caller.Username)
+		}
 		r.stats.Offline++
 		r.mu.Unlock()
-		return c, nil
+		return rv.caller, nil
 	}
 	r.stats.Reviews++
+	r.seq++
+	seq := r.seq
 	r.mu.Unlock()
 	rc, err := r.review.Authenticate(ctx, token)
-	if key == "" {
-		return rc, err
+	if err == nil && !SameIdentity(c, rc) {
+		r.mu.Lock()
+		r.stats.Mismatches++
+		r.mu.Unlock()
+		return nil, Fail(TokenInvalid, "the offline identity %q differs from the one TokenReview returned (%q)", c.Username, rc.Username)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		if ReasonOf(err) == TokenInvalid {
-			delete(r.seen, key) // revoked: never again offline
-		}
+	if prev, ok := r.seen[key]; ok && prev.seq > seq {
+		// A review started after this one has already answered: it
+		// decides (a refusal is never replaced by an older success).
+		return rc, err
+	}
+	switch {
+	case err == nil:
+	case ReasonOf(err) == TokenInvalid:
+		r.seen[key] = review{at: now, seq: seq} // refused: an older success cannot land over it
 		return nil, err
+	default:
+		return nil, err // the reviewer failed: it said nothing about the token
 	}
 	switch {
 	case now.Sub(r.swept) >= r.interval:
@@ -132,38 +172,38 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 	case len(r.seen) >= r.max:
 		r.evict(now)
 	}
-	r.seen[key] = now
+	r.seen[key] = review{at: now, seq: seq, caller: rc}
 	return rc, nil
 }
 
 func (r *Recheck) sweep(now time.Time) {
-	for k, at := range r.seen {
-		if now.Sub(at) >= r.interval {
+	for k, rv := range r.seen {
+		if now.Sub(rv.at) >= r.interval {
 			delete(r.seen, k)
 		}
 	}
 	r.swept = now
 }
 
-// evict drops the credentials whose review has lapsed and, if that frees
-// nothing, the oldest tenth.
+// evict drops the reviews that have lapsed and, if that frees nothing,
+// the oldest tenth.
 func (r *Recheck) evict(now time.Time) {
 	r.sweep(now)
 	if len(r.seen) < r.max {
 		return
 	}
 	cutoff := now
-	for _, at := range r.seen {
-		if at.Before(cutoff) {
-			cutoff = at
+	for _, rv := range r.seen {
+		if rv.at.Before(cutoff) {
+			cutoff = rv.at
 		}
 	}
 	// Raise the cutoff until a tenth of the entries fall below it.
 	step := r.interval / 10
 	for len(r.seen) >= r.max-r.max/10 && step > 0 {
 		cutoff = cutoff.Add(step)
-		for k, at := range r.seen {
-			if at.Before(cutoff) {
+		for k, rv := range r.seen {
+			if rv.at.Before(cutoff) {
 				delete(r.seen, k)
 			}
 		}
@@ -177,7 +217,7 @@ func (r *Recheck) Stats() RecheckStats {
 	return r.stats
 }
 
-// Remembered is how many credentials have a review on record.
+// Remembered is how many tokens have a review on record.
 func (r *Recheck) Remembered() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

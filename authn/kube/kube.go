@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -80,6 +81,10 @@ type Config struct {
 	Issuers []string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// MaxKeyAge, MaxStaleKeys and Logger configure [Offline]'s key cache
+	// (oidc.Config's fields of the same names; their defaults).
+	MaxKeyAge, MaxStaleKeys time.Duration
+	Logger                  *slog.Logger
 }
 
 // Authenticator verifies tokens with TokenReview. Create one with [New].
@@ -170,9 +175,15 @@ func Offline(cfg Config) (*oidc.Authenticator, error) {
 	jwks := strings.TrimSuffix(rc.Host, "/") + "/openid/v1/jwks"
 	var issuers []oidc.IssuerConfig
 	for _, iss := range cfg.Issuers {
-		issuers = append(issuers, oidc.IssuerConfig{Issuer: iss, JWKSURL: jwks, Audiences: cfg.Audiences, HTTPClient: client})
+		// The same tenant as the reviewed path: one token, one caller.
+		issuers = append(issuers, oidc.IssuerConfig{Issuer: iss, JWKSURL: jwks, Audiences: cfg.Audiences, HTTPClient: client, Tenant: cfg.Tenant})
 	}
-	return oidc.New(oidc.Config{Issuers: issuers, Timeout: cfg.Timeout})
+	leeway := cfg.Leeway
+	if leeway == 0 {
+		leeway = -1 // oidc reads 0 as its default; the reviewed path allows none
+	}
+	return oidc.New(oidc.Config{Issuers: issuers, Timeout: cfg.Timeout, Leeway: leeway, Now: cfg.Now,
+		MaxKeyAge: cfg.MaxKeyAge, MaxStaleKeys: cfg.MaxStaleKeys, Logger: cfg.Logger})
 }
 
 // NewForClient builds the authenticator on an existing clientset. It does

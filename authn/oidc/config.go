@@ -19,6 +19,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -82,12 +83,26 @@ type Config struct {
 	// exp has no leeway: a token is refused from its exp on.
 	Leeway time.Duration
 	// RefreshMinInterval is the least time between two JWKS fetches of one
-	// issuer caused by unknown kids. Default 10 s.
+	// issuer caused by unknown kids. A token whose kid is not among the
+	// keys is not evidence against its caller (the issuer may have just
+	// rotated): the keys are fetched again at once when the last fetch is
+	// at least this old; otherwise the token is answered
+	// validator_unavailable (retryable) until a fetch may run. Default 10 s.
 	RefreshMinInterval time.Duration
 	// MaxKeyAge is how long fetched keys are used before they are fetched
-	// again on the next verification (keeping the old keys if that fails).
-	// Default 1 hour.
+	// again on the next verification: a key the issuer removed is refused
+	// at most this long after (keys missing from a successful fetch are
+	// dropped at once). Default 5 minutes.
 	MaxKeyAge time.Duration
+	// MaxStaleKeys bounds how long keys are still trusted while every
+	// fetch fails: past the last successful fetch plus MaxStaleKeys,
+	// verification answers validator_unavailable (and
+	// Stats().StaleRefusals counts it) until a fetch succeeds. Default 1
+	// hour.
+	MaxStaleKeys time.Duration
+	// Logger reports, once per key, the JWKS entries that are ignored as
+	// unusable (RFC 7517 §5). Default slog.Default().
+	Logger *slog.Logger
 	// Timeout bounds one discovery or JWKS fetch. Default 5 s.
 	Timeout time.Duration
 	// Now is the clock. Default time.Now.
@@ -98,8 +113,11 @@ type Config struct {
 const (
 	DefaultLeeway             = time.Minute
 	DefaultRefreshMinInterval = 10 * time.Second
-	DefaultMaxKeyAge          = time.Hour
-	DefaultTimeout            = 5 * time.Second
+	DefaultMaxKeyAge          = 5 * time.Minute
+	DefaultMaxStaleKeys       = time.Hour
+	// MinRSABits is the smallest RSA key used (RFC 7518 §3.3).
+	MinRSABits     = 2048
+	DefaultTimeout = 5 * time.Second
 )
 
 var allowedAlgorithms = []string{
@@ -166,6 +184,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxKeyAge <= 0 {
 		c.MaxKeyAge = DefaultMaxKeyAge
+	}
+	if c.MaxStaleKeys <= 0 {
+		c.MaxStaleKeys = DefaultMaxStaleKeys
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout

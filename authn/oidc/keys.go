@@ -2,6 +2,10 @@ package oidc
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -21,15 +26,39 @@ import (
 
 const maxDocument = 1 << 20
 
+// Stats count what the key sets of an [Authenticator] did.
+type Stats struct {
+	// Fetches and FetchFailures count JWKS fetches (discovery included).
+	Fetches, FetchFailures uint64
+	// KeysIgnored counts the JWKS entries ignored as unusable (RFC 7517
+	// §5: unknown kty or curve, missing members, a bad x5c, an RSA key under
+	// 2048 bits, a private or symmetric key, use other than sig), each
+	// counted and logged once.
+	KeysIgnored uint64
+	// StaleRefusals counts verifications answered validator_unavailable
+	// because every fetch failed for longer than MaxStaleKeys.
+	StaleRefusals uint64
+	// UnknownKid counts tokens naming a kid that was not among the keys,
+	// answered validator_unavailable while a refetch could not yet run.
+	UnknownKid uint64
+}
+
+type counters struct {
+	fetches, fetchFailures, keysIgnored, staleRefusals, unknownKid atomic.Uint64
+}
+
 // keySet holds one issuer's verification keys and fetches them: through
-// discovery unless a JWKS URL is configured, again when a token names an
-// unknown kid (at most once per RefreshMinInterval), and again when the
-// keys are older than MaxKeyAge.
+// discovery unless a JWKS URL is configured, when first needed, again
+// when they are MaxKeyAge old (a key the issuer removed is gone then), and
+// again at once when a token names an unknown kid — at most once per
+// RefreshMinInterval. While fetches fail, the last keys are used for at
+// most MaxStaleKeys.
 type keySet struct {
 	ic       *IssuerConfig
 	cfg      *Config
 	client   *http.Client
 	bearer   token.Source
+	stats    *counters
 	group    singleflight.Group
 	mu       sync.RWMutex
 	jwksURL  string
@@ -37,60 +66,74 @@ type keySet struct {
 	fetched  time.Time // last successful fetch
 	attempt  time.Time // last fetch attempt
 	fetchErr error
+	ignored  map[[sha256.Size]byte]bool // unusable entries already logged
+}
+
+func (k *keySet) snapshot() (keys []jose.JSONWebKey, fetched, attempt time.Time) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.keys, k.fetched, k.attempt
 }
 
 // lookup returns the keys that may have signed a token with this kid (all
-// keys when kid is empty).
+// keys when kid is empty; every key of that kid, RFC 7517 §4.5 allowing
+// several of different types).
 func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
 	now := k.cfg.Now()
-	k.mu.RLock()
-	keys, fetched, attempt := k.keys, k.fetched, k.attempt
-	k.mu.RUnlock()
-
-	found := match(keys, kid)
+	_, fetched, attempt := k.snapshot()
+	// A failing issuer is asked again at most ten times per
+	// RefreshMinInterval, however many tokens arrive.
+	mayFetch := attempt.IsZero() || now.Sub(attempt) >= k.cfg.RefreshMinInterval/10
 	switch {
 	case fetched.IsZero():
-		// Never fetched: fetch, unless a failed attempt was just made.
-		if !attempt.IsZero() && now.Sub(attempt) < k.cfg.RefreshMinInterval/10 {
+		if !mayFetch {
 			return nil, k.lastErr()
 		}
-	case len(found) > 0 && now.Sub(fetched) < k.cfg.MaxKeyAge:
-		return found, nil
-	case len(found) > 0:
-		// Stale keys: refresh, but keep using them if that fails.
 		if err := k.refresh(ctx); err != nil {
-			return found, nil
+			return nil, err
 		}
-		k.mu.RLock()
-		defer k.mu.RUnlock()
-		return match(k.keys, kid), nil
-	case now.Sub(attempt) < k.cfg.RefreshMinInterval:
-		// An unknown kid, and keys fetched moments ago: do not let random
-		// kids make us hammer the issuer.
-		return nil, authn.Fail(authn.TokenInvalid, "no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)
+	case now.Sub(fetched) >= k.cfg.MaxKeyAge && mayFetch:
+		_ = k.refresh(ctx) // on failure the last keys stand, within MaxStaleKeys
+	}
+	keys, fetched, attempt := k.snapshot()
+	if age := now.Sub(fetched); age >= k.cfg.MaxStaleKeys {
+		k.stats.staleRefusals.Add(1)
+		return nil, authn.Fail(authn.ValidatorUnavailable, "the keys of %s were last fetched %s ago, longer than they are trusted while fetches fail (%s): %v",
+			k.ic.Issuer, age.Round(time.Second), k.cfg.MaxStaleKeys, k.lastErr())
+	}
+	if found := match(keys, kid); len(found) > 0 {
+		return found, nil
+	}
+	// An unknown kid is not evidence against the caller: the issuer may
+	// have published the key since the last fetch.
+	if now.Sub(attempt) < k.cfg.RefreshMinInterval {
+		k.stats.unknownKid.Add(1)
+		return nil, authn.Fail(authn.ValidatorUnavailable, "no key with kid %q among the keys of %s fetched %s ago; they are fetched again at most every %s (retry)",
+			kid, k.ic.Issuer, now.Sub(attempt).Round(time.Millisecond), k.cfg.RefreshMinInterval)
 	}
 	if err := k.refresh(ctx); err != nil {
 		return nil, err
 	}
-	k.mu.RLock()
-	found = match(k.keys, kid)
-	k.mu.RUnlock()
-	if len(found) == 0 {
-		return nil, authn.Fail(authn.TokenInvalid, "no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)
+	keys, _, _ = k.snapshot()
+	if found := match(keys, kid); len(found) > 0 {
+		return found, nil
 	}
-	return found, nil
+	// Not published by a fetch made just now: refused, but never cached as
+	// a verdict (it may be published a moment later).
+	return nil, &authn.Error{Reason: authn.TokenInvalid, Uncacheable: true, Err: fmt.Errorf("no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)}
 }
 
 func match(keys []jose.JSONWebKey, kid string) []jose.JSONWebKey {
 	if kid == "" {
 		return keys
 	}
+	var found []jose.JSONWebKey
 	for i := range keys {
 		if keys[i].KeyID == kid {
-			return keys[i : i+1 : i+1]
+			found = append(found, keys[i])
 		}
 	}
-	return nil
+	return found
 }
 
 func (k *keySet) lastErr() error {
@@ -102,11 +145,13 @@ func (k *keySet) lastErr() error {
 	return authn.Fail(authn.ValidatorUnavailable, "keys of %s not fetched yet", k.ic.Issuer)
 }
 
-// refresh fetches the keys once for all concurrent callers.
+// refresh fetches the keys once for all concurrent callers. A successful
+// fetch replaces the keys: a key missing from it is dropped at once.
 func (k *keySet) refresh(ctx context.Context) error {
 	ch := k.group.DoChan("", func() (any, error) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.Timeout)
 		defer cancel()
+		k.stats.fetches.Add(1)
 		keys, err := k.fetch(fctx)
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -114,6 +159,8 @@ func (k *keySet) refresh(ctx context.Context) error {
 		k.fetchErr = err
 		if err == nil {
 			k.keys, k.fetched = keys, k.attempt
+		} else {
+			k.stats.fetchFailures.Add(1)
 		}
 		return nil, err
 	})
@@ -152,31 +199,88 @@ func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 		k.jwksURL = jwksURL
 		k.mu.Unlock()
 	}
-	var set jose.JSONWebKeySet
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
 	if err := k.getJSON(ctx, jwksURL, &set); err != nil {
 		return nil, err
 	}
-	keys := usableKeys(set)
+	keys, ignored := readKeys(set.Keys)
+	for _, ig := range ignored {
+		k.ignore(jwksURL, ig.index, set.Keys[ig.index], ig.why)
+	}
 	if len(keys) == 0 {
-		return nil, authn.Fail(authn.ValidatorError, "JWKS at %s holds no usable public signing key", jwksURL)
+		return nil, authn.Fail(authn.ValidatorError, "JWKS at %s holds no usable public signing key (%d entries)", jwksURL, len(set.Keys))
 	}
 	return keys, nil
 }
 
-// usableKeys keeps a JWKS's public signing keys: a symmetric or private key
-// in a JWKS is a misconfiguration and is never used.
-func usableKeys(set jose.JSONWebKeySet) []jose.JSONWebKey {
-	var keys []jose.JSONWebKey
-	for _, key := range set.Keys {
-		if key.Use != "" && key.Use != "sig" || !key.Valid() || !key.IsPublic() {
-			continue
+// ignoredKey is a JWKS entry left out, and why.
+type ignoredKey struct {
+	index int
+	why   string
+}
+
+// readKeys reads a JWKS's entries one by one and keeps the public signing
+// keys it can use; an entry it cannot use (RFC 7517 §5) is left out, not a
+// reason to refuse the set.
+func readKeys(entries []json.RawMessage) (keys []jose.JSONWebKey, ignored []ignoredKey) {
+	for i, raw := range entries {
+		var key jose.JSONWebKey
+		why := ""
+		if err := key.UnmarshalJSON(raw); err != nil {
+			why = err.Error()
+		} else {
+			why = unusable(&key)
 		}
-		if _, symmetric := key.Key.([]byte); symmetric {
+		if why != "" {
+			ignored = append(ignored, ignoredKey{i, why})
 			continue
 		}
 		keys = append(keys, key)
 	}
-	return keys
+	return keys, ignored
+}
+
+// unusable says why a parsed JWK cannot verify tokens here, or "".
+func unusable(key *jose.JSONWebKey) string {
+	switch {
+	case key.Use != "" && key.Use != "sig":
+		return fmt.Sprintf("use %q is not sig", key.Use)
+	case !key.Valid():
+		return "not a valid key"
+	case !key.IsPublic():
+		return "a private key: a JWKS publishes public keys only"
+	}
+	switch pub := key.Key.(type) {
+	case *rsa.PublicKey:
+		if pub.N.BitLen() < MinRSABits {
+			return fmt.Sprintf("an RSA key of %d bits; RFC 7518 §3.3 requires %d or more", pub.N.BitLen(), MinRSABits)
+		}
+	case *ecdsa.PublicKey, ed25519.PublicKey:
+	default:
+		return fmt.Sprintf("a %T key cannot verify signatures here", key.Key)
+	}
+	return ""
+}
+
+// ignore counts and logs an unusable JWKS entry, once per entry.
+func (k *keySet) ignore(url string, i int, raw []byte, why string) {
+	sum := sha256.Sum256(raw)
+	k.mu.Lock()
+	if k.ignored == nil {
+		k.ignored = map[[sha256.Size]byte]bool{}
+	}
+	seen := k.ignored[sum]
+	if !seen && len(k.ignored) < 1024 {
+		k.ignored[sum] = true
+	}
+	k.mu.Unlock()
+	if seen {
+		return
+	}
+	k.stats.keysIgnored.Add(1)
+	k.cfg.Logger.Warn("oidc: ignoring a JWKS entry that cannot verify tokens (RFC 7517 §5)", "issuer", k.ic.Issuer, "jwks", url, "index", i, "reason", why)
 }
 
 func (k *keySet) getJSON(ctx context.Context, url string, v any) error {

@@ -19,6 +19,13 @@ import (
 type Authenticator struct {
 	cfg     Config
 	issuers map[string]*issuer
+	stats   counters
+}
+
+// Stats returns what the key sets did so far.
+func (a *Authenticator) Stats() Stats {
+	return Stats{Fetches: a.stats.fetches.Load(), FetchFailures: a.stats.fetchFailures.Load(), KeysIgnored: a.stats.keysIgnored.Load(),
+		StaleRefusals: a.stats.staleRefusals.Load(), UnknownKid: a.stats.unknownKid.Load()}
 }
 
 type issuer struct {
@@ -48,7 +55,7 @@ func New(cfg Config) (*Authenticator, error) {
 				return nil, fmt.Errorf("oidc: issuer %q: %w", ic.Issuer, err)
 			}
 		}
-		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL}
+		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL, stats: &a.stats}
 		if ic.BearerTokenFile != "" {
 			ks.bearer = token.File(ic.BearerTokenFile)
 		}

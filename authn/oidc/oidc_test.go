@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +42,7 @@ type idp struct {
 	faults *faults.Handler
 	mu     sync.Mutex
 	keys   map[string]crypto.Signer
+	extra  []json.RawMessage // raw entries served beside the keys
 }
 
 func newIDP(t testing.TB, issuer string) *idp {
@@ -64,7 +66,15 @@ func newIDP(t testing.TB, issuer string) *idp {
 			}
 			set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.Public(), KeyID: kid, Algorithm: alg, Use: "sig"})
 		}
-		_ = json.NewEncoder(w).Encode(set)
+		var raw struct {
+			Keys []json.RawMessage `json:"keys"`
+		}
+		for _, k := range set.Keys {
+			b, _ := k.MarshalJSON()
+			raw.Keys = append(raw.Keys, b)
+		}
+		raw.Keys = append(raw.Keys, p.extra...)
+		_ = json.NewEncoder(w).Encode(raw)
 	})
 	p.faults = faults.Wrap(mux)
 	srv := httptest.NewTLSServer(p.faults)
@@ -80,6 +90,12 @@ func newIDP(t testing.TB, issuer string) *idp {
 func (p *idp) addKey(kid string, k crypto.Signer) {
 	p.mu.Lock()
 	p.keys[kid] = k
+	p.mu.Unlock()
+}
+
+func (p *idp) removeKey(kid string) {
+	p.mu.Lock()
+	delete(p.keys, kid)
 	p.mu.Unlock()
 }
 
@@ -267,22 +283,27 @@ func TestKeyRotation(t *testing.T) {
 	}
 	rotated := forge.Sign(c, k2, jose.ES256, "k2")
 	clock = clock.Add(11 * time.Second)
-	// Unknown kid: one refetch, still unknown.
-	if _, err := auth.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.TokenInvalid {
-		t.Fatalf("err = %v", err)
+	// Unknown kid: one refetch, still unknown: refused, but uncacheable.
+	_, err := auth.Authenticate(context.Background(), rotated)
+	if authn.ReasonOf(err) != authn.TokenInvalid || authn.Cacheable(err) {
+		t.Fatalf("err = %v (cacheable %v); want an uncacheable token_invalid", err, authn.Cacheable(err))
 	}
 	if n := p.faults.Count("/jwks"); n != 2 {
 		t.Fatalf("%d JWKS fetches; want 2", n)
 	}
-	// Many more unknown kids within the interval fetch nothing more.
+	// Published now; within the interval an unknown kid is not evidence
+	// against the caller: validator_unavailable (retryable), no fetch.
 	p.addKey("k2", k2)
 	for range 20 {
-		if _, err := auth.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.TokenInvalid {
-			t.Fatalf("err = %v", err)
+		if _, err := auth.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.ValidatorUnavailable {
+			t.Fatalf("err = %v; want validator_unavailable", err)
 		}
 	}
 	if n := p.faults.Count("/jwks"); n != 2 {
 		t.Fatalf("%d JWKS fetches within the interval; want 2", n)
+	}
+	if s := auth.Stats(); s.UnknownKid != 20 {
+		t.Fatalf("stats %+v", s)
 	}
 	clock = clock.Add(10 * time.Second)
 	if _, err := auth.Authenticate(context.Background(), rotated); err != nil {
@@ -297,6 +318,165 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if n := p.faults.Count("/.well-known/openid-configuration"); n != 1 {
 		t.Fatalf("%d discovery fetches; want 1", n)
+	}
+}
+
+// TestRotationRightAfterAFetch: the probe's case — a key published 2 s
+// after the last JWKS fetch. Its tokens were refused token_invalid (and
+// negative-cached) at +2 s and +11 s; now +2 s is validator_unavailable
+// (retryable, never cached) and +11 s refetches and accepts.
+func TestRotationRightAfterAFetch(t *testing.T) {
+	now := time.Now()
+	clock := now
+	p := newIDP(t, "https://idp.example")
+	k1, k2 := ecKey(), ecKey()
+	p.addKey("k1", k1)
+	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}, Now: func() time.Time { return clock }})
+	cache := authn.NewCache(auth, authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second, Now: func() time.Time { return clock }})
+	c := claims(p.issuer, now, nil)
+	if _, err := cache.Authenticate(context.Background(), forge.Sign(c, k1, jose.ES256, "k1")); err != nil {
+		t.Fatal(err)
+	}
+	p.addKey("k2", k2)
+	rotated := forge.Sign(c, k2, jose.ES256, "k2")
+	clock = clock.Add(2 * time.Second)
+	if _, err := cache.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.ValidatorUnavailable {
+		t.Fatalf("+2 s: %v; want validator_unavailable", err)
+	}
+	clock = clock.Add(9 * time.Second)
+	if _, err := cache.Authenticate(context.Background(), rotated); err != nil {
+		t.Fatalf("+11 s: %v; want accepted", err)
+	}
+}
+
+// TestStaleKeys: a key removed from the JWKS is refused once the keys are
+// MaxKeyAge old and fetched again; while every fetch fails the last keys
+// are trusted for MaxStaleKeys, then verification is validator_unavailable
+// (counted). Before: accepted 30 minutes after removal, and after 30 days of
+// 503.
+func TestStaleKeys(t *testing.T) {
+	now := time.Now()
+	clock := now
+	p := newIDP(t, "https://idp.example")
+	k1, k2 := ecKey(), ecKey()
+	p.addKey("k1", k1)
+	p.addKey("k2", k2)
+	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}, MaxKeyAge: 5 * time.Minute, MaxStaleKeys: time.Hour,
+		Now: func() time.Time { return clock }})
+	c := claims(p.issuer, now, map[string]any{"exp": now.Add(60 * 24 * time.Hour).Unix()})
+	t1, t2 := forge.Sign(c, k1, jose.ES256, "k1"), forge.Sign(c, k2, jose.ES256, "k2")
+	for _, tok := range []string{t1, t2} {
+		if _, err := auth.Authenticate(context.Background(), tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.removeKey("k1")
+	clock = clock.Add(30 * time.Minute)
+	// The keys are fetched again; k1 is gone: refused (retryable while a
+	// refetch may not run yet, then token_invalid).
+	if _, err := auth.Authenticate(context.Background(), t1); authn.ReasonOf(err) != authn.ValidatorUnavailable {
+		t.Fatalf("a removed key 30 min later: %v; want it refused", err)
+	}
+	clock = clock.Add(10 * time.Second)
+	if _, err := auth.Authenticate(context.Background(), t1); authn.ReasonOf(err) != authn.TokenInvalid {
+		t.Fatalf("a removed key after a refetch: %v; want token_invalid", err)
+	}
+	if _, err := auth.Authenticate(context.Background(), t2); err != nil {
+		t.Fatalf("the key still published: %v", err)
+	}
+	// The JWKS endpoint answers 503 from now on.
+	p.faults.Set(faults.Mode{Status: http.StatusServiceUnavailable})
+	clock = clock.Add(59 * time.Minute)
+	if _, err := auth.Authenticate(context.Background(), t2); err != nil {
+		t.Fatalf("within MaxStaleKeys of the last fetch: %v", err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if _, err := auth.Authenticate(context.Background(), t2); authn.ReasonOf(err) != authn.ValidatorUnavailable || !strings.Contains(err.Error(), "last fetched") {
+		t.Fatalf("past MaxStaleKeys: %v; want validator_unavailable", err)
+	}
+	clock = clock.Add(30 * 24 * time.Hour)
+	if _, err := auth.Authenticate(context.Background(), t2); authn.ReasonOf(err) != authn.ValidatorUnavailable {
+		t.Fatalf("30 days of 503: %v", err)
+	}
+	if s := auth.Stats(); s.StaleRefusals != 2 || s.FetchFailures == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	// The issuer comes back: accepted again.
+	p.faults.Set(faults.Mode{})
+	clock = clock.Add(10 * time.Second)
+	if _, err := auth.Authenticate(context.Background(), t2); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
+
+// TestUnusableKeysAreIgnored: RFC 7517 §5 — entries the verifier cannot
+// use (X25519, an unknown kty, secp256k1, RSA without e, a bad x5c, an RSA
+// key under 2048 bits) are ignored, each logged and counted once, and the
+// good key beside them verifies. Before, any one of them made every token
+// of the issuer validator_error. Two keys may share a kid (RFC 7517 §4.5):
+// each that fits is tried.
+func TestUnusableKeysAreIgnored(t *testing.T) {
+	now := time.Now()
+	p := newIDP(t, "https://idp.example")
+	good := ecKey()
+	p.addKey("good", good)
+	small, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smallJWK, _ := jose.JSONWebKey{Key: small.Public(), KeyID: "small", Algorithm: "RS256", Use: "sig"}.MarshalJSON()
+	p.extra = []json.RawMessage{
+		json.RawMessage(`{"kty":"OKP","crv":"X25519","x":"hSDwCYkwp1R0i33ctD73Wg2_Og0mOBr066SpjqqbTmo","kid":"x25519"}`),
+		json.RawMessage(`{"kty":"FOO","kid":"foo"}`),
+		json.RawMessage(`{"kty":"EC","crv":"secp256k1","x":"gwmxHfa-HDYBnBsQ_C2tAO4fWkG3lb4OZHeJBDb0-2M","y":"gVaRqWLqyD5Ma3bAqFp-IH8UMn-BDSzw4ww5KGL8nTM","kid":"k1"}`),
+		json.RawMessage(`{"kty":"RSA","n":"` + strings.Repeat("A", 342) + `","kid":"no-e"}`),
+		json.RawMessage(`{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0","x5c":["bm90IGEgY2VydA"],"kid":"bad-x5c"}`),
+		smallJWK,
+	}
+	var logs strings.Builder
+	clock := now
+	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Now: func() time.Time { return clock }})
+	c := claims(p.issuer, now, nil)
+	for range 3 {
+		if _, err := auth.Authenticate(context.Background(), forge.Sign(c, good, jose.ES256, "good")); err != nil {
+			t.Fatalf("the good key beside unusable ones: %v", err)
+		}
+	}
+	if s := auth.Stats(); s.KeysIgnored != 6 {
+		t.Fatalf("ignored %d; want 6 (each once)\n%s", s.KeysIgnored, logs.String())
+	}
+	if n := strings.Count(logs.String(), "ignoring a JWKS entry"); n != 6 || !strings.Contains(logs.String(), "RFC 7518 §3.3 requires 2048") {
+		t.Fatalf("%d log lines:\n%s", n, logs.String())
+	}
+	// A token signed by the 1024-bit key is refused: its kid is not among
+	// the keys, even after a refetch.
+	clock = clock.Add(10 * time.Second)
+	if _, err := auth.Authenticate(context.Background(), forge.Sign(c, small, jose.RS256, "small")); authn.ReasonOf(err) != authn.TokenInvalid {
+		t.Fatalf("a 1024-bit RSA key: %v", err)
+	}
+}
+
+func TestTwoKeysOneKid(t *testing.T) {
+	now := time.Now()
+	p := newIDP(t, "https://idp.example")
+	ec := ecKey()
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addKey("ec", ec)
+	rsaJWK, _ := jose.JSONWebKey{Key: rk.Public(), KeyID: "shared", Algorithm: "RS256", Use: "sig"}.MarshalJSON()
+	ecJWK, _ := jose.JSONWebKey{Key: ec.Public(), KeyID: "shared", Algorithm: "ES256", Use: "sig"}.MarshalJSON()
+	p.extra = []json.RawMessage{rsaJWK, ecJWK} // the RSA key first
+	cfg := p.config("vmafx-controller")
+	cfg.Algorithms = []string{"RS256", "ES256"}
+	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{cfg}})
+	c := claims(p.issuer, now, nil)
+	for name, tok := range map[string]string{"RS256": forge.Sign(c, rk, jose.RS256, "shared"), "ES256": forge.Sign(c, ec, jose.ES256, "shared")} {
+		if _, err := auth.Authenticate(context.Background(), tok); err != nil {
+			t.Errorf("%s under the shared kid: %v", name, err)
+		}
 	}
 }
 
