@@ -25,7 +25,10 @@ type recheckWorld struct {
 
 func newRecheckWorld(t *testing.T, interval time.Duration, max int) *recheckWorld {
 	w := &recheckWorld{revoked: map[string]bool{}, retired: map[string]bool{}, renamed: map[string]string{}, now: time.Unix(1_800_000_000, 0)}
-	identity := func(tok string) string { name, _, _ := strings.Cut(tok, "#"); return "system:serviceaccount:ns:" + name }
+	identity := func(tok string) string {
+		name, _, _ := strings.Cut(tok, "#")
+		return "system:serviceaccount:ns:" + name
+	}
 	offline := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
 		if tok == "bad" || w.retired[tok] {
 			return nil, authn.Fail(authn.TokenInvalid, "signature")
