@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,9 +85,11 @@ type Issuer struct {
 	dir          string
 	issuer       string
 	alg          Algorithm
+	keyMu        sync.RWMutex // key, kid, signer, previous
 	key          crypto.Signer
 	kid          string
 	signer       jose.Signer
+	previous     []publishedKey // earlier keys still published (RotateKey), oldest first
 	maxLifetime  time.Duration
 	apiAudiences []string
 	leeway       time.Duration
@@ -255,21 +258,91 @@ func (i *Issuer) loadKey(alg Algorithm) error {
 	if alg != "" && alg != i.alg {
 		return fmt.Errorf("devissuer: state directory %s holds an %s key, not %s", i.dir, i.alg, alg)
 	}
-	der, err := x509.MarshalPKIXPublicKey(i.key.Public())
+	i.kid, i.signer, err = signerFor(i.key, i.alg)
+	return err
+}
+
+// publishedKey is a verification key the JWKS lists.
+type publishedKey struct {
+	kid string
+	pub crypto.PublicKey
+}
+
+// signerFor returns the API server's key id for key —
+// base64url(SHA-256(PKIX public key)) — and a signer with it.
+func signerFor(key crypto.Signer, alg Algorithm) (string, jose.Signer, error) {
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
 	if err != nil {
-		return fmt.Errorf("devissuer: %w", err)
+		return "", nil, fmt.Errorf("devissuer: %w", err)
 	}
-	// The API server's key id: base64url(SHA-256(PKIX public key)).
 	sum := sha256.Sum256(der)
-	i.kid = base64.RawURLEncoding.EncodeToString(sum[:])
-	i.signer, err = jose.NewSigner(jose.SigningKey{
-		Algorithm: jose.SignatureAlgorithm(i.alg),
-		Key:       jose.JSONWebKey{Key: i.key, KeyID: i.kid},
-	}, nil)
+	kid := base64.RawURLEncoding.EncodeToString(sum[:])
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.SignatureAlgorithm(alg), Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
 	if err != nil {
-		return fmt.Errorf("devissuer: %w", err)
+		return "", nil, fmt.Errorf("devissuer: %w", err)
 	}
-	return nil
+	return kid, signer, nil
+}
+
+// RotateKey makes a new signing key of the issuer's algorithm, as an API
+// server whose --service-account-key-file gains a key: tokens are signed
+// with the new key from now on, and the previous keys stay published (and
+// accepted by TokenReview) until RetireKey. In memory only: a reopened
+// state directory signs with its stored key again. It returns the new kid.
+func (i *Issuer) RotateKey() (string, error) {
+	key, err := generateKey(i.alg)
+	if err != nil {
+		return "", err
+	}
+	kid, signer, err := signerFor(key, i.alg)
+	if err != nil {
+		return "", err
+	}
+	i.keyMu.Lock()
+	defer i.keyMu.Unlock()
+	i.previous = append(i.previous, publishedKey{kid: i.kid, pub: i.key.Public()})
+	i.key, i.kid, i.signer = key, kid, signer
+	return kid, nil
+}
+
+// RetireKey stops publishing a previous key: it leaves the JWKS and
+// TokenReview refuses the tokens it signed, as when the API server drops
+// it. The signing key cannot be retired.
+func (i *Issuer) RetireKey(kid string) error {
+	i.keyMu.Lock()
+	defer i.keyMu.Unlock()
+	for n, k := range i.previous {
+		if k.kid == kid {
+			i.previous = slices.Delete(i.previous, n, n+1)
+			return nil
+		}
+	}
+	if kid == i.kid {
+		return fmt.Errorf("devissuer: %s is the signing key; rotate first", kid)
+	}
+	return fmt.Errorf("devissuer: no previous key %q", kid)
+}
+
+// signing is the current signer and its kid.
+func (i *Issuer) signing() (jose.Signer, string) {
+	i.keyMu.RLock()
+	defer i.keyMu.RUnlock()
+	return i.signer, i.kid
+}
+
+// verificationKey is the published public key of kid, if any.
+func (i *Issuer) verificationKey(kid string) (crypto.PublicKey, bool) {
+	i.keyMu.RLock()
+	defer i.keyMu.RUnlock()
+	if kid == i.kid {
+		return i.key.Public(), true
+	}
+	for _, k := range i.previous {
+		if k.kid == kid {
+			return k.pub, true
+		}
+	}
+	return nil, false
 }
 
 func generateKey(alg Algorithm) (crypto.Signer, error) {
@@ -304,7 +377,10 @@ func (i *Issuer) loadReviewerToken() (string, error) {
 func (i *Issuer) Issuer() string { return i.issuer }
 
 // KeyID returns the kid of the signing key.
-func (i *Issuer) KeyID() string { return i.kid }
+func (i *Issuer) KeyID() string {
+	_, kid := i.signing()
+	return kid
+}
 
 // Algorithm returns the signing algorithm.
 func (i *Issuer) Algorithm() Algorithm { return i.alg }
@@ -325,9 +401,13 @@ func (i *Issuer) KubeconfigFile() string { return filepath.Join(i.dir, FileKubec
 
 // JWKS returns the public verification keys.
 func (i *Issuer) JWKS() jose.JSONWebKeySet {
-	return jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{
-		Key: i.key.Public(), KeyID: i.kid, Algorithm: string(i.alg), Use: "sig",
-	}}}
+	i.keyMu.RLock()
+	defer i.keyMu.RUnlock()
+	set := jose.JSONWebKeySet{}
+	for _, k := range append([]publishedKey{{kid: i.kid, pub: i.key.Public()}}, i.previous...) {
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.pub, KeyID: k.kid, Algorithm: string(i.alg), Use: "sig"})
+	}
+	return set
 }
 
 func (i *Issuer) isReviewer(tok string) bool {

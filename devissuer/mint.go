@@ -1,6 +1,7 @@
 package devissuer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -58,6 +59,9 @@ type TokenRequest struct {
 	// IssuedAt backdates or postdates the token, for tests of expired and
 	// not-yet-valid tokens. Default: now.
 	IssuedAt time.Time
+	// ID sets the jti, for tests of what a known jti can do (jtis are not
+	// secret: decision records carry them). Default: a fresh UUID.
+	ID string
 }
 
 // Token is a minted token and its facts.
@@ -126,7 +130,7 @@ func (i *Issuer) Mint(req TokenRequest) (Token, error) {
 		IssuedAt:  jwt.NewNumericDate(iat),
 		NotBefore: jwt.NewNumericDate(iat),
 		Expiry:    jwt.NewNumericDate(iat.Add(req.Lifetime)),
-		ID:        newUID(),
+		ID:        cmp.Or(req.ID, newUID()),
 		Kubernetes: KubernetesClaims{
 			Namespace:      req.Namespace,
 			ServiceAccount: ObjectRef{Name: req.ServiceAccount, UID: saUID},
@@ -134,7 +138,8 @@ func (i *Issuer) Mint(req TokenRequest) (Token, error) {
 			Node:           nodeRef,
 		},
 	}
-	tok, err := jwt.Signed(i.signer).Claims(c).Serialize()
+	signer, _ := i.signing()
+	tok, err := jwt.Signed(signer).Claims(c).Serialize()
 	if err != nil {
 		return Token{}, fmt.Errorf("devissuer: signing: %w", err)
 	}
@@ -232,7 +237,8 @@ func (i *Issuer) MintIdentity(req IdentityRequest) (Token, error) {
 	c := Claims{Issuer: i.issuer, Subject: req.Subject, Audience: jwt.Audience(req.Audiences),
 		IssuedAt: jwt.NewNumericDate(iat), NotBefore: jwt.NewNumericDate(iat), Expiry: jwt.NewNumericDate(iat.Add(req.Lifetime)), ID: newUID()}
 	registeredClaims := jwt.Claims{Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience, IssuedAt: c.IssuedAt, NotBefore: c.NotBefore, Expiry: c.Expiry, ID: c.ID}
-	b := jwt.Signed(i.signer).Claims(registeredClaims)
+	signer, _ := i.signing()
+	b := jwt.Signed(signer).Claims(registeredClaims)
 	if len(req.Claims) > 0 {
 		b = b.Claims(req.Claims)
 	}

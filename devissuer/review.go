@@ -66,12 +66,14 @@ func (i *Issuer) verify(tok string, audiences []string) (*Claims, []string, erro
 	}
 	// Two dev issuers share the default issuer name, so a token minted
 	// with another --state-dir gets this far: say which key signed it.
-	if kid := parsed.Headers[0].KeyID; kid != i.kid {
-		return nil, nil, fmt.Errorf("token is signed by a key this validator does not know: kid %q (this issuer signs with kid %q; was it minted with another --state-dir?)", kid, i.kid)
+	kid := parsed.Headers[0].KeyID
+	pub, ok := i.verificationKey(kid)
+	if !ok {
+		return nil, nil, fmt.Errorf("token is signed by a key this validator does not know: kid %q (this issuer signs with kid %q; was it minted with another --state-dir?)", kid, i.KeyID())
 	}
 	var c Claims
-	if err := parsed.Claims(i.key.Public(), &c); err != nil {
-		return nil, nil, fmt.Errorf("token signature does not verify with this issuer's key (kid %q)", i.kid)
+	if err := parsed.Claims(pub, &c); err != nil {
+		return nil, nil, fmt.Errorf("token signature does not verify with this issuer's key (kid %q)", kid)
 	}
 	now := i.now()
 	std := jwt.Claims{Expiry: c.Expiry, NotBefore: c.NotBefore, IssuedAt: c.IssuedAt}

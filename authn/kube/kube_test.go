@@ -442,3 +442,150 @@ func TestClassIsTheValidatorsNotTheClocks(t *testing.T) {
 		t.Fatalf("class %s after %d reviews (%v); want validator_unavailable after a retry", authn.ReasonOf(err), calls.Load(), err)
 	}
 }
+
+// TestOneTokenOneCaller: one token gives one caller, whichever path
+// verified it — TokenReview or offline against the API server's JWKS —
+// every field compared (Tenant was "" offline).
+func TestOneTokenOneCaller(t *testing.T) {
+	e := start(t, nil)
+	cfg := kube.Config{REST: e.rest, Audiences: []string{"other", aud}, Tenant: "cluster-a", Issuers: []string{devissuer.DefaultIssuer}}
+	reviewed := e.authenticator(t, cfg)
+	offline, err := kube.Offline(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.mint(t, devissuer.TokenRequest{Pod: "gpu-monitor-1", Node: "node-a"})
+	a, err := reviewed.Authenticate(context.Background(), tok.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := offline.Authenticate(context.Background(), tok.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%+v", *a) != fmt.Sprintf("%+v", *b) {
+		t.Fatalf("one token, two callers:\nTokenReview %+v\noffline     %+v", *a, *b)
+	}
+}
+
+// recheck is a Recheck over the dev issuer's real TokenReview and
+// /openid/v1/jwks endpoints, as --caller-review-interval builds it.
+func (e *env) recheck(t *testing.T, interval time.Duration) *authn.Recheck {
+	t.Helper()
+	cfg := kube.Config{REST: e.rest, Audiences: []string{aud}, Issuers: []string{devissuer.DefaultIssuer}, MaxKeyAge: time.Second}
+	offline, err := kube.Offline(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: e.authenticator(t, cfg), Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestRecheckWithARetiredKey: the probe's attack, against the dev issuer's
+// endpoints. A token for another service account carrying a jti reviewed
+// minutes earlier, signed by a key the issuer has since retired, was
+// accepted with no TokenReview; and a token of a pod that never existed,
+// carrying a reviewed jti, was accepted although TokenReview refuses it.
+// Now a remembered review vouches for its own token only, and the retired
+// key's tokens are refused once the keys are fetched again.
+func TestRecheckWithARetiredKey(t *testing.T) {
+	e := start(t, nil)
+	r := e.recheck(t, time.Hour)
+	ctx := context.Background()
+	old := e.mint(t, devissuer.TokenRequest{Pod: "gpu-monitor-1", Node: "node-a"})
+	if _, err := r.Authenticate(ctx, old.Token); err != nil {
+		t.Fatal(err)
+	}
+	// A second token with the reviewed jti, for another identity, signed
+	// by the same (still current) key: reviewed itself.
+	forged := e.mint(t, devissuer.TokenRequest{Namespace: "kube-system", ServiceAccount: "admin-sa", Pod: "never-existed", Node: "node-a", ID: old.Claims.ID})
+	if err := e.iss.DeletePod("kube-system", "never-existed"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.faults.Count(reviews)
+	if _, err := r.Authenticate(ctx, forged.Token); authn.ReasonOf(err) != authn.TokenInvalid || e.faults.Count(reviews) != before+1 {
+		t.Fatalf("another token: %v after %d reviews; want its own review, refused", err, e.faults.Count(reviews)-before)
+	}
+	// The issuer rotates and retires the old key: the old token is refused
+	// once the keys are fetched again (MaxKeyAge 1 s here), although its
+	// review was remembered.
+	oldKid := e.iss.KeyID()
+	if _, err := e.iss.RotateKey(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.iss.RetireKey(oldKid); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Remembered(); n != 2 {
+		t.Fatalf("%d remembered; want the review and the refusal", n)
+	}
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err = r.Authenticate(ctx, old.Token); err != nil {
+			break
+		}
+	}
+	// Refused (validator_unavailable while the refetches that MaxKeyAge 1 s
+	// makes keep the unknown-kid window open, token_invalid otherwise), and
+	// its review forgotten: only the refusal of the other token remains.
+	if reason := authn.ReasonOf(err); (reason != authn.TokenInvalid && reason != authn.ValidatorUnavailable) || r.Remembered() != 1 {
+		t.Fatalf("the retired key's token: %v, %d remembered; want it refused and its review forgotten", err, r.Remembered())
+	}
+}
+
+// TestRotationUnderLoad: the issuer rotates its signing key while eight
+// clients call with freshly minted tokens: no valid token is refused
+// token_invalid; a token of the new key right after the switch is at worst
+// validator_unavailable (retryable) until the keys are fetched again.
+func TestRotationUnderLoad(t *testing.T) {
+	e := start(t, nil)
+	r := e.recheck(t, time.Hour)
+	cache := authn.NewCache(r, authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second})
+	ctx := context.Background()
+	var ok, unavailable, invalid atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for n := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tok := e.mint(t, devissuer.TokenRequest{Pod: fmt.Sprintf("p-%d-%d", n, i), Node: "node-a"})
+				_, err := cache.Authenticate(ctx, tok.Token)
+				switch authn.ReasonOf(err) {
+				case "":
+					ok.Add(1)
+				case authn.ValidatorUnavailable:
+					unavailable.Add(1)
+				default:
+					invalid.Add(1)
+					t.Errorf("a valid token refused: %v", err)
+				}
+			}
+		})
+	}
+	for range 3 {
+		time.Sleep(400 * time.Millisecond)
+		if _, err := e.iss.RotateKey(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(11 * time.Second) // past the refetch interval: the newest key is known
+	close(stop)
+	wg.Wait()
+	t.Logf("%d accepted, %d validator_unavailable (retryable) around 3 rotations, %d refused", ok.Load(), unavailable.Load(), invalid.Load())
+	if invalid.Load() != 0 || ok.Load() == 0 {
+		t.Fatalf("%d valid tokens refused", invalid.Load())
+	}
+	// Once the keys are fetched again, a fresh token of the newest key
+	// verifies.
+	if _, err := cache.Authenticate(ctx, e.mint(t, devissuer.TokenRequest{Pod: "after", Node: "node-a"}).Token); err != nil {
+		t.Fatalf("after the rotations: %v", err)
+	}
+}
