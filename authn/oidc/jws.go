@@ -80,9 +80,25 @@ type compactJWS struct {
 
 var errNotCompact = errors.New("not a compact JWS (three dot-separated segments)")
 
+// compactAlphabet reports whether tok holds only what a compact JWS can:
+// the base64url alphabet (RFC 7515 §2: no padding, no white space — Go's
+// decoder would skip \r and \n) and the two dots between segments.
+func compactAlphabet(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
 // parseCompact splits and decodes a compact JWS and checks its header
 // against the algorithms allowed; it does not verify the signature.
 func parseCompact(tok string, algs []string) (*compactJWS, error) {
+	if !compactAlphabet(tok) {
+		return nil, errors.New("a byte outside base64url (white space, padding, …) in a segment")
+	}
 	h, rest, ok := strings.Cut(tok, ".")
 	if !ok {
 		return nil, errNotCompact

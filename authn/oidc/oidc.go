@@ -103,6 +103,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	if tok == "" || len(tok) > token.MaxLength {
 		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", token.MaxLength)
 	}
+	if !compactAlphabet(tok) {
+		return nil, authn.Fail(authn.TokenInvalid, "not a compact JWS: a byte outside base64url (white space, padding, …)")
+	}
 	// Decode the claims once, before verification, to route the token to
 	// its issuer; they are trusted only once the signature over these very
 	// bytes has verified.

@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -621,5 +622,31 @@ func TestDevIssuer(t *testing.T) {
 	}
 	if _, err := auth.Authenticate(context.Background(), tok.Token); err != nil {
 		t.Fatalf("offline verification refused a deleted pod's token (it cannot know): %v", err)
+	}
+}
+
+// TestWhiteSpaceInSegments: CR, LF, a space or a tab inside any segment is
+// refused by the Authenticator — base64url has no white space (RFC 7515
+// §2), although Go's decoder skips \r and \n (a token with \n in its
+// signature segment verified before).
+func TestWhiteSpaceInSegments(t *testing.T) {
+	now := time.Now()
+	p := newIDP(t, "https://idp.example")
+	k := ecKey()
+	p.addKey("k1", k)
+	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}})
+	tok := forge.Sign(claims(p.issuer, now, nil), k, jose.ES256, "k1")
+	if _, err := auth.Authenticate(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	segs := strings.Split(tok, ".")
+	for seg := range 3 {
+		for _, ws := range []string{"\r", "\n", "\r\n", " ", "\t"} {
+			s := slices.Clone(segs)
+			s[seg] = s[seg][:4] + ws + s[seg][4:]
+			if _, err := auth.Authenticate(context.Background(), strings.Join(s, ".")); authn.ReasonOf(err) != authn.TokenInvalid {
+				t.Errorf("segment %d with %q: %v; want token_invalid", seg, ws, err)
+			}
+		}
 	}
 }
