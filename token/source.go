@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -56,6 +57,10 @@ type fileRead struct {
 // longer than any tick, so any later write gives it a newer mtime.
 const settled = 50 * time.Millisecond
 
+// maxResolveRetries bounds the reads again after "no such file": a swap
+// in progress is over long before.
+const maxResolveRetries = 8
+
 // File returns a source that reads the token from path on every call.
 //
 // Every call looks at the file: an atomic rename, a kubelet ..data symlink
@@ -66,7 +71,10 @@ const settled = 50 * time.Millisecond
 // older than the clock's granularity; otherwise it reads the file again.
 // Leading and trailing white space (a trailing newline written by echo or a
 // text editor) is removed. A missing, unreadable or empty file is an error
-// naming the path; the error never contains the file's contents.
+// naming the path; the error never contains the file's contents. A read
+// that finds no file is retried a few times at once, resolving the path
+// again: a kubelet swap that removes the previous generation while a read
+// resolves through it never fails a call.
 func File(path string) *FileSource { return &FileSource{path: path, now: time.Now} }
 
 // Path returns the file the source reads.
@@ -91,6 +99,16 @@ func (s *FileSource) Token(ctx context.Context) (string, error) {
 		}
 	}
 	raw, err := os.ReadFile(s.path)
+	// A kubelet swap removes the previous generation right after renaming
+	// ..data over it: a read that resolved ..data to that generation finds
+	// nothing. Resolve the path again (a few times; each is a fresh lookup
+	// through the new ..data), so that a rotation never fails a call.
+	for retry := 0; retry < maxResolveRetries && errors.Is(err, fs.ErrNotExist); retry++ {
+		raw, err = os.ReadFile(s.path)
+		if err == nil {
+			id = fileRead{} // the stat described another generation: do not remember this read under it
+		}
+	}
 	if err != nil {
 		s.last.Store(nil)
 		// *PathError already names the path.
