@@ -107,6 +107,34 @@ func Members(doc []byte, fn func(name, value []byte) error) error {
 	return nil
 }
 
+// Lookup returns the raw value of the first top-level member of the object
+// doc named name (compared exactly), scanning only as far as that member,
+// and ok false when there is none. It checks the syntax of what it scans
+// but not that names are unique, and keeps nothing per member: it is the
+// cheap read of one member before a document is trusted (the issuer of a
+// token, to pick the key that must verify it); the full read, with
+// [Members], comes after.
+func Lookup(doc []byte, name string) (value []byte, ok bool, err error) {
+	s := scanner{b: doc, loose: true}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return nil, false, s.fail("not a JSON object")
+	}
+	if err := s.enter(); err != nil {
+		return nil, false, err
+	}
+	var o objectState
+	for {
+		n, v, more, err := s.member(&o)
+		if err != nil || !more {
+			return nil, false, err
+		}
+		if string(n) == name {
+			return v, true, nil
+		}
+	}
+}
+
 // String returns the value of a JSON string given as raw text (a member's
 // value as [Members] yields it), and false when the text is not one
 // I-JSON string.
@@ -182,6 +210,9 @@ type scanner struct {
 	// element, when set, is called with each element of the outermost
 	// array.
 	element func(value []byte) error
+	// loose skips the duplicate-name check (Lookup): nothing is kept per
+	// member, so a scan costs no allocation however many members there are.
+	loose bool
 }
 
 func (s *scanner) end() error {
@@ -321,7 +352,7 @@ func (s *scanner) member(o *objectState) (name, value []byte, ok bool, err error
 	if s.track {
 		s.path = append(s.path, segment{raw: name, index: -1})
 	}
-	if o.seen(name) {
+	if !s.loose && o.seen(name) {
 		return nil, nil, false, &Error{Pointer: s.pointer(), Offset: at, Problem: fmt.Sprintf("member %q appears more than once (RFC 7493 §2.3: names must be unique)", name)}
 	}
 	s.space()

@@ -127,6 +127,11 @@ func FuzzMembers(f *testing.F) {
 			if string(got[name]) != string(v) {
 				t.Fatalf("member %q of %q: Members %q, encoding/json %q", name, doc, got[name], v)
 			}
+			// Lookup, the unchecked read before a signature verifies,
+			// finds the same value in a document Members accepts.
+			if lv, ok, err := Lookup(doc, name); err != nil || !ok || string(lv) != string(v) {
+				t.Fatalf("Lookup(%q, %q) = %q, %v, %v; Members %q", doc, name, lv, ok, err, v)
+			}
 			var ws string
 			wantStr := v[0] == '"' && json.Unmarshal(v, &ws) == nil
 			gs, ok := String(v)
