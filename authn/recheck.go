@@ -99,6 +99,9 @@ func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 	return &Recheck{offline: cfg.Offline, review: cfg.Review, interval: cfg.Interval, max: cfg.MaxEntries, now: cfg.Now, seen: map[[sha256.Size]byte]review{}}, nil
 }
 
+// OfflineVerifier is the offline authenticator, for its metrics.
+func (r *Recheck) OfflineVerifier() Authenticator { return r.offline }
+
 // RequiredAudiences are the reviewer's, for the verdict cache's key.
 func (r *Recheck) RequiredAudiences() []string {
 	if a, ok := r.review.(Audienced); ok {

@@ -66,6 +66,11 @@ type AuthOptions struct {
 	// a deleted pod's token is still accepted. Zero: a TokenReview on
 	// every verdict-cache miss.
 	ReviewInterval time.Duration
+	// KeysMaxStale bounds how long cached signing keys are trusted while
+	// every JWKS fetch fails (oidc.Config.MaxStaleKeys), for the oidc
+	// backend, --caller-review-interval and a service's own offline
+	// verifier. Zero: the default.
+	KeysMaxStale time.Duration
 }
 
 // AddFlags registers --caller-backend, --kubeconfig, --caller-oidc-issuers,
@@ -115,6 +120,10 @@ func (a *AuthOptions) AddCacheFlags(f *pflag.FlagSet) {
 		a.CacheMaxEntries = authn.DefaultCacheMaxEntries
 	}
 	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); the least recently used is evicted")
+	if a.KeysMaxStale == 0 {
+		a.KeysMaxStale = oidc.DefaultMaxStaleKeys
+	}
+	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag.
@@ -164,6 +173,9 @@ func (a AuthOptions) Validate() error {
 	if a.ReviewInterval > 0 && a.Backend == BackendOIDC {
 		errs = append(errs, errors.New("serve: --caller-review-interval belongs to --caller-backend tokenreview"))
 	}
+	if a.KeysMaxStale < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-keys-max-stale %s: want a positive duration", a.KeysMaxStale))
+	}
 	if a.ReviewTimeout < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-review-timeout %s: want a positive duration", a.ReviewTimeout))
 	}
@@ -205,7 +217,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 	auth := spec.Authenticator
 	if auth == nil {
 		var err error
-		if auth, err = a.backend(spec.Audience); err != nil {
+		if auth, err = a.backend(spec.Audience, spec.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -256,20 +268,20 @@ func registerCacheMetrics(reg prometheus.Registerer, prefix string, c *authn.Cac
 	return nil
 }
 
-func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
+func (a AuthOptions) backend(audience string, log *slog.Logger) (authn.Authenticator, error) {
 	if a.Backend == BackendOIDC {
 		cfg, err := oidc.LoadConfigFile(a.OIDCIssuers)
 		if err != nil {
 			return nil, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
 		}
-		cfg.Timeout = a.ReviewTimeout
+		cfg.Timeout, cfg.MaxStaleKeys, cfg.Logger = a.ReviewTimeout, a.KeysMaxStale, log
 		return oidc.New(cfg)
 	}
 	if audience == "" {
 		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
 	kcfg := kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers,
-		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst}
+		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst, MaxStaleKeys: a.KeysMaxStale, Logger: log}
 	k, err := kube.New(kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("serve: TokenReview: %w", err)
@@ -291,22 +303,55 @@ func (a AuthOptions) backend(audience string) (authn.Authenticator, error) {
 func registerRecheckMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
 	r, ok := auth.(*authn.Recheck)
 	if !ok {
-		return nil
+		return registerKeyMetrics(reg, prefix, auth)
+	}
+	if err := registerKeyMetrics(reg, prefix, r.OfflineVerifier()); err != nil {
+		return err
 	}
 	verdicts := func(result string, f func(authn.RecheckStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_rechecks_total",
-			Help:        "Cache misses under --caller-review-interval, by result: reviewed (a TokenReview was sent: first sight, or the last review was an interval old), offline (verified against the API server's JWKS, its credential reviewed less than an interval ago), refused_offline (refused without a review).",
+			Help:        "Cache misses under --caller-review-interval, by result: reviewed (a TokenReview was sent: first sight of the token, or its last review was an interval old), offline (verified against the API server's JWKS, this very token reviewed less than an interval ago), refused_offline (refused without a review), mismatch (the offline identity differs from the one TokenReview returned for the token: refused).",
 			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(f(r.Stats())) })
 	}
 	for _, col := range []prometheus.Collector{
 		verdicts("reviewed", func(s authn.RecheckStats) uint64 { return s.Reviews }),
 		verdicts("offline", func(s authn.RecheckStats) uint64 { return s.Offline }),
 		verdicts("refused_offline", func(s authn.RecheckStats) uint64 { return s.Refusals }),
+		verdicts("mismatch", func(s authn.RecheckStats) uint64 { return s.Mismatches }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_rechecks_remembered", Help: "Credentials with a review on record under --caller-review-interval."},
 			func() float64 { return float64(r.Remembered()) }),
 	} {
 		if err := reg.Register(col); err != nil {
 			return fmt.Errorf("serve: registering the recheck metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// registerKeyMetrics exports what an offline verifier's key sets did, when
+// the service verifies offline (the oidc backend, --caller-review-interval,
+// or a service's own issuers).
+func registerKeyMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
+	o, ok := auth.(*oidc.Authenticator)
+	if !ok {
+		return nil
+	}
+	counter := func(name, help string, f func(oidc.Stats) uint64, labels prometheus.Labels) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + name, Help: help, ConstLabels: labels}, func() float64 { return float64(f(o.Stats())) })
+	}
+	fetchHelp := "JWKS (and discovery) fetches of the trusted issuers, by result."
+	for _, col := range []prometheus.Collector{
+		counter("_caller_jwks_fetches_total", fetchHelp, func(s oidc.Stats) uint64 { return s.Fetches - s.FetchFailures }, prometheus.Labels{"result": "ok"}),
+		counter("_caller_jwks_fetches_total", fetchHelp, func(s oidc.Stats) uint64 { return s.FetchFailures }, prometheus.Labels{"result": "error"}),
+		counter("_caller_jwks_keys_ignored_total", "JWKS entries ignored as unusable (unknown kty or curve, missing members, bad x5c, RSA under 2048 bits, private or symmetric keys), each counted once; the log names the issuer and the reason.",
+			func(s oidc.Stats) uint64 { return s.KeysIgnored }, nil),
+		counter("_caller_jwks_stale_refusals_total", "Verifications answered validator_unavailable because every JWKS fetch has failed for longer than --caller-keys-max-stale.",
+			func(s oidc.Stats) uint64 { return s.StaleRefusals }, nil),
+		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys, answered validator_unavailable (retryable) until the keys may be fetched again.",
+			func(s oidc.Stats) uint64 { return s.UnknownKid }, nil),
+	} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("serve: registering the JWKS metrics: %w", err)
 		}
 	}
 	return nil

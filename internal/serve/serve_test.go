@@ -201,7 +201,8 @@ func TestGuardOnBothBackends(t *testing.T) {
 		"tokenreview with a review interval": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, ReviewInterval: time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
-			g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: prometheus.NewRegistry(),
+			reg := prometheus.NewRegistry()
+			g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: reg,
 				MetricsPrefix: "test", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -212,6 +213,21 @@ func TestGuardOnBothBackends(t *testing.T) {
 			}
 			if v := g.Check(context.Background(), other, binding.Request{System: "sys"}); v.Allowed || v.Reason != "token_invalid" {
 				t.Fatalf("another audience: %+v", v)
+			}
+			// Offline verification exports its key sets' metrics.
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]bool{}
+			for _, mf := range mfs {
+				names[mf.GetName()] = true
+			}
+			offline := name != "tokenreview"
+			for _, m := range []string{"test_caller_jwks_fetches_total", "test_caller_jwks_keys_ignored_total", "test_caller_jwks_stale_refusals_total", "test_caller_jwks_unknown_kid_total"} {
+				if names[m] != offline {
+					t.Errorf("%s exported: %v; want %v", m, names[m], offline)
+				}
 			}
 		})
 	}

@@ -169,7 +169,9 @@ func New(o Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		if auth, err = oidc.New(tenants.OIDC()); err != nil {
+		cfg := tenants.OIDC()
+		cfg.MaxStaleKeys, cfg.Logger = o.Auth.KeysMaxStale, s.log
+		if auth, err = oidc.New(cfg); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
 	}
