@@ -85,8 +85,9 @@ var errNotCompact = errors.New("not a compact JWS (three dot-separated segments)
 // decoder would skip \r and \n) and the two dots between segments.
 func compactAlphabet(tok string) bool {
 	for i := 0; i < len(tok); i++ {
-		c := tok[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+		switch c := tok[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
 			return false
 		}
 	}
