@@ -159,12 +159,7 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 		// decides (a refusal is never replaced by an older success).
 		return rc, err
 	}
-	switch {
-	case err == nil:
-	case ReasonOf(err) == TokenInvalid:
-		r.seen[key] = review{at: now, seq: seq} // refused: an older success cannot land over it
-		return nil, err
-	default:
+	if err != nil && ReasonOf(err) != TokenInvalid {
 		return nil, err // the reviewer failed: it said nothing about the token
 	}
 	switch {
@@ -174,6 +169,10 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 		r.sweep(now)
 	case len(r.seen) >= r.max:
 		r.evict(now)
+	}
+	if err != nil {
+		r.seen[key] = review{at: now, seq: seq} // refused: an older success cannot land over it
+		return nil, err
 	}
 	r.seen[key] = review{at: now, seq: seq, caller: rc}
 	return rc, nil

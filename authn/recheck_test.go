@@ -2,6 +2,7 @@ package authn_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,23 @@ func TestRecheckBounded(t *testing.T) {
 	for i := range 1000 {
 		w.now = w.now.Add(100 * time.Millisecond)
 		if _, err := w.ask(t, "t"+string(rune('a'+i%26))+strings.Repeat("x", i%40)+string(rune(i))); err != nil {
+			t.Fatal(err)
+		}
+		if n := w.r.Remembered(); n > 100 {
+			t.Fatalf("%d remembered; bound 100", n)
+		}
+	}
+}
+
+// TestRecheckBoundedUnderRefusals: refusals are remembered too (so that a
+// late success cannot land over them), within the same bound.
+func TestRecheckBoundedUnderRefusals(t *testing.T) {
+	w := newRecheckWorld(t, time.Minute, 100)
+	for i := range 1000 {
+		tok := "r#" + strconv.Itoa(i)
+		w.revoked[tok] = true
+		w.now = w.now.Add(10 * time.Millisecond)
+		if _, err := w.ask(t, tok); authn.ReasonOf(err) != authn.TokenInvalid {
 			t.Fatal(err)
 		}
 		if n := w.r.Remembered(); n > 100 {
