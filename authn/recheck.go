@@ -28,7 +28,9 @@ import (
 // which is not secret — and the identity TokenReview returned for it: a
 // request answered from a remembered review gets that identity, and an
 // offline identity that differs from the reviewed one is refused
-// (token_invalid) and counted. Every request is verified offline first, so
+// (token_invalid) and counted. (The record keeps a digest of the reviewed
+// identity, not the caller: a hit returns the offline caller once it names
+// exactly that identity.) Every request is verified offline first, so
 // a review stops vouching as soon as the key that signed its token leaves
 // the JWKS (the offline refusal forgets it). When reviews of one token
 // overlap, the one started last decides: a refusal is never overwritten by
@@ -46,11 +48,26 @@ type Recheck struct {
 	stats RecheckStats
 }
 
-// review is what a TokenReview of one token said, and when.
+// review is what a TokenReview of one token said, and when: the identity
+// it returned is kept as a digest (the offline caller of the same token is
+// returned when it names that very identity), which keeps a record small.
 type review struct {
-	at     time.Time
-	seq    uint64  // the order in which the review started
-	caller *Caller // the reviewed identity; nil: refused
+	at       time.Time
+	seq      uint64            // the order in which the review started
+	identity [sha256.Size]byte // of the reviewed identity
+	accepted bool              // false: refused
+}
+
+// identityOf digests the identity fields [SameIdentity] compares.
+func identityOf(c *Caller) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range []string{c.Username, c.UID, c.PodName, c.PodUID, c.NodeName, c.NodeUID} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // RecheckConfig configures [NewRecheck].
@@ -131,15 +148,15 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 	}
 	now := r.now()
 	r.mu.Lock()
-	if rv, ok := r.seen[key]; ok && rv.caller != nil && now.Sub(rv.at) < r.interval {
-		if !SameIdentity(c, rv.caller) {
+	if rv, ok := r.seen[key]; ok && rv.accepted && now.Sub(rv.at) < r.interval {
+		if identityOf(c) != rv.identity {
 			r.stats.Mismatches++
 			r.mu.Unlock()
-			return nil, Fail(TokenInvalid, "the offline identity %q differs from the one TokenReview returned for this token (%q)", c.Username, rv.caller.Username)
+			return nil, Fail(TokenInvalid, "the offline identity %q differs from the one TokenReview returned for this token", c.Username)
 		}
 		r.stats.Offline++
 		r.mu.Unlock()
-		return rv.caller, nil
+		return c, nil // the identity TokenReview returned, field for field
 	}
 	r.stats.Reviews++
 	r.seq++
@@ -174,7 +191,7 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 		r.seen[key] = review{at: now, seq: seq} // refused: an older success cannot land over it
 		return nil, err
 	}
-	r.seen[key] = review{at: now, seq: seq, caller: rc}
+	r.seen[key] = review{at: now, seq: seq, identity: identityOf(rc), accepted: true}
 	return rc, nil
 }
 

@@ -56,15 +56,14 @@ func newRecheckWorld(t *testing.T, interval time.Duration, max int) *recheckWorl
 	return w
 }
 
-// ask returns which path answered: "reviewed" (TokenReview's identity) or
-// an error.
+// ask returns the identity answered, or an error.
 func (w *recheckWorld) ask(t *testing.T, tok string) (string, error) {
 	t.Helper()
 	c, err := w.r.Authenticate(context.Background(), tok)
 	if err != nil {
 		return "", err
 	}
-	return c.Groups[0], nil
+	return c.Username, nil
 }
 
 // TestRecheck: a token is reviewed at first sight and once per interval;
@@ -74,12 +73,12 @@ func (w *recheckWorld) ask(t *testing.T, tok string) (string, error) {
 // reviewed.
 func TestRecheck(t *testing.T) {
 	w := newRecheckWorld(t, 10*time.Minute, 0)
-	if who, err := w.ask(t, "a"); err != nil || who != "reviewed" || w.reviews.Load() != 1 {
+	if who, err := w.ask(t, "a"); err != nil || who != "system:serviceaccount:ns:a" || w.reviews.Load() != 1 {
 		t.Fatalf("first sight: %q %v, %d reviews", who, err, w.reviews.Load())
 	}
 	for range 50 {
 		w.now = w.now.Add(10 * time.Second)
-		if who, err := w.ask(t, "a"); err != nil || who != "reviewed" {
+		if who, err := w.ask(t, "a"); err != nil || who != "system:serviceaccount:ns:a" {
 			t.Fatalf("within the interval: %q %v; want the reviewed identity", who, err)
 		}
 	}
@@ -120,7 +119,7 @@ func TestRecheckVouchesForOneToken(t *testing.T) {
 	if _, err := w.ask(t, "a#2"); authn.ReasonOf(err) != authn.TokenInvalid || w.reviews.Load() != 2 {
 		t.Fatalf("a second token with a reviewed jti: %v after %d reviews; want token_invalid after its own review", err, w.reviews.Load())
 	}
-	if who, err := w.ask(t, "a#1"); err != nil || who != "reviewed" || w.reviews.Load() != 2 {
+	if who, err := w.ask(t, "a#1"); err != nil || who != "system:serviceaccount:ns:a" || w.reviews.Load() != 2 {
 		t.Fatalf("the reviewed token: %q %v, %d reviews", who, err, w.reviews.Load())
 	}
 }
