@@ -1,0 +1,152 @@
+package authn_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/metadata"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/test/kubeapi"
+)
+
+// TestBoundObjectsAgainstTheAPIServer: offline verification beside a
+// metadata watch of what tokens are bound to, against the real
+// kube-apiserver. A pod-bound token is accepted with no TokenReview at
+// all; once its pod is deleted it is refused as soon as the watch delivers
+// the deletion (seconds, against the review interval's minutes), and stays
+// refused when a pod of the same name but another UID is created; the same
+// for a deleted service account. A token the view cannot answer for (bound
+// to no pod) is reviewed.
+func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
+	fixtures(t) // the namespace, the service account "caller" and the node
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ns = "matrix"
+	kcfg := kube.Config{REST: apiserver.REST, Audiences: []string{audience}, Issuers: []string{kubeapi.Issuer}}
+	review, err := kube.New(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reviews atomic.Int64
+	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
+		reviews.Add(1)
+		return review.Authenticate(ctx, tok)
+	})
+	offline, err := kube.Offline(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(apiserver.REST), Offline: offline, Review: counting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = b.Start(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); !b.Healthy(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the view never synced")
+		}
+	}
+	mint := func(sa, pod string) string {
+		t.Helper()
+		p, err := apiserver.Pod(ctx, ns, pod, sa, "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := apiserver.Token(ctx, ns, sa, []string{audience}, 600, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	// refusedAfter deletes with del and measures until tok is refused as
+	// bound to something gone.
+	refusedAfter := func(tok, what string, del func() error) time.Duration {
+		t.Helper()
+		if err := del(); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		for time.Since(deleted) < 30*time.Second {
+			_, err := b.Authenticate(ctx, tok)
+			if authn.ReasonOf(err) == authn.TokenInvalid {
+				if !strings.Contains(err.Error(), what+" ") || !strings.Contains(err.Error(), "no longer exists") {
+					t.Fatalf("refused for another reason: %v", err)
+				}
+				return time.Since(deleted)
+			}
+			if err != nil {
+				t.Fatalf("while waiting for the refusal: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("the token was still accepted 30 s after its %s was deleted", what)
+		return 0
+	}
+
+	tok := mint("caller", "bound-pod")
+	// The view may not have seen the new pod yet: wait for the first
+	// acceptance, then count.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Authenticate(ctx, tok); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the new pod's token: %v", err)
+		}
+	}
+	for range 20 {
+		if c, err := b.Authenticate(ctx, tok); err != nil || c.PodName != "bound-pod" {
+			t.Fatalf("%+v %v", c, err)
+		}
+	}
+	if n := reviews.Load(); n != 0 {
+		t.Fatalf("%d TokenReviews for 21 verifications of a pod-bound token; want 0", n)
+	}
+	podGone := refusedAfter(tok, "pod", func() error {
+		return apiserver.Client.CoreV1().Pods(ns).Delete(ctx, "bound-pod", deleteNow())
+	})
+	// A new pod of the same name has another UID: the token stays refused.
+	if _, err := apiserver.Pod(ctx, ns, "bound-pod", "caller", "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := b.Authenticate(ctx, tok); authn.ReasonOf(err) != authn.TokenInvalid {
+		t.Fatalf("the old token after a pod of the same name was created: %v", err)
+	}
+
+	// A deleted service account.
+	if _, err := apiserver.ServiceAccount(ctx, ns, "short-lived"); err != nil {
+		t.Fatal(err)
+	}
+	saTok := mint("short-lived", "short-lived-pod")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Authenticate(ctx, saTok); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the new service account's token: %v", err)
+		}
+	}
+	saGone := refusedAfter(saTok, "service account", func() error {
+		return apiserver.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "short-lived", deleteNow())
+	})
+
+	// A token bound to no pod: the view cannot answer, TokenReview does.
+	unbound, err := apiserver.Token(ctx, ns, "caller", []string{audience}, 600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := reviews.Load()
+	if _, err := b.Authenticate(ctx, unbound); err != nil || reviews.Load() != before+1 {
+		t.Fatalf("a token bound to no pod: %v, %d reviews", err, reviews.Load()-before)
+	}
+	s := b.Stats()
+	t.Logf("deleted pod's token refused %s after the deletion, deleted service account's %s; %d TokenReviews in all (the unbound token's); %d answered from the view",
+		podGone.Round(10*time.Millisecond), saGone.Round(10*time.Millisecond), reviews.Load(), s.Answered)
+	if s.Reviewed != 1 || s.Gone == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
