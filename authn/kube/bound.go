@@ -37,7 +37,10 @@ import (
 // stale view.
 //
 // This is the library half of the bound-object mode; a service flag to
-// choose it is not wired yet.
+// choose it is not wired yet. Known gap: client-go's reflector retries a
+// watch whose connection is cut without calling the watch error handler, so
+// MaxWatchBreak covers reported list and watch errors only; a liveness
+// signal for a silently dead watch is still to come.
 type Bound struct {
 	offline, review authn.Authenticator
 	nodeName        string
