@@ -124,31 +124,41 @@ func forgedLarge(iss string, key crypto.Signer) string {
 	return h + "." + base64.RawURLEncoding.EncodeToString(raw) + "." + junk
 }
 
+// forgedFixture is a verifier of one issuer with a valid token of it (the
+// keys fetched) and a forged one with 1,400 claims, refused for its
+// signature.
+func forgedFixture(tb testing.TB) (auth *oidc.Authenticator, valid, forged string) {
+	tb.Helper()
+	key := ecKey()
+	p := newIDP(tb, "https://idp.example")
+	p.addKey("k1", key)
+	auth, err := oidc.New(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: p.issuer, DiscoveryURL: p.url, CAFile: p.caFile, Audiences: []string{"platform-connector"}}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	valid = forge.Sign(kubeClaims(p.issuer, time.Now()), key, jose.ES256, "k1")
+	if _, err := auth.Authenticate(ctx, valid); err != nil {
+		tb.Fatal(err)
+	}
+	forged = forgedLarge(p.issuer, key)
+	if len(forged) > 16<<10 {
+		tb.Fatalf("forged token of %d bytes: over the verifier's limit", len(forged))
+	}
+	if _, err := auth.Authenticate(ctx, forged); authn.ReasonOf(err) != authn.TokenInvalid || !strings.Contains(err.Error(), "signature") {
+		tb.Fatalf("forged: %v", err)
+	}
+	return auth, valid, forged
+}
+
 // BenchmarkForgedToken: a forged token (junk signature) with 1,400 claims
 // beside a valid token. The claims are read only after the signature has
 // verified, so the forged token costs at most what a valid one does: a
 // scan for "iss" and one signature check (it was 310–850 µs and ~340 KB
 // against 75 µs when the claims were decoded first).
 func BenchmarkForgedToken(b *testing.B) {
-	key := ecKey()
-	p := newIDP(b, "https://idp.example")
-	p.addKey("k1", key)
-	auth, err := oidc.New(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: p.issuer, DiscoveryURL: p.url, CAFile: p.caFile, Audiences: []string{"platform-connector"}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	auth, valid, forged := forgedFixture(b)
 	ctx := context.Background()
-	valid := forge.Sign(kubeClaims(p.issuer, time.Now()), key, jose.ES256, "k1")
-	if _, err := auth.Authenticate(ctx, valid); err != nil {
-		b.Fatal(err)
-	}
-	forged := forgedLarge(p.issuer, key)
-	if len(forged) > 16<<10 {
-		b.Fatalf("forged token of %d bytes: over the verifier's limit", len(forged))
-	}
-	if _, err := auth.Authenticate(ctx, forged); authn.ReasonOf(err) != authn.TokenInvalid || !strings.Contains(err.Error(), "signature") {
-		b.Fatalf("forged: %v", err)
-	}
 	b.Run("valid", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -173,18 +183,8 @@ func BenchmarkForgedToken(b *testing.B) {
 // 56, ~340 KB). Allocation counts, not times: they do not depend on the
 // machine's load.
 func TestForgedTokenCostsNoMoreThanAValidOne(t *testing.T) {
-	key := ecKey()
-	p := newIDP(t, "https://idp.example")
-	p.addKey("k1", key)
-	auth, err := oidc.New(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: p.issuer, DiscoveryURL: p.url, CAFile: p.caFile, Audiences: []string{"platform-connector"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	auth, valid, forged := forgedFixture(t)
 	ctx := context.Background()
-	valid, forged := forge.Sign(kubeClaims(p.issuer, time.Now()), key, jose.ES256, "k1"), forgedLarge(p.issuer, key)
-	if _, err := auth.Authenticate(ctx, valid); err != nil {
-		t.Fatal(err)
-	}
 	v := testing.AllocsPerRun(50, func() { _, _ = auth.Authenticate(ctx, valid) })
 	f := testing.AllocsPerRun(50, func() { _, _ = auth.Authenticate(ctx, forged) })
 	t.Logf("allocations per verification: valid %.0f, forged with 1,400 claims %.0f", v, f)

@@ -3,7 +3,6 @@ package authn_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
-	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
 // TestBoundObjectsAgainstTheAPIServer: offline verification beside a
@@ -27,20 +25,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const ns = "matrix"
-	kcfg := kube.Config{REST: apiserver.REST, Audiences: []string{audience}, Issuers: []string{kubeapi.Issuer}}
-	review, err := kube.New(kcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reviews atomic.Int64
-	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
-		reviews.Add(1)
-		return review.Authenticate(ctx, tok)
-	})
-	offline, err := kube.Offline(kcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	counting, reviews, offline := reviewerAndOffline(t)
 	b, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(apiserver.REST), Offline: offline, Review: counting})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,28 @@ import (
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
+// reviewerAndOffline are the real API server's TokenReview (counted) and
+// offline verification against its own JWKS, for the audience of these
+// tests.
+func reviewerAndOffline(t *testing.T) (authn.Authenticator, *atomic.Int64, authn.Authenticator) {
+	t.Helper()
+	kcfg := kube.Config{REST: apiserver.REST, Audiences: []string{audience}, Issuers: []string{kubeapi.Issuer}}
+	review, err := kube.New(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := &atomic.Int64{}
+	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
+		reviews.Add(1)
+		return review.Authenticate(ctx, tok)
+	})
+	offline, err := kube.Offline(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counting, reviews, offline
+}
+
 // TestRecheckAgainstTheAPIServer runs --caller-review-interval's
 // authenticator against the real kube-apiserver: a pod-bound token is
 // reviewed once, then verified offline against the API server's own JWKS
@@ -30,20 +52,7 @@ func TestRecheckAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kcfg := kube.Config{REST: apiserver.REST, Audiences: []string{audience}, Issuers: []string{kubeapi.Issuer}}
-	review, err := kube.New(kcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reviews atomic.Int64
-	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
-		reviews.Add(1)
-		return review.Authenticate(ctx, tok)
-	})
-	offline, err := kube.Offline(kcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	counting, reviews, offline := reviewerAndOffline(t)
 	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: counting, Interval: interval})
 	if err != nil {
 		t.Fatal(err)
