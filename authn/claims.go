@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"strings"
 	"time"
 
 	"github.com/callerauth/callerauth/token"
@@ -39,6 +40,17 @@ func Intersect(want, have []string) []string {
 		}
 	}
 	return out
+}
+
+// ServiceAccountOf splits a service account's username,
+// system:serviceaccount:<namespace>:<name>.
+func ServiceAccountOf(username string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(username, "system:serviceaccount:")
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, ":")
+	return namespace, name, ok && namespace != "" && name != ""
 }
 
 // ServiceAccountGroups are the groups the API server gives a service

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,7 +185,7 @@ func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, 
 	if err != nil {
 		return nil, err
 	}
-	ns, account, isSA := serviceAccountOf(c.Username)
+	ns, account, isSA := authn.ServiceAccountOf(c.Username)
 	answerable := isSA && c.UID != "" && c.PodName != "" && c.PodUID != "" && (b.nodeName == "" || c.NodeName == b.nodeName)
 	if !answerable || !b.Healthy() {
 		b.stats.reviewed.Add(1)
@@ -225,14 +224,4 @@ func (b *Bound) exists(inf cache.SharedIndexInformer, ns, name, uid string) bool
 		return false
 	}
 	return m.DeletionTimestamp == nil || !m.DeletionTimestamp.Time.Before(b.now().Add(-deletedLeeway))
-}
-
-// serviceAccountOf splits system:serviceaccount:<namespace>:<name>.
-func serviceAccountOf(username string) (ns, name string, ok bool) {
-	rest, ok := strings.CutPrefix(username, "system:serviceaccount:")
-	if !ok {
-		return "", "", false
-	}
-	ns, name, ok = strings.Cut(rest, ":")
-	return ns, name, ok && ns != "" && name != ""
 }

@@ -2,7 +2,6 @@ package oidc
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -114,9 +113,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	// short scan and one signature check, however many claims it carries;
 	// the claims are read (strictly: I-JSON, every name once) only from the
 	// very bytes whose signature verified.
-	raw, err := payloadOf(tok)
+	raw, err := token.DecodePayload(tok)
 	if err != nil {
-		return nil, err
+		return nil, authn.Fail(authn.TokenInvalid, "%v", err)
 	}
 	issRaw, found, err := ijson.Lookup(raw, "iss")
 	if err != nil {
@@ -151,20 +150,6 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 		return nil, authn.Fail(authn.TokenInvalid, "%v", err)
 	}
 	return a.caller(iss, c)
-}
-
-// payloadOf decodes the payload segment of a compact JWS.
-func payloadOf(tok string) ([]byte, error) {
-	_, rest, ok := strings.Cut(tok, ".")
-	p, _, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 || p == "" {
-		return nil, authn.Fail(authn.TokenInvalid, "not a JWT (three dot-separated segments)")
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(p)
-	if err != nil {
-		return nil, authn.Fail(authn.TokenInvalid, "not a JWT: the payload is not unpadded base64url")
-	}
-	return raw, nil
 }
 
 func verifyAny(jws *compactJWS, keys []jose.JSONWebKey) bool {

@@ -129,6 +129,14 @@ func (w *vmafxWorld) client(tok string) (vmafxv1.JobServiceClient, func(), error
 	return vmafxv1.NewJobServiceClient(conn), func() { _ = conn.Close() }, nil
 }
 
+// nodeToken writes a tenant-a node token for subject, issued at issued
+// (zero: now), to the world's node token file and returns its path.
+func (w *vmafxWorld) nodeToken(subject string, issued time.Time) string {
+	p := filepath.Join(w.dir, "node.token")
+	_ = os.WriteFile(p, []byte(w.mint("tenant-a", subject, issued, controller.RoleNode)), 0o600)
+	return p
+}
+
 // runNode runs a node with tokenFile until stop is called; its log goes to
 // the returned buffer. Its clip root is the world's (clips of tenant-a are
 // in clips/tenant-a); tune adjusts its options.
@@ -202,9 +210,7 @@ func vmafxPoison(ctx context.Context, e *env) Result {
 		}
 		ids = append(ids, sub.GetJob().GetId())
 	}
-	tokFile := filepath.Join(w.dir, "node.token")
-	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
-	_, stopNode, err := w.runNode(tokFile, func(o *node.Options) { o.MaxJobDuration = 300 * time.Millisecond })
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}), func(o *node.Options) { o.MaxJobDuration = 300 * time.Millisecond })
 	if err != nil {
 		return fail(r, err)
 	}
@@ -239,9 +245,7 @@ func vmafxMeasure(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	tokFile := filepath.Join(w.dir, "node.token")
-	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
-	_, stopNode, err := w.runNode(tokFile)
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
 	if err != nil {
 		return fail(r, err)
 	}
@@ -307,8 +311,7 @@ func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	defer w.stop()
-	tokFile := filepath.Join(w.dir, "node.token")
-	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a2", time.Now().Add(-3*time.Hour), controller.RoleNode)), 0o600)
+	tokFile := w.nodeToken("node-a2", time.Now().Add(-3*time.Hour))
 	log, stopNode, err := w.runNode(tokFile)
 	if err != nil {
 		return fail(r, err)
@@ -387,8 +390,7 @@ func vmafxOperatorJob(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	nodeTok, opTok := filepath.Join(w.dir, "node.token"), filepath.Join(w.dir, "operator.token")
-	_ = os.WriteFile(nodeTok, []byte(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode)), 0o600)
+	nodeTok, opTok := w.nodeToken("node-a1", time.Time{}), filepath.Join(w.dir, "operator.token")
 	_ = os.WriteFile(opTok, []byte(w.mint("tenant-a", "operator-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader)), 0o600)
 	_, stopNode, err := w.runNode(nodeTok)
 	if err != nil {

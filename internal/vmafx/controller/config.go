@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn/oidc"
@@ -49,8 +49,6 @@ type Tenants struct {
 	Leeway string `json:"leeway,omitempty"`
 }
 
-var tenantName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
 // LoadTenants reads the tenants file (YAML) strictly — unknown keys and a
 // key written twice are refused — and checks it as the verifier would: an
 // issuer per tenant, never two tenants on one issuer.
@@ -75,7 +73,7 @@ func LoadTenants(path string) (*Tenants, error) {
 	names, issuers := map[string]bool{}, map[string]string{}
 	for i, tn := range t.Tenants {
 		where := fmt.Sprintf("controller: %s: tenants[%d]", path, i)
-		if !tenantName.MatchString(tn.Name) {
+		if len(validation.IsDNS1123Label(tn.Name)) > 0 {
 			errs = append(errs, fmt.Errorf("%s: name %q: want a DNS label (lowercase letters, digits, '-')", where, tn.Name))
 		}
 		if names[tn.Name] {

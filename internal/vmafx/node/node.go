@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
@@ -194,7 +194,7 @@ type outcome struct {
 // measureJob measures a job's clips beneath the tenant's clip directory.
 func (n *Node) measureJob(ctx context.Context, job *vmafxv1.Job, frames *atomic.Int64) ([]measure.Score, error) {
 	spec := job.GetSpec()
-	if !tenantDir.MatchString(job.GetTenant()) {
+	if len(validation.IsDNS1123Label(job.GetTenant())) > 0 { // a tenant is a DNS label: one path element
 		return nil, measure.Unavailable("spec.reference", spec.GetReference())
 	}
 	dir, err := os.OpenRoot(filepath.Join(n.o.ClipRoot, job.GetTenant()))
@@ -206,8 +206,6 @@ func (n *Node) measureJob(ctx context.Context, job *vmafxv1.Job, frames *atomic.
 	return measure.Files(ctx, dir, spec.GetReference(), spec.GetDistorted(), spec.GetMetrics(), measure.Options{
 		Progress: func(f int) { frames.Store(int64(f)) }, MaxFramePixels: n.o.MaxFramePixels, MaxFrames: n.o.MaxFrames})
 }
-
-var tenantDir = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // run measures a claimed job under a context that ends when the lease is
 // lost (a progress report refused: another claim, a cancellation), when
