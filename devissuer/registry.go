@@ -19,6 +19,9 @@ import (
 // is kept in registry.json in the state directory so that the CLI and a
 // running issuer share it; changes are made under an flock on registry.lock.
 type registry struct {
+	// Revision counts the changes made: the resource version of the
+	// metadata the issuer serves (watch.go).
+	Revision        uint64            `json:"revision"`
 	ServiceAccounts map[string]string `json:"serviceAccounts"` // "ns/name" -> uid
 	Nodes           map[string]string `json:"nodes"`           // name -> uid
 	Pods            map[string]pod    `json:"pods"`            // "ns/name" -> pod
@@ -88,6 +91,7 @@ func (i *Issuer) updateRegistry(f func(*registry) error) error {
 	if err := f(r); err != nil {
 		return err
 	}
+	r.Revision++
 	out, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("devissuer: %w", err)

@@ -50,6 +50,8 @@ func (i *Issuer) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathTokenReviews, i.serveTokenReview)
 	mux.HandleFunc("POST "+PathToken, i.serveToken)
 	mux.HandleFunc("DELETE /api/v1/namespaces/{namespace}/pods/{name}", i.serveDeletePod)
+	mux.HandleFunc("GET /api/v1/pods", i.servePods)
+	mux.HandleFunc("GET /api/v1/serviceaccounts", i.serveServiceAccounts)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
 }

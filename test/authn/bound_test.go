@@ -131,7 +131,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	s := b.Stats()
 	t.Logf("deleted pod's token refused %s after the deletion, deleted service account's %s; %d TokenReviews in all (the unbound token's); %d answered from the view",
 		podGone.Round(10*time.Millisecond), saGone.Round(10*time.Millisecond), reviews.Load(), s.Answered)
-	if s.Reviewed != 1 || s.Gone == 0 {
+	if s.Unanswerable != 1 || s.Gone == 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }

@@ -1,0 +1,108 @@
+package faults
+
+import (
+	"io"
+	"net"
+	"sync"
+)
+
+// Proxy forwards TCP connections from a loopback port to a target until it
+// is cut: Cut closes every open connection and refuses new ones (each is
+// closed as soon as it is accepted) until Mend. It breaks a long-lived
+// connection — a watch — the way a network partition or a restarted
+// server does.
+type Proxy struct {
+	lis    net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+}
+
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.lis.Addr().String() }
+
+// Cut closes the open connections and refuses new ones.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Mend forwards new connections again.
+func (p *Proxy) Mend() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// Close stops the proxy and closes its connections.
+func (p *Proxy) Close() {
+	_ = p.lis.Close()
+	p.Cut()
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(c)
+	}
+}
+
+// track adds c to the open connections, or says the proxy is cut.
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+		_ = c.Close()
+	}
+}
+
+func (p *Proxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	if !p.track(c, up) {
+		_ = c.Close()
+		_ = up.Close()
+		return
+	}
+	defer p.untrack(c, up)
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
