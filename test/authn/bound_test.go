@@ -2,14 +2,17 @@ package authn_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/internal/faults"
 )
 
 // TestBoundObjectsAgainstTheAPIServer: offline verification beside a
@@ -133,5 +136,101 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		podGone.Round(10*time.Millisecond), saGone.Round(10*time.Millisecond), reviews.Load(), s.Answered)
 	if s.Unanswerable != 1 || s.Gone == 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestBoundWatchBreakAgainstTheAPIServer: the view's watches reach the
+// real kube-apiserver through a proxy the test cuts. Past MaxWatchBreak
+// every token is reviewed; a pod deleted during the break is refused from
+// the view once the watch is back, and a live pod's token is answered by
+// the view again with no review.
+func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
+	fixtures(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ns, maxBreak = "matrix", time.Second
+	u, err := url.Parse(apiserver.REST.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faults.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	watchREST := rest.CopyConfig(apiserver.REST)
+	watchREST.Host = "https://" + proxy.Addr()
+	counting, reviews, offline := reviewerAndOffline(t)
+	b, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(watchREST), Offline: offline, Review: counting, MaxWatchBreak: maxBreak})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = b.Start(ctx) }()
+	tokens := map[string]string{}
+	for _, pod := range []string{"break-kept", "break-deleted"} {
+		p, err := apiserver.Pod(ctx, ns, pod, "caller", "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tokens[pod], err = apiserver.Token(ctx, ns, "caller", []string{audience}, 600, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); b.Stats().Pods < 2 || !b.Healthy(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view never held both pods: %+v", b.Stats())
+		}
+	}
+	check := func(pod string) (error, int64) {
+		before := reviews.Load()
+		_, err := b.Authenticate(ctx, tokens[pod])
+		return err, reviews.Load() - before
+	}
+	if err, n := check("break-kept"); err != nil || n != 0 {
+		t.Fatalf("before the break: %v, %d TokenReviews", err, n)
+	}
+
+	proxy.Cut()
+	cut := time.Now()
+	for b.Healthy() {
+		if time.Since(cut) > maxBreak+45*time.Second {
+			t.Fatal("the view still answers 45 s past MaxWatchBreak with its watches cut")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unhealthy := time.Since(cut)
+	if err, n := check("break-kept"); err != nil || n != 1 {
+		t.Fatalf("with the watch broken: %v, %d TokenReviews; want accepted by one", err, n)
+	}
+	if err := apiserver.Client.CoreV1().Pods(ns).Delete(ctx, "break-deleted", deleteNow()); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Mend()
+	mended := time.Now()
+	for !b.Healthy() {
+		if time.Since(mended) > 30*time.Second {
+			t.Fatal("the view did not recover within 30 s of the watch coming back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	recovered := time.Since(mended)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err, n := check("break-deleted")
+		if authn.ReasonOf(err) == authn.TokenInvalid && n == 0 && strings.Contains(err.Error(), "no longer exists") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod deleted during the break, after recovery: %v, %d TokenReviews", err, n)
+		}
+	}
+	if err, n := check("break-kept"); err != nil || n != 0 {
+		t.Fatalf("after recovery: %v, %d TokenReviews; want the view's answer", err, n)
+	}
+	s := b.Stats()
+	t.Logf("watch cut: fell back to TokenReview after %s (MaxWatchBreak %s); mended: answering again after %s; stats %+v",
+		unhealthy.Round(10*time.Millisecond), maxBreak, recovered.Round(10*time.Millisecond), s)
+	if s.Broken == 0 {
+		t.Fatalf("stats %+v: no token counted as reviewed for a broken watch", s)
 	}
 }
