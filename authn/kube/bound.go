@@ -69,6 +69,9 @@ type watched struct {
 	dead     tombstones
 }
 
+// DefaultMaxWatchBreak is how long the view answers after a watch closed.
+const DefaultMaxWatchBreak = 10 * time.Second
+
 // BoundConfig configures [NewBound].
 type BoundConfig struct {
 	// Metadata is the client the watches use (metadata.NewForConfigOrDie
@@ -83,7 +86,7 @@ type BoundConfig struct {
 	NodeName string
 	// MaxWatchBreak is how long the view still answers after a watch
 	// connection closed and before it is open again; past it, every token
-	// is reviewed until it is. Default 10 s.
+	// is reviewed until it is. Default DefaultMaxWatchBreak.
 	MaxWatchBreak time.Duration
 	// Tombstones is how long the UID of an object the watch saw deleted is
 	// remembered, so that its tokens are refused without a review; after
@@ -139,7 +142,7 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 		return nil, errors.New("kube: the bound-object view needs an offline verifier and a reviewer")
 	}
 	if cfg.MaxWatchBreak <= 0 {
-		cfg.MaxWatchBreak = 10 * time.Second
+		cfg.MaxWatchBreak = DefaultMaxWatchBreak
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute

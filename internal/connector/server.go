@@ -130,7 +130,7 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *serve.Health
 	certs   *serve.CertReloader // deployment role
-	guard   *guard.Guard
+	guard   *serve.CallerAuth
 	refused *prometheus.CounterVec
 	stored  prometheus.Counter // events
 	failed  prometheus.Counter // batches the datastore could not store
@@ -198,7 +198,7 @@ func New(o Options) (*Server, error) {
 			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
 			Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
 			Registry: s.health.Registry, MetricsPrefix: "platform_connector", Reasons: guard.NodeBindingReasons, NodeBinding: true,
-			Logger: log, Authenticator: o.Authenticator,
+			Logger: log, Authenticator: o.Authenticator, WatchNode: local,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connector: caller authentication: %w", err)
@@ -285,7 +285,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("connector: %w", err)
 	}
-	runnables := []serve.Runnable{&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.opts.Serve.ShutdownTimeout}}
+	runnables := append([]serve.Runnable{&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.opts.Serve.ShutdownTimeout}}, s.guard.Runnables()...)
 	metrics, err := s.opts.Serve.MetricsServer(s.health)
 	if err != nil {
 		_ = lis.Close()

@@ -187,7 +187,7 @@ type state struct {
 type Server struct {
 	o        Options
 	log      *slog.Logger
-	guard    *guard.Guard
+	guard    *serve.CallerAuth
 	certs    *serve.CertReloader // nil under --insecure-http
 	state    atomic.Pointer[state]
 	failed   atomic.Value // the file signature of the last failed reload
@@ -608,7 +608,7 @@ func (s *Server) Run(ctx context.Context) error {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
 		lis = tls.NewListener(lis, cfg)
 	}
-	runnables := []serve.Runnable{&serve.HTTPServer{Name: "api", Listener: lis, Server: s.o.Serve.HTTP.Server(s.Handler()), ShutdownTimeout: s.o.Serve.ShutdownTimeout}}
+	runnables := append([]serve.Runnable{&serve.HTTPServer{Name: "api", Listener: lis, Server: s.o.Serve.HTTP.Server(s.Handler()), ShutdownTimeout: s.o.Serve.ShutdownTimeout}}, s.guard.Runnables()...)
 	metrics, err := s.o.Serve.MetricsServer(s.health)
 	if err != nil {
 		_ = lis.Close()

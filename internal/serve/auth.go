@@ -66,6 +66,17 @@ type AuthOptions struct {
 	// a deleted pod's token is still accepted. Zero: a TokenReview on
 	// every verdict-cache miss.
 	ReviewInterval time.Duration
+	// WatchBoundObjects verifies tokens offline against the API server's
+	// JWKS and checks what each is bound to — its service account and pod
+	// — in metadata watches instead of a TokenReview (kube.Bound): no
+	// TokenReview at steady state, and a deleted pod's token refused as
+	// soon as the watch delivers the deletion. With ReviewInterval too, a
+	// credential is also reviewed at first sight and once per interval.
+	WatchBoundObjects bool
+	// WatchMaxBreak is how long the bound-object view still answers after
+	// a watch connection closed (kube.BoundConfig.MaxWatchBreak); past it,
+	// every token is reviewed until the watch is back. Zero: the default.
+	WatchMaxBreak time.Duration
 	// KeysMaxStale bounds how long cached signing keys are trusted while
 	// every JWKS fetch fails (oidc.Config.MaxStaleKeys), for the oidc
 	// backend, --caller-review-interval and a service's own offline
@@ -101,6 +112,11 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
 	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; needs --caller-issuer)")
+	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs --caller-issuer, and RBAC to list and watch pods and serviceaccounts)")
+	if a.WatchMaxBreak == 0 {
+		a.WatchMaxBreak = kube.DefaultMaxWatchBreak
+	}
+	f.DurationVar(&a.WatchMaxBreak, "caller-watch-max-break", a.WatchMaxBreak, "--caller-watch-bound-objects: how long the watched view still answers after its watch connection broke; past it, every token is reviewed until the watch is back")
 	a.AddCacheFlags(f)
 }
 
@@ -173,6 +189,17 @@ func (a AuthOptions) Validate() error {
 	if a.ReviewInterval > 0 && a.Backend == BackendOIDC {
 		errs = append(errs, errors.New("serve: --caller-review-interval belongs to --caller-backend tokenreview"))
 	}
+	if a.WatchBoundObjects {
+		switch {
+		case a.Backend == BackendOIDC:
+			errs = append(errs, errors.New("serve: --caller-watch-bound-objects belongs to --caller-backend tokenreview"))
+		case len(a.Issuers) == 0:
+			errs = append(errs, errors.New("serve: --caller-watch-bound-objects verifies offline, which needs the API server's issuer: set --caller-issuer"))
+		}
+	}
+	if a.WatchMaxBreak < 0 {
+		errs = append(errs, fmt.Errorf("serve: --caller-watch-max-break %s: want a positive duration", a.WatchMaxBreak))
+	}
 	if a.KeysMaxStale < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-keys-max-stale %s: want a positive duration", a.KeysMaxStale))
 	}
@@ -207,17 +234,39 @@ type GuardSpec struct {
 	Reasons       []string
 	NodeBinding   bool
 	Logger        *slog.Logger
+	// WatchNode narrows --caller-watch-bound-objects' pod watch to the pods
+	// of one node: a node agent's callers run there (tokens bound to pods
+	// elsewhere are reviewed). Empty: every pod.
+	WatchNode string
 	// Authenticator replaces the backend, for tests. It is still cached.
 	Authenticator authn.Authenticator
 }
 
+// CallerAuth is a service's wired caller authentication: the guard, and
+// what must run beside it for as long as the service does.
+type CallerAuth struct {
+	*guard.Guard
+	background []Runnable
+}
+
+// Runnables are what the service must run with its servers: the
+// bound-object watches under --caller-watch-bound-objects, else nothing.
+// A nil CallerAuth (a service without caller authentication) has none.
+func (c *CallerAuth) Runnables() []Runnable {
+	if c == nil {
+		return nil
+	}
+	return c.background
+}
+
 // Guard builds the cached authenticator, the metrics and the guard: the
 // one place a service's caller authentication is wired.
-func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
+func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 	auth := spec.Authenticator
+	var background []Runnable
 	if auth == nil {
 		var err error
-		if auth, err = a.backend(spec.Audience, spec.Logger); err != nil {
+		if auth, background, err = a.backend(spec.Audience, spec.WatchNode, spec.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -229,13 +278,17 @@ func (a AuthOptions) Guard(spec GuardSpec) (*guard.Guard, error) {
 	if err := registerCacheMetrics(spec.Registry, spec.MetricsPrefix, cache); err != nil {
 		return nil, err
 	}
-	if err := registerRecheckMetrics(spec.Registry, spec.MetricsPrefix, auth); err != nil {
+	if err := registerBackendMetrics(spec.Registry, spec.MetricsPrefix, auth); err != nil {
 		return nil, err
 	}
-	return guard.New(guard.Config{
+	g, err := guard.New(guard.Config{
 		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
 		Authenticator: cache, Rule: spec.Rule, Metrics: m, Logger: spec.Logger,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &CallerAuth{Guard: g, background: background}, nil
 }
 
 // registerCacheMetrics exports the verdict cache's size, lookups and
@@ -268,46 +321,123 @@ func registerCacheMetrics(reg prometheus.Registerer, prefix string, c *authn.Cac
 	return nil
 }
 
-func (a AuthOptions) backend(audience string, log *slog.Logger) (authn.Authenticator, error) {
+func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (authn.Authenticator, []Runnable, error) {
 	if a.Backend == BackendOIDC {
 		cfg, err := oidc.LoadConfigFile(a.OIDCIssuers)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
+			return nil, nil, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
 		}
 		cfg.Timeout, cfg.MaxStaleKeys, cfg.Logger = a.ReviewTimeout, a.KeysMaxStale, log
-		return oidc.New(cfg)
+		auth, err := oidc.New(cfg)
+		return auth, nil, err
 	}
 	if audience == "" {
-		return nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
+		return nil, nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
 	kcfg := kube.Config{Kubeconfig: a.Kubeconfig, Audiences: []string{audience}, Timeout: a.ReviewTimeout, Issuers: a.Issuers,
 		QPS: float32(a.ReviewQPS), Burst: a.ReviewBurst, MaxStaleKeys: a.KeysMaxStale, Logger: log}
 	k, err := kube.New(kcfg)
 	if err != nil {
-		return nil, fmt.Errorf("serve: TokenReview: %w", err)
+		return nil, nil, fmt.Errorf("serve: TokenReview: %w", err)
 	}
-	if a.ReviewInterval <= 0 {
-		return k, nil
+	if a.ReviewInterval <= 0 && !a.WatchBoundObjects {
+		return k, nil, nil
 	}
 	offline, err := kube.Offline(kcfg)
 	if err != nil {
-		return nil, fmt.Errorf("serve: --caller-review-interval: %w", err)
+		return nil, nil, fmt.Errorf("serve: offline verification: %w", err)
+	}
+	var (
+		first      authn.Authenticator = offline
+		background []Runnable
+	)
+	if a.WatchBoundObjects {
+		md, err := kube.MetadataClient(kcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve: --caller-watch-bound-objects: %w", err)
+		}
+		b, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: k, NodeName: watchNode, MaxWatchBreak: a.WatchMaxBreak})
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve: --caller-watch-bound-objects: %w", err)
+		}
+		first, background = b, []Runnable{Named("bound-object watches", b)}
+		if a.ReviewInterval <= 0 {
+			return b, background, nil
+		}
 	}
 	// Credentials outnumber cached verdicts: a rotated token's review
 	// stands until its interval lapses.
-	return authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: k, Interval: a.ReviewInterval, MaxEntries: 10 * a.CacheMaxEntries})
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: first, Review: k, Interval: a.ReviewInterval, MaxEntries: 10 * a.CacheMaxEntries})
+	return r, background, err
 }
 
-// registerRecheckMetrics exports what a Recheck backend did, when the
-// service runs one.
-func registerRecheckMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
-	r, ok := auth.(*authn.Recheck)
-	if !ok {
-		return registerKeyMetrics(reg, prefix, auth)
+// registerBackendMetrics exports what the backend's layers did: the
+// Recheck of --caller-review-interval, the bound-object view of
+// --caller-watch-bound-objects and the offline verifier's key sets, those
+// of them the service runs.
+func registerBackendMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
+	if r, ok := auth.(*authn.Recheck); ok {
+		if err := registerRecheckMetrics(reg, prefix, r); err != nil {
+			return err
+		}
+		auth = r.OfflineVerifier()
 	}
-	if err := registerKeyMetrics(reg, prefix, r.OfflineVerifier()); err != nil {
-		return err
+	if b, ok := auth.(*kube.Bound); ok {
+		if err := registerBoundMetrics(reg, prefix, b); err != nil {
+			return err
+		}
+		auth = b.OfflineVerifier()
 	}
+	return registerKeyMetrics(reg, prefix, auth)
+}
+
+// registerBoundMetrics exports the bound-object view's answers, fallbacks
+// and state, read from it when scraped.
+func registerBoundMetrics(reg prometheus.Registerer, prefix string, b *kube.Bound) error {
+	stat := func(f func(kube.BoundStats) float64) func() float64 { return func() float64 { return f(b.Stats()) } }
+	answers := func(result string, f func(kube.BoundStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_answers_total",
+			Help:        "Tokens the bound-object view answered without a TokenReview, by result: accepted (its service account and pod exist with the token's UIDs), gone (refused: one of them was deleted or replaced).",
+			ConstLabels: prometheus.Labels{"result": result}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
+	}
+	fallbacks := func(reason string, f func(kube.BoundStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_fallbacks_total",
+			Help:        "Tokens sent to TokenReview under --caller-watch-bound-objects, by reason: unsynced (the watches had not listed yet), broken (a watch closed longer than --caller-watch-max-break ago), unanswerable (bound to no pod, or to a pod of another node than the one watched), unknown (the view does not know the object: created after its last event, or deleted before it began).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
+	}
+	objects := func(resource string, f func(kube.BoundStats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_objects",
+			Help:        "Objects the bound-object view holds (metadata only), by resource.",
+			ConstLabels: prometheus.Labels{"resource": resource}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
+	}
+	for _, col := range []prometheus.Collector{
+		answers("accepted", func(s kube.BoundStats) uint64 { return s.Answered }),
+		answers("gone", func(s kube.BoundStats) uint64 { return s.Gone }),
+		fallbacks("unsynced", func(s kube.BoundStats) uint64 { return s.Unsynced }),
+		fallbacks("broken", func(s kube.BoundStats) uint64 { return s.Broken }),
+		fallbacks("unanswerable", func(s kube.BoundStats) uint64 { return s.Unanswerable }),
+		fallbacks("unknown", func(s kube.BoundStats) uint64 { return s.Unknown }),
+		objects("pods", func(s kube.BoundStats) int { return s.Pods }),
+		objects("serviceaccounts", func(s kube.BoundStats) int { return s.ServiceAccounts }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_synced", Help: "1 once both bound-object watches have listed, else 0 (every token is reviewed)."},
+			stat(func(s kube.BoundStats) float64 {
+				if s.Synced {
+					return 1
+				}
+				return 0
+			})),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: 0 while both watches are open, else the seconds since the first of them closed; past --caller-watch-max-break, every token is reviewed."},
+			stat(func(s kube.BoundStats) float64 { return s.Lag.Seconds() })),
+	} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("serve: registering the bound-object metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// registerRecheckMetrics exports what a Recheck backend did.
+func registerRecheckMetrics(reg prometheus.Registerer, prefix string, r *authn.Recheck) error {
 	verdicts := func(result string, f func(authn.RecheckStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_rechecks_total",
 			Help:        "Cache misses under --caller-review-interval, by result: reviewed (a TokenReview was sent: first sight of the token, or its last review was an interval old), offline (verified against the API server's JWKS, this very token reviewed less than an interval ago), refused_offline (refused without a review), mismatch (the offline identity differs from the one TokenReview returned for the token: refused).",

@@ -135,6 +135,9 @@ func TestOptionsValidate(t *testing.T) {
 		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: time.Minute}, "needs the API server's issuer: set --caller-issuer"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", ReviewInterval: time.Minute}, "--caller-review-interval belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: -time.Minute}, "--caller-review-interval -1m0s"},
+		{serve.AuthOptions{Backend: "tokenreview", WatchBoundObjects: true}, "--caller-watch-bound-objects verifies offline, which needs the API server's issuer"},
+		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", WatchBoundObjects: true}, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: -time.Second}, "--caller-watch-max-break -1s"},
 	} {
 		if err := tt.a.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", tt.a, err, tt.want)
@@ -199,6 +202,10 @@ func TestGuardOnBothBackends(t *testing.T) {
 		"oidc":        {Backend: serve.BackendOIDC, OIDCIssuers: issuers},
 		// TokenReview once per credential per interval, offline between.
 		"tokenreview with a review interval": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, ReviewInterval: time.Hour},
+		// Offline beside a watch of bound objects (this token is bound to
+		// none: reviewed), alone and with the interval.
+		"tokenreview watching bound objects":     {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, WatchBoundObjects: true},
+		"tokenreview watching, with an interval": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, WatchBoundObjects: true, ReviewInterval: time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
@@ -249,4 +256,111 @@ func TestGuardOnBothBackends(t *testing.T) {
 	if n := iss.Reviews() - before; n != 1 {
 		t.Fatalf("%d TokenReviews for 10 checks of one token under --caller-review-interval; want 1", n)
 	}
+}
+
+// TestGuardWatchingBoundObjects: --caller-watch-bound-objects against the
+// dev issuer. Until the service runs the watches its guard hands back,
+// every token is reviewed; once they have synced, a pod-bound token is
+// accepted with no TokenReview however often the verdict cache misses, and
+// refused once its pod is deleted; the view's metrics are exported.
+func TestGuardWatchingBoundObjects(t *testing.T) {
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
+	a := serve.AuthOptions{Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()},
+		WatchBoundObjects: true, CacheTTL: time.Nanosecond, NegativeCacheTTL: -1}
+	reg := prometheus.NewRegistry()
+	g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: reg, MetricsPrefix: "test", WatchNode: "node-a",
+		Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{"svc"}, Pod: "p", Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := bearer.Parse([]string{"Bearer " + tok.Token})
+	check := func() (*guard.Verdict, int64) {
+		before := iss.Reviews()
+		v := g.Check(context.Background(), cred, binding.Request{System: "sys"})
+		return v, iss.Reviews() - before
+	}
+	if v, n := check(); !v.Allowed || n != 1 {
+		t.Fatalf("before the watches run: %+v, %d TokenReviews; want allowed by one", v, n)
+	}
+	if len(g.Runnables()) != 1 {
+		t.Fatalf("%d runnables; want the bound-object watches", len(g.Runnables()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(ctx, g.Runnables()...) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if v, n := check(); v.Allowed && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pod-bound token is still reviewed 10 s after the watches started")
+		}
+	}
+	for range 10 {
+		if v, n := check(); !v.Allowed || n != 0 {
+			t.Fatalf("%+v, %d TokenReviews; want the view's answer", v, n)
+		}
+	}
+	if err := iss.DeletePod("ns", "p"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		v, n := check()
+		if !v.Allowed && v.Reason == "token_invalid" && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted pod's token 10 s on: %+v, %d TokenReviews", v, n)
+		}
+	}
+	want := map[string]float64{
+		`test_caller_bound_answers_total{result="accepted"}`:   -1, // some
+		`test_caller_bound_answers_total{result="gone"}`:       -1,
+		`test_caller_bound_fallbacks_total{reason="unsynced"}`: -1,
+		`test_caller_bound_objects{resource="pods"}`:           0,
+		`test_caller_bound_synced`:                             1,
+		`test_caller_bound_watch_lag_seconds`:                  0,
+	}
+	got := gathered(t, reg)
+	for k, v := range want {
+		g, ok := got[k]
+		if !ok || (v >= 0 && g != v) || (v < 0 && g <= 0) {
+			t.Errorf("%s = %v (exported: %v); want %v", k, g, ok, v)
+		}
+	}
+	if _, ok := got["test_caller_jwks_fetches_total{result=\"ok\"}"]; !ok {
+		t.Errorf("the offline verifier's key metrics are not exported: %v", got)
+	}
+}
+
+// gathered reads reg as `name{label="value"}` (or `name`) → value, counters
+// and gauges alike.
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
+			if l := m.GetLabel(); len(l) > 0 {
+				k += fmt.Sprintf("{%s=%q}", l[0].GetName(), l[0].GetValue())
+			}
+			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

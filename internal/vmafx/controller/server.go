@@ -119,7 +119,7 @@ type Server struct {
 	store     *Store
 	health    *serve.Health
 	certs     *serve.CertReloader
-	guard     *guard.Guard
+	guard     *serve.CallerAuth
 	grpc      *grpc.Server
 	requeued  prometheus.Counter
 	exhausted prometheus.Counter
@@ -228,6 +228,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.o.Serve.ShutdownTimeout},
 		serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)),
 	}
+	runnables = append(runnables, s.guard.Runnables()...)
 	metrics, err := s.o.Serve.MetricsServer(s.health)
 	if err != nil {
 		_ = lis.Close()
