@@ -349,3 +349,53 @@ func BenchmarkCacheHitVsAPIServer(b *testing.B) {
 		}
 	})
 }
+
+// revocable is counting that also knows which users were revoked since.
+type revocable struct {
+	counting
+	revoked sync.Map
+}
+
+func (r *revocable) Revoked(c *authn.Caller) error {
+	if _, ok := r.revoked.Load(c.Username); ok {
+		return authn.Fail(authn.TokenInvalid, "revoked")
+	}
+	return nil
+}
+
+// TestCacheAsksARevocable: a cached success of an authenticator that knows
+// revocations is checked with it on every hit; once revoked, the cached
+// verdict is replaced by the refusal, without asking the authenticator
+// again until the negative TTL has passed. A Recheck passes the question
+// to its offline verifier.
+func TestCacheAsksARevocable(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	inner := &revocable{}
+	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, NegativeTTL: 10 * time.Second, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Authenticate(ctx, "good1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inner.revoked.Store("user-good1", true)
+	for range 3 {
+		if _, err := c.Authenticate(ctx, "good1"); authn.ReasonOf(err) != authn.TokenInvalid {
+			t.Fatalf("a cached caller, revoked since: %v", err)
+		}
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Fatalf("inner called %d times; want 1", n)
+	}
+	if _, err := c.Authenticate(ctx, "good2"); err != nil {
+		t.Fatalf("another caller: %v", err)
+	}
+
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: inner, Review: &counting{}, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Revoked(&authn.Caller{Username: "user-good1"}) == nil || r.Revoked(&authn.Caller{Username: "user-good2"}) != nil {
+		t.Fatal("Recheck does not pass Revoked to its offline verifier")
+	}
+}

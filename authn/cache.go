@@ -56,6 +56,18 @@ type Audienced interface {
 	RequiredAudiences() []string
 }
 
+// Revocable is implemented by authenticators that can tell, cheaply and
+// with no call out of the process, that a caller they accepted earlier has
+// been revoked since (kube.Bound: the pod its token is bound to was
+// deleted). The verdict cache asks on every hit, so that such a
+// revocation takes effect as soon as the authenticator knows of it rather
+// than when the cached verdict expires.
+type Revocable interface {
+	// Revoked returns the refusal for a caller known to be revoked, and
+	// nil when it is not known to be (including when it cannot tell).
+	Revoked(c *Caller) error
+}
+
 // Cache is an [Authenticator] that remembers successful verdicts of
 // another, and token_invalid verdicts for a short while (NegativeTTL);
 // validator failures are never cached. Concurrent misses for the same token
@@ -63,12 +75,13 @@ type Audienced interface {
 // key drawn at random per Cache, plus the required audiences; the token
 // itself is never stored.
 type Cache struct {
-	inner    Authenticator
-	ttl      time.Duration
-	negTTL   time.Duration
-	inFlight chan struct{}
-	max      int
-	now      func() time.Time
+	inner     Authenticator
+	revocable Revocable // inner, if it is
+	ttl       time.Duration
+	negTTL    time.Duration
+	inFlight  chan struct{}
+	max       int
+	now       func() time.Time
 	// audPrefix is the length-prefixed required audiences, hashed before
 	// the token.
 	audPrefix []byte
@@ -120,6 +133,7 @@ func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	c.revocable, _ = inner.(Revocable)
 	var auds string
 	if a, ok := inner.(Audienced); ok {
 		auds = strings.Join(a.RequiredAudiences(), "\x00")
@@ -180,6 +194,12 @@ var _ CachedAuthenticator = (*Cache)(nil)
 func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, bool, error) {
 	key := c.keyOf(token)
 	if caller, err := c.get(key); caller != nil || err != nil {
+		if caller != nil && c.revocable != nil {
+			if err := c.revocable.Revoked(caller); err != nil {
+				c.put(key, nil, err)
+				return nil, true, err
+			}
+		}
 		return caller, true, err
 	}
 	// The shared lookup must not die with the first caller's context; the

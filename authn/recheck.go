@@ -119,6 +119,14 @@ func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 // OfflineVerifier is the offline authenticator, for its metrics.
 func (r *Recheck) OfflineVerifier() Authenticator { return r.offline }
 
+// Revoked asks the offline verifier, when it can tell (a [Revocable]).
+func (r *Recheck) Revoked(c *Caller) error {
+	if rv, ok := r.offline.(Revocable); ok {
+		return rv.Revoked(c)
+	}
+	return nil
+}
+
 // RequiredAudiences are the reviewer's, for the verdict cache's key.
 func (r *Recheck) RequiredAudiences() []string {
 	if a, ok := r.review.(Audienced); ok {

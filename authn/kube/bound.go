@@ -320,25 +320,19 @@ func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, 
 	if err != nil {
 		return nil, err
 	}
-	ns, account, isSA := authn.ServiceAccountOf(c.Username)
-	answerable := isSA && c.UID != "" && c.PodName != "" && c.PodUID != "" && (b.nodeName == "" || c.NodeName == b.nodeName)
 	var fallback *atomic.Uint64
 	switch {
-	case !answerable:
+	case !b.answers(c):
 		fallback = &b.stats.unanswerable
 	case !b.synced():
 		fallback = &b.stats.unsynced
 	case b.lag() > b.maxBreak:
 		fallback = &b.stats.broken
 	default:
-		sa, pod := b.accounts.find(ns, account, c.UID, b.now()), b.pods.find(ns, c.PodName, c.PodUID, b.now())
+		sa, pod, err := b.look(c)
 		switch {
-		case sa == gone:
-			b.stats.gone.Add(1)
-			return nil, authn.Fail(authn.TokenInvalid, "the service account %s/%s it is bound to no longer exists", ns, account)
-		case pod == gone:
-			b.stats.gone.Add(1)
-			return nil, authn.Fail(authn.TokenInvalid, "the pod %s/%s it is bound to no longer exists", ns, c.PodName)
+		case err != nil:
+			return nil, err
 		case sa == present && pod == present:
 			b.stats.answered.Add(1)
 			return c, nil
@@ -351,6 +345,44 @@ func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, 
 		return nil, authn.Fail(authn.TokenInvalid, "the offline identity %q differs from the one TokenReview returned", c.Username)
 	}
 	return rc, err
+}
+
+// answers says whether the view can answer for c: a service account's
+// token bound to a pod the view watches.
+func (b *Bound) answers(c *authn.Caller) bool {
+	_, _, isSA := authn.ServiceAccountOf(c.Username)
+	return isSA && c.UID != "" && c.PodName != "" && c.PodUID != "" && (b.nodeName == "" || c.NodeName == b.nodeName)
+}
+
+// look finds c's service account and pod in the view; when either is gone,
+// the refusal.
+func (b *Bound) look(c *authn.Caller) (sa, pod presence, err error) {
+	ns, account, _ := authn.ServiceAccountOf(c.Username)
+	now := b.now()
+	sa, pod = b.accounts.find(ns, account, c.UID, now), b.pods.find(ns, c.PodName, c.PodUID, now)
+	switch {
+	case sa == gone:
+		err = authn.Fail(authn.TokenInvalid, "the service account %s/%s it is bound to no longer exists", ns, account)
+	case pod == gone:
+		err = authn.Fail(authn.TokenInvalid, "the pod %s/%s it is bound to no longer exists", ns, c.PodName)
+	}
+	if err != nil {
+		b.stats.gone.Add(1)
+	}
+	return sa, pod, err
+}
+
+// Revoked tells the verdict cache, on every hit, that a caller it holds
+// is bound to a service account or pod the view has seen go: the token is
+// refused within the watch's delay, not the cache's TTL. When the view
+// cannot answer (unsynced, broken, not its pod), the cached verdict stands
+// as it would under TokenReview.
+func (b *Bound) Revoked(c *authn.Caller) error {
+	if !b.answers(c) || !b.Healthy() {
+		return nil
+	}
+	_, _, err := b.look(c)
+	return err
 }
 
 // What the view knows of a bound object.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/connector"
@@ -98,6 +99,77 @@ func connectorSocket(ctx context.Context, e *env) Result {
 	}
 	r.Observed = fmt.Sprintf("stored: node=%s caller=%s scope=%s", stored[0].Node, strings.TrimPrefix(stored[0].Caller, "system:serviceaccount:"), stored[0].Scope)
 	r.Pass = stored[0].Node == connectorNode && stored[0].Caller == "system:serviceaccount:nvsentinel:gpu-health-monitor"
+	return r
+}
+
+// connectorRevocation runs the socket role as its chart does, with
+// --caller-watch-bound-objects: tokens verified offline, the publisher's
+// pod checked in a watch of node-a's pods. The publisher's token costs no
+// TokenReview; once its pod is deleted, the next event is refused.
+func connectorRevocation(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "connector (socket): a deleted pod's token, bound objects watched", Expected: "refused within 5 s, 0 TokenReviews"}
+	sock := filepath.Join(e.dir, "pc-watch.sock")
+	o := connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock}
+	o.Auth.Issuers, o.Auth.WatchBoundObjects = []string{e.iss.Issuer()}, true
+	_, stop, err := e.runConnector("watch", o)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stop()
+	if err := waitFor(sock); err != nil {
+		return fail(r, err)
+	}
+	tf, err := e.tokenFile("gpu-mon-watched", devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}, Pod: "gpu-mon-watched", Node: connectorNode})
+	if err != nil {
+		return fail(r, err)
+	}
+	pub, err := connector.NewPublisher(credentials.Config{Address: "unix://" + sock, TokenFile: tf})
+	if err != nil {
+		return fail(r, err)
+	}
+	defer pub.Close()
+	publish := func() error { return pub.Publish(ctx, &pcv1.HealthEvent{CheckName: "GpuXid", Message: "xid 79"}) }
+	// The first event may come before the watch has seen the new pod (then
+	// its token is reviewed); wait until the view answers.
+	var reviews int64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		before := e.iss.Reviews()
+		if err := publish(); err != nil {
+			return fail(r, err)
+		}
+		if reviews = e.iss.Reviews() - before; reviews == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(r, fmt.Errorf("still a TokenReview per event 5 s on"))
+		}
+	}
+	before := e.iss.Reviews()
+	for range 10 {
+		if err := publish(); err != nil {
+			return fail(r, err)
+		}
+	}
+	if err := e.iss.DeletePod("nvsentinel", "gpu-mon-watched"); err != nil {
+		return fail(r, err)
+	}
+	deleted := time.Now()
+	var refused error
+	for time.Since(deleted) < 5*time.Second {
+		if refused = publish(); refused != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(deleted)
+	reviews = e.iss.Reviews() - before
+	st := status.Convert(refused)
+	if refused == nil {
+		r.Observed = fmt.Sprintf("still accepted %.1f s after the deletion; %d TokenReviews", took.Seconds(), reviews)
+		return r
+	}
+	r.Observed = fmt.Sprintf("10 events, then the pod deleted: %s %s after %.2f s; %d TokenReviews", st.Code(), st.Message(), took.Seconds(), reviews)
+	r.Pass = st.Message() == string(authn.TokenInvalid) && reviews == 0
 	return r
 }
 

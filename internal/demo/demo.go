@@ -86,7 +86,7 @@ func Run(ctx context.Context) ([]Result, error) {
 		validatorForbidden,
 	}
 	scenarios = append(scenarios, nodeScenarios...)
-	scenarios = append(scenarios, connectorSocket, connectorDeployment, connectorConfigRefused)
+	scenarios = append(scenarios, connectorSocket, connectorRevocation, connectorDeployment, connectorConfigRefused)
 	scenarios = append(scenarios, pdpScenarios...)
 	scenarios = append(scenarios, vmafxScenarios...)
 	results := make([]Result, 0, len(scenarios))

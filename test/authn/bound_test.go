@@ -21,8 +21,8 @@ import (
 // all; once its pod is deleted it is refused as soon as the watch delivers
 // the deletion (seconds, against the review interval's minutes), and stays
 // refused when a pod of the same name but another UID is created; the same
-// for a deleted service account. A token the view cannot answer for (bound
-// to no pod) is reviewed.
+// for a deleted service account — all behind an hour-long verdict cache. A
+// token the view cannot answer for (bound to no pod) is reviewed.
 func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	fixtures(t) // the namespace, the service account "caller" and the node
 	ctx, cancel := context.WithCancel(context.Background())
@@ -34,6 +34,9 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = b.Start(ctx) }()
+	// Behind the verdict cache, as a service runs it: a cached success is
+	// checked against the view on every hit.
+	a := authn.NewCache(b, authn.CacheConfig{TTL: time.Hour})
 	for deadline := time.Now().Add(30 * time.Second); !b.Healthy(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the view never synced")
@@ -60,7 +63,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		}
 		deleted := time.Now()
 		for time.Since(deleted) < 30*time.Second {
-			_, err := b.Authenticate(ctx, tok)
+			_, err := a.Authenticate(ctx, tok)
 			if authn.ReasonOf(err) == authn.TokenInvalid {
 				if !strings.Contains(err.Error(), what+" ") || !strings.Contains(err.Error(), "no longer exists") {
 					t.Fatalf("refused for another reason: %v", err)
@@ -80,14 +83,14 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	// The view may not have seen the new pod yet: wait for the first
 	// acceptance, then count.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := b.Authenticate(ctx, tok); err == nil {
+		if _, err := a.Authenticate(ctx, tok); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the new pod's token: %v", err)
 		}
 	}
 	for range 20 {
-		if c, err := b.Authenticate(ctx, tok); err != nil || c.PodName != "bound-pod" {
+		if c, err := a.Authenticate(ctx, tok); err != nil || c.PodName != "bound-pod" {
 			t.Fatalf("%+v %v", c, err)
 		}
 	}
@@ -102,7 +105,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if _, err := b.Authenticate(ctx, tok); authn.ReasonOf(err) != authn.TokenInvalid {
+	if _, err := a.Authenticate(ctx, tok); authn.ReasonOf(err) != authn.TokenInvalid {
 		t.Fatalf("the old token after a pod of the same name was created: %v", err)
 	}
 
@@ -112,7 +115,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	}
 	saTok := mint("short-lived", "short-lived-pod")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := b.Authenticate(ctx, saTok); err == nil {
+		if _, err := a.Authenticate(ctx, saTok); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the new service account's token: %v", err)
@@ -128,12 +131,12 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := reviews.Load()
-	if _, err := b.Authenticate(ctx, unbound); err != nil || reviews.Load() != before+1 {
+	if _, err := a.Authenticate(ctx, unbound); err != nil || reviews.Load() != before+1 {
 		t.Fatalf("a token bound to no pod: %v, %d reviews", err, reviews.Load()-before)
 	}
 	s := b.Stats()
 	t.Logf("deleted pod's token refused %s after the deletion, deleted service account's %s; %d TokenReviews in all (the unbound token's); %d answered from the view",
-		podGone.Round(10*time.Millisecond), saGone.Round(10*time.Millisecond), reviews.Load(), s.Answered)
+		podGone.Round(time.Millisecond), saGone.Round(time.Millisecond), reviews.Load(), s.Answered)
 	if s.Unanswerable != 1 || s.Gone == 0 {
 		t.Fatalf("stats %+v", s)
 	}
