@@ -17,12 +17,16 @@
 package kube
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -160,10 +164,13 @@ func restConfig(cfg Config) (*rest.Config, error) {
 // default), for cfg.Issuers and cfg.Audiences. It gives the identity
 // TokenReview gives, but cannot see revocation; [authn.Recheck] pairs the
 // two.
+//
+// Without cfg.Issuers, the issuer is learnt once, now, from the API
+// server's own discovery document (/.well-known/openid-configuration): the
+// issuer its new tokens carry. An API server configured with several
+// issuers (a migration) publishes the first; name them all in cfg.Issuers
+// to accept tokens of the others offline.
 func Offline(cfg Config) (*oidc.Authenticator, error) {
-	if len(cfg.Issuers) == 0 {
-		return nil, errors.New("kube: offline verification needs the API server's issuer (--caller-issuer)")
-	}
 	rc, err := restConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -172,9 +179,18 @@ func Offline(cfg Config) (*oidc.Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	jwks := strings.TrimSuffix(rc.Host, "/") + "/openid/v1/jwks"
+	base := strings.TrimSuffix(rc.Host, "/")
+	names := cfg.Issuers
+	if len(names) == 0 {
+		iss, err := discoverIssuer(client, base, cmp.Or(cfg.Timeout, DefaultTimeout))
+		if err != nil {
+			return nil, err
+		}
+		names = []string{iss}
+	}
+	jwks := base + "/openid/v1/jwks"
 	var issuers []oidc.IssuerConfig
-	for _, iss := range cfg.Issuers {
+	for _, iss := range names {
 		// The same tenant as the reviewed path: one token, one caller.
 		issuers = append(issuers, oidc.IssuerConfig{Issuer: iss, JWKSURL: jwks, Audiences: cfg.Audiences, HTTPClient: client, Tenant: cfg.Tenant})
 	}
@@ -184,6 +200,41 @@ func Offline(cfg Config) (*oidc.Authenticator, error) {
 	}
 	return oidc.New(oidc.Config{Issuers: issuers, Timeout: cfg.Timeout, Leeway: leeway, Now: cfg.Now,
 		MaxKeyAge: cfg.MaxKeyAge, MaxStaleKeys: cfg.MaxStaleKeys, Logger: cfg.Logger})
+}
+
+// maxDiscovery bounds the API server's discovery document.
+const maxDiscovery = 64 << 10
+
+// discoverIssuer reads the issuer from the API server's discovery document.
+func discoverIssuer(client *http.Client, base string, timeout time.Duration) (string, error) {
+	where := base + "/.well-known/openid-configuration"
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("kube: learning the API server's service-account issuer from %s: %w (or name it: --caller-issuer)", where, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, where, nil)
+	if err != nil {
+		return fail(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fail(fmt.Errorf("HTTP %d", resp.StatusCode))
+	}
+	var doc struct {
+		Issuer string `json:"issuer"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDiscovery)).Decode(&doc); err != nil {
+		return fail(fmt.Errorf("reading it: %w", err))
+	}
+	if u, err := url.Parse(doc.Issuer); err != nil || u.Scheme != "https" || u.Host == "" {
+		return fail(fmt.Errorf("issuer %q is not an https:// URL", doc.Issuer))
+	}
+	return doc.Issuer, nil
 }
 
 // NewForClient builds the authenticator on an existing clientset. It does

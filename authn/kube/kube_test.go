@@ -589,3 +589,24 @@ func TestRotationUnderLoad(t *testing.T) {
 		t.Fatalf("after the rotations: %v", err)
 	}
 }
+
+// TestOfflineLearnsTheIssuer: without Issuers, offline verification reads
+// the issuer from the API server's discovery document; a server that
+// serves none is an error naming the document and the flag.
+func TestOfflineLearnsTheIssuer(t *testing.T) {
+	e := start(t, nil)
+	offline, err := kube.Offline(kube.Config{REST: e.rest, Audiences: []string{aud}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.mint(t, devissuer.TokenRequest{Pod: "p", Node: "n"})
+	c, err := offline.Authenticate(context.Background(), tok.Token)
+	if err != nil || c.Issuer != devissuer.DefaultIssuer {
+		t.Fatalf("%+v %v", c, err)
+	}
+	bare := start(t, http.NotFoundHandler())
+	_, err = kube.Offline(kube.Config{REST: bare.rest, Audiences: []string{aud}})
+	if err == nil || !strings.Contains(err.Error(), "/.well-known/openid-configuration: HTTP 404") || !strings.Contains(err.Error(), "--caller-issuer") {
+		t.Fatalf("no discovery document: %v", err)
+	}
+}

@@ -111,8 +111,8 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	}
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
-	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; needs --caller-issuer)")
-	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs --caller-issuer, and RBAC to list and watch pods and serviceaccounts)")
+	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
+	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs RBAC to list and watch pods and serviceaccounts; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
 	if a.WatchMaxBreak == 0 {
 		a.WatchMaxBreak = kube.DefaultMaxWatchBreak
 	}
@@ -155,9 +155,6 @@ func (a AuthOptions) Validate() error {
 				errs = append(errs, fmt.Errorf("serve: --caller-issuer %q: want the https:// issuer of the API server's service-account tokens", iss))
 			}
 		}
-		if a.ReviewInterval > 0 && len(a.Issuers) == 0 {
-			errs = append(errs, errors.New("serve: --caller-review-interval verifies offline, which needs the API server's issuer: set --caller-issuer"))
-		}
 	case BackendOIDC:
 		if a.OIDCIssuers == "" {
 			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-oidc-issuers"))
@@ -189,13 +186,8 @@ func (a AuthOptions) Validate() error {
 	if a.ReviewInterval > 0 && a.Backend == BackendOIDC {
 		errs = append(errs, errors.New("serve: --caller-review-interval belongs to --caller-backend tokenreview"))
 	}
-	if a.WatchBoundObjects {
-		switch {
-		case a.Backend == BackendOIDC:
-			errs = append(errs, errors.New("serve: --caller-watch-bound-objects belongs to --caller-backend tokenreview"))
-		case len(a.Issuers) == 0:
-			errs = append(errs, errors.New("serve: --caller-watch-bound-objects verifies offline, which needs the API server's issuer: set --caller-issuer"))
-		}
+	if a.WatchBoundObjects && a.Backend == BackendOIDC {
+		errs = append(errs, errors.New("serve: --caller-watch-bound-objects belongs to --caller-backend tokenreview"))
 	}
 	if a.WatchMaxBreak < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-watch-max-break %s: want a positive duration", a.WatchMaxBreak))

@@ -132,10 +132,8 @@ func TestOptionsValidate(t *testing.T) {
 		{serve.AuthOptions{Backend: "tokenreview", OIDCIssuers: "f"}, "belongs to --caller-backend oidc"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "x509"}, `--caller-backend "x509"`},
-		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: time.Minute}, "needs the API server's issuer: set --caller-issuer"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", ReviewInterval: time.Minute}, "--caller-review-interval belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: -time.Minute}, "--caller-review-interval -1m0s"},
-		{serve.AuthOptions{Backend: "tokenreview", WatchBoundObjects: true}, "--caller-watch-bound-objects verifies offline, which needs the API server's issuer"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", WatchBoundObjects: true}, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: -time.Second}, "--caller-watch-max-break -1s"},
 	} {

@@ -13,6 +13,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
 // TestBoundObjectsAgainstTheAPIServer: offline verification beside a
@@ -235,5 +236,23 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 		unhealthy.Round(10*time.Millisecond), maxBreak, recovered.Round(10*time.Millisecond), s)
 	if s.Broken == 0 {
 		t.Fatalf("stats %+v: no token counted as reviewed for a broken watch", s)
+	}
+}
+
+// TestOfflineLearnsTheAPIServersIssuer: without --caller-issuer, offline
+// verification takes the issuer from the real API server's discovery
+// document.
+func TestOfflineLearnsTheAPIServersIssuer(t *testing.T) {
+	fixtures(t)
+	offline, err := kube.Offline(kube.Config{REST: apiserver.REST, Audiences: []string{audience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := apiserver.Token(context.Background(), "matrix", "caller", []string{audience}, 600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := offline.Authenticate(context.Background(), tok); err != nil || c.Issuer != kubeapi.Issuer {
+		t.Fatalf("%+v %v; want issuer %s", c, err, kubeapi.Issuer)
 	}
 }
