@@ -5,6 +5,7 @@ package chart_test
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -177,5 +178,72 @@ func TestRenderRefusals(t *testing.T) {
 		if _, err := render(t, "nvsentinel", auth("    enabled: true\n    tokenExpirationSeconds: "+v+"\n")); err != nil {
 			t.Errorf("tokenExpirationSeconds %s refused: %v", v, err)
 		}
+	}
+}
+
+// TestWatchBoundObjects: the socket role watches bound objects by default —
+// arguments the connector's own flags accept, and RBAC that grants list and
+// watch on pods and serviceaccounts and nothing else; turned off, neither
+// the flag nor the role is rendered.
+func TestWatchBoundObjects(t *testing.T) {
+	out, err := render(t, "nvsentinel", auth("    enabled: true\n    apiServerIssuer: https://oidc.eks.example/id/ABC\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Args []string `json:"args"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(out["platform-connector/templates/daemonset.yaml"]), &ds); err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	cmd := connector.NewCommand(io.Discard, io.Discard, func(string) string { return "" })
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("the connector refuses the chart's arguments %v: %v", args, err)
+	}
+	if v, _ := cmd.Flags().GetBool("caller-watch-bound-objects"); !v {
+		t.Fatalf("--caller-watch-bound-objects not set by %v", args)
+	}
+	if v, _ := cmd.Flags().GetStringArray("caller-issuer"); !slices.Equal(v, []string{"https://oidc.eks.example/id/ABC"}) {
+		t.Fatalf("--caller-issuer %v", v)
+	}
+	var rules []string
+	for _, doc := range strings.Split(out["platform-connector/templates/rbac.yaml"], "\n---\n") {
+		var obj struct {
+			Kind  string `json:"kind"`
+			Rules []struct {
+				APIGroups []string `json:"apiGroups"`
+				Resources []string `json:"resources"`
+				Verbs     []string `json:"verbs"`
+			} `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind == "ClusterRole" {
+			for _, r := range obj.Rules {
+				rules = append(rules, fmt.Sprintf("%v %v %v", r.APIGroups, r.Resources, r.Verbs))
+			}
+		}
+	}
+	if want := []string{"[] [pods serviceaccounts] [list watch]"}; !slices.Equal(rules, want) {
+		t.Fatalf("ClusterRole rules %q; want %q", rules, want)
+	}
+
+	off, err := render(t, "nvsentinel", auth("    enabled: true\n")+"daemonset:\n  watchBoundObjects: false\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(off["platform-connector/templates/daemonset.yaml"], "--caller-watch-bound-objects") ||
+		strings.Contains(off["platform-connector/templates/rbac.yaml"], "bound-objects") {
+		t.Fatalf("watchBoundObjects false still renders the flag or the role:\n%s", off["platform-connector/templates/rbac.yaml"])
 	}
 }
