@@ -193,7 +193,10 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 			return observe(iw, func() { w.closed(b.now()) }), nil
 		},
 	}
-	w.inf = cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, cfg.Resync, cache.Indexers{})
+	w.inf = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cfg.Metadata), &metav1.PartialObjectMetadata{}, cfg.Resync, cache.Indexers{})
+	if err := w.inf.SetTransform(slim); err != nil {
+		return nil, fmt.Errorf("kube: watching %s: %w", gvr.Resource, err)
+	}
 	_, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			if u := uidOf(old); u != uidOf(cur) {
@@ -458,6 +461,20 @@ func (w *watched) deleted(uid string) bool {
 	defer w.mu.Unlock()
 	at, ok := w.dead.at[uid]
 	return ok && w.now().Sub(at) <= w.dead.ttl
+}
+
+// slim keeps of an object's metadata what the view reads — name,
+// namespace, UID, deletion timestamp — and the resource version the
+// informer needs: labels, annotations, owner references and managed fields
+// would cost memory per object for nothing.
+func slim(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
+	}}, nil
 }
 
 // uidOf is the UID of an informer's object, or of the last state of one

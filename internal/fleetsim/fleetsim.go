@@ -1,7 +1,9 @@
 // Package fleetsim simulates a fleet of publishing pods in front of a
 // replicated service and counts the TokenReviews its caller
 // authentication sends the Kubernetes API server — with the real verdict
-// cache (authn.Cache) and the real recheck authenticator (authn.Recheck),
+// cache (authn.Cache), the real recheck authenticator (authn.Recheck) and
+// the real bound-object view (kube.Bound, its informers fed by client-go's
+// fake metadata client holding the fleet's pods and service accounts),
 // driven by a simulated clock, and the real token lifetimes: the kubelet
 // rotates a projected token at 80 % of its lifetime. Only the API server
 // is a stand-in: it counts the reviews it is asked for and accepts every
@@ -13,13 +15,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	metafake "k8s.io/client-go/metadata/fake"
+
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/kube"
 )
 
 // Config is one simulated fleet and service.
@@ -42,6 +50,13 @@ type Config struct {
 	// offline verification, and a TokenReview per credential at first
 	// sight and once per interval. Zero: a TokenReview per cache miss.
 	ReviewInterval time.Duration
+	// WatchBoundObjects puts kube.Bound behind the cache instead (with
+	// ReviewInterval too, authn.Recheck over it): each replica's view
+	// holds every pod and service account of the fleet.
+	WatchBoundObjects bool
+	// ServiceAccounts the pods run as (pod i as service account i mod
+	// ServiceAccounts). Zero: one per pod.
+	ServiceAccounts int
 	// Warmup is simulated before counting; Measure is counted. Zero: a
 	// warm-up long enough for every pod to have rotated its token and every
 	// review to have lapsed once (the longer of the rotation period and
@@ -62,8 +77,10 @@ type Result struct {
 	HitRatio         float64 // verdict-cache hits / lookups
 	CacheEntries     int     // per replica, at the end (mean)
 	RecheckEntries   int     // per replica, at the end (mean), under ReviewInterval
-	BytesPerReplica  int64   // cache (and recheck table) memory per replica, estimated
+	BytesPerReplica  int64   // cache (and recheck table, and view) memory per replica, estimated
 	Evictions        uint64  // verdicts evicted from full caches, all replicas
+	ViewObjects      int     // per replica, under WatchBoundObjects: pods and service accounts held
+	Fallbacks        uint64  // tokens the views sent to TokenReview, all replicas, over Measure
 }
 
 func (c *Config) validate() error {
@@ -80,6 +97,11 @@ func (c *Config) validate() error {
 		return errors.New("fleetsim: replicas, cache TTL and cache size must be positive")
 	case c.Warmup < 0 || c.Measure < 0:
 		return errors.New("fleetsim: negative warm-up or measure")
+	case c.ServiceAccounts < 0:
+		return errors.New("fleetsim: negative service accounts")
+	}
+	if c.ServiceAccounts == 0 {
+		c.ServiceAccounts = c.Nodes * c.PodsPerNode
 	}
 	rotate := time.Duration(float64(c.TokenLifetime) * c.RotateAt)
 	if c.Warmup == 0 {
@@ -105,7 +127,7 @@ func Run(cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	// Measured once, before any run has put anything on the heap.
-	sizesOnce.Do(func() { cacheBytes, recheckBytes = entryBytes() })
+	sizesOnce.Do(func() { cacheBytes, recheckBytes, viewBytes = entryBytes() })
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)) //nolint:gosec // a reproducible simulation, not a secret
 	start := time.Unix(1_800_000_000, 0)
 	now := start
@@ -118,17 +140,36 @@ func Run(cfg Config) (Result, error) {
 	// and generation, from which its issue time follows.
 	apiserver := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
 		reviews++
-		return caller(tok, rotate, cfg.TokenLifetime, start)
+		return caller(tok, rotate, cfg.TokenLifetime, start, cfg.ServiceAccounts)
 	})
 	offline := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
-		return caller(tok, rotate, cfg.TokenLifetime, start)
+		return caller(tok, rotate, cfg.TokenLifetime, start, cfg.ServiceAccounts)
 	})
 	caches := make([]*authn.Cache, cfg.Replicas)
 	rechecks := make([]*authn.Recheck, cfg.Replicas)
+	views := make([]*kube.Bound, cfg.Replicas)
+	stopViews := func() {}
+	if cfg.WatchBoundObjects {
+		ctx, cancel := context.WithCancel(context.Background())
+		stopViews = cancel
+		for i := range views {
+			b, err := startView(ctx, n, cfg.ServiceAccounts, offline, apiserver)
+			if err != nil {
+				cancel()
+				return Result{}, err
+			}
+			views[i] = b
+		}
+	}
+	defer stopViews()
 	for i := range caches {
+		var first authn.Authenticator = offline
 		var inner authn.Authenticator = apiserver
+		if views[i] != nil {
+			first, inner = views[i], views[i]
+		}
 		if cfg.ReviewInterval > 0 {
-			r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: apiserver, Interval: cfg.ReviewInterval,
+			r, err := authn.NewRecheck(authn.RecheckConfig{Offline: first, Review: apiserver, Interval: cfg.ReviewInterval,
 				MaxEntries: 10 * cfg.CacheMaxEntries, Now: clock})
 			if err != nil {
 				return Result{}, err
@@ -150,6 +191,7 @@ func Run(cfg Config) (Result, error) {
 	total := cfg.Warmup + cfg.Measure
 	var res Result
 	var before []authn.CacheStats
+	var fallbacksBefore uint64
 	for s := int64(0); time.Duration(s)*time.Second < total; s++ {
 		now = start.Add(time.Duration(s) * time.Second)
 		if before == nil && time.Duration(s)*time.Second >= cfg.Warmup {
@@ -157,6 +199,7 @@ func Run(cfg Config) (Result, error) {
 			for _, c := range caches {
 				before = append(before, c.Stats())
 			}
+			fallbacksBefore = viewFallbacks(views)
 		}
 		for _, p := range buckets[s%period] {
 			g := int64((now.Sub(start) + p.offset) / rotate)
@@ -181,7 +224,13 @@ func Run(cfg Config) (Result, error) {
 		if rechecks[i] != nil {
 			res.RecheckEntries += rechecks[i].Remembered()
 		}
+		if views[i] != nil {
+			st := views[i].Stats()
+			res.ViewObjects += st.Pods + st.ServiceAccounts
+		}
 	}
+	res.Fallbacks = viewFallbacks(views) - fallbacksBefore
+	res.ViewObjects /= cfg.Replicas
 	res.Pods, res.Warmup, res.Measure = n, cfg.Warmup, cfg.Measure
 	res.Reviews = reviews
 	res.ReviewsPerSecond = float64(reviews) / cfg.Measure.Seconds()
@@ -191,46 +240,110 @@ func Run(cfg Config) (Result, error) {
 	}
 	res.CacheEntries /= cfg.Replicas
 	res.RecheckEntries /= cfg.Replicas
-	res.BytesPerReplica = int64(res.CacheEntries)*cacheBytes + int64(res.RecheckEntries)*recheckBytes
+	res.BytesPerReplica = int64(res.CacheEntries)*cacheBytes + int64(res.RecheckEntries)*recheckBytes + int64(res.ViewObjects)*viewBytes
 	return res, nil
 }
 
+// EntryBytes are what one cached verdict, one recheck record and one pod
+// or service account of a bound-object view (kube.Bound's informer store,
+// metadata slimmed to what it reads) cost, measured by filling each with
+// 20,000.
+func EntryBytes() (cache, recheck, view int64) {
+	sizesOnce.Do(func() { cacheBytes, recheckBytes, viewBytes = entryBytes() })
+	return cacheBytes, recheckBytes, viewBytes
+}
+
 var (
-	sizesOnce                sync.Once
-	cacheBytes, recheckBytes int64
+	sizesOnce                           sync.Once
+	cacheBytes, recheckBytes, viewBytes int64
 )
 
-// caller is the identity of a simulated token "pod.generation.offset".
-func caller(tok string, rotate, lifetime time.Duration, start time.Time) (*authn.Caller, error) {
+func viewFallbacks(views []*kube.Bound) uint64 {
+	var n uint64
+	for _, v := range views {
+		if v != nil {
+			n += v.Stats().Reviewed()
+		}
+	}
+	return n
+}
+
+// startView runs a kube.Bound whose informers list and watch pods pods
+// (p0…) and accounts service accounts (sa0…) in namespace fleet from
+// client-go's fake metadata client, and waits until it has synced.
+func startView(ctx context.Context, pods, accounts int, offline, review authn.Authenticator) (*kube.Bound, error) {
+	objs := make([]runtime.Object, 0, pods+accounts)
+	for i := range pods {
+		objs = append(objs, meta("Pod", "p"+strconv.Itoa(i)))
+	}
+	for i := range accounts {
+		objs = append(objs, meta("ServiceAccount", "sa"+strconv.Itoa(i)))
+	}
+	b, err := kube.NewBound(kube.BoundConfig{Metadata: metaClient(objs), Offline: offline, Review: review})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = b.Start(ctx) }()
+	for deadline := time.Now().Add(5 * time.Minute); !b.Healthy(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, errors.New("fleetsim: the bound-object view did not sync in 5 minutes")
+		}
+	}
+	return b, nil
+}
+
+// metaClient is client-go's fake metadata client holding objs.
+func metaClient(objs []runtime.Object) *metafake.FakeMetadataClient {
+	scheme := metafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		panic(err)
+	}
+	return metafake.NewSimpleMetadataClient(scheme, objs...)
+}
+
+func meta(kind, name string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, UID: types.UID(uid(kind, name))}}
+}
+
+// uid is a simulated object's UID, the same in the view and in its tokens.
+func uid(kind, name string) string { return kind + "-" + name }
+
+// caller is the identity of a simulated token "pod.generation.offset": pod
+// p<i> runs as service account sa<i mod accounts>.
+func caller(tok string, rotate, lifetime time.Duration, start time.Time, accounts int) (*authn.Caller, error) {
 	name, rest, ok1 := strings.Cut(tok, ".")
 	gen, off, ok2 := strings.Cut(rest, ".")
 	g, err1 := strconv.ParseInt(gen, 10, 64)
 	o, err2 := strconv.ParseInt(off, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+	i, err3 := strconv.Atoi(strings.TrimPrefix(name, "p"))
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil {
 		return nil, authn.Fail(authn.TokenInvalid, "not a simulated token")
 	}
+	sa := "sa" + strconv.Itoa(i%max(accounts, 1))
 	issued := start.Add(time.Duration(g)*rotate - time.Duration(o))
-	return &authn.Caller{Username: "system:serviceaccount:fleet:" + name, PodName: name, Issuer: "https://kubernetes.default.svc",
-		CredentialID: "JTI=" + tok, IssuedAt: issued, Expiry: issued.Add(lifetime)}, nil
+	return &authn.Caller{Username: "system:serviceaccount:fleet:" + sa, UID: uid("ServiceAccount", sa), PodName: name, PodUID: uid("Pod", name),
+		Issuer: "https://kubernetes.default.svc", CredentialID: "JTI=" + tok, IssuedAt: issued, Expiry: issued.Add(lifetime)}, nil
 }
 
-// entryBytes measures what one cached verdict and one recheck record
-// cost, by filling a cache and a recheck table with 20,000 of each.
-func entryBytes() (cache, recheck int64) {
+// entryBytes measures what one cached verdict, one recheck record and one
+// object of a bound-object view cost, by filling a cache, a recheck table
+// and a view with 20,000 of each.
+func entryBytes() (cache, recheck, view int64) {
 	const n = 20000
 	measure := func(fill func()) int64 {
-		var a, b runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&a)
+		var a, b goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&a)
 		fill()
-		runtime.GC()
-		runtime.ReadMemStats(&b)
+		goruntime.GC()
+		goruntime.ReadMemStats(&b)
 		return int64(b.HeapAlloc-a.HeapAlloc) / n //nolint:gosec // a heap's growth fits an int64
 	}
 	start := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return start }
 	mk := func(_ context.Context, tok string) (*authn.Caller, error) {
-		return caller(tok, 48*time.Minute, time.Hour, start)
+		return caller(tok, 48*time.Minute, time.Hour, start, n)
 	}
 	var keep []any
 	cache = measure(func() {
@@ -247,6 +360,27 @@ func entryBytes() (cache, recheck int64) {
 		}
 		keep = append(keep, r)
 	})
-	runtime.KeepAlive(keep)
-	return cache, recheck
+	// The fake client's own copies are made before the first reading; the
+	// growth is the view's informer store (and what it keeps beside).
+	objs := make([]runtime.Object, 0, n)
+	for i := range n {
+		objs = append(objs, meta("Pod", "p"+strconv.Itoa(i)))
+	}
+	client := metaClient(objs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view = measure(func() {
+		b, err := kube.NewBound(kube.BoundConfig{Metadata: client, Offline: authn.AuthenticatorFunc(mk), Review: authn.AuthenticatorFunc(mk)})
+		if err != nil {
+			panic(err)
+		}
+		go func() { _ = b.Start(ctx) }()
+		for b.Stats().Pods < n {
+			time.Sleep(10 * time.Millisecond)
+		}
+		keep = append(keep, b)
+	})
+	goruntime.KeepAlive(keep)
+	goruntime.KeepAlive(client)
+	return cache, recheck, view
 }

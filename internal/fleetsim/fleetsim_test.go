@@ -41,3 +41,23 @@ func TestFleet(t *testing.T) {
 		t.Fatal("an empty fleet was simulated")
 	}
 }
+
+// TestFleetWatchingBoundObjects: with the bound-object view, every token
+// of a pod the view holds is answered without a TokenReview, rotations
+// included; the view holds the fleet's pods and service accounts.
+func TestFleetWatchingBoundObjects(t *testing.T) {
+	cfg := fleetsim.Config{Nodes: 3, PodsPerNode: 100, PublishEvery: 5 * time.Second, TokenLifetime: time.Hour, RotateAt: 0.8,
+		Replicas: 2, CacheTTL: time.Minute, CacheMaxEntries: 400, ServiceAccounts: 30, WatchBoundObjects: true, Seed: 1}
+	r, err := fleetsim.Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Reviews != 0 || r.Fallbacks != 0 || r.ViewObjects != 330 || r.Requests == 0 {
+		t.Fatalf("%+v: want no TokenReview, no fallback, 330 objects per view", r)
+	}
+	if _, _, b := fleetsim.EntryBytes(); b <= 0 || b > 4096 {
+		t.Fatalf("%d bytes per view object", b)
+	}
+	_, _, b := fleetsim.EntryBytes()
+	t.Logf("%d requests, %d TokenReviews; %d bytes per view object", r.Requests, r.Reviews, b)
+}
