@@ -253,6 +253,10 @@ type statusWriter struct {
 
 func (w *statusWriter) WriteHeader(code int) { w.code = code; w.ResponseWriter.WriteHeader(code) }
 
+// Unwrap lets http.ResponseController reach the connection's writer (a
+// watch flushes each event).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // kubeconfig is the v1 Config shape, written without client-go.
 type kubeconfig struct {
 	APIVersion     string       `json:"apiVersion"`

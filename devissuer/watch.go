@@ -156,18 +156,18 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 		timeout = time.Duration(s) * time.Second
 	}
 	bookmarks := q.Get("allowWatchBookmarks") == "true"
-	flusher, _ := w.(http.Flusher)
+	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
 	enc := json.NewEncoder(w)
 	send := func(t watch.EventType, m metav1.PartialObjectMetadata) bool {
 		if err := enc.Encode(map[string]any{"type": t, "object": m}); err != nil {
 			return false
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
+		return rc.Flush() == nil
 	}
 	seen := sel(reg)
 	if initial || rv == "" || rv == "0" {
