@@ -147,7 +147,9 @@ func watchTable(sizes []int, perNode, replicas int, saFor func(int) int, churn f
 		sa := saFor(n)
 		podEvents := float64(n) * churn * float64(eventsPerPod) / 3600
 		nodes := max(1, n/perNode)
-		mib := func(objects, verdicts int) float64 { return float64(int64(objects)*view+int64(verdicts)*cache) / (1 << 20) }
+		mib := func(objects, verdicts int) float64 {
+			return float64(int64(objects)*view+int64(verdicts)*cache) / (1 << 20)
+		}
 		fmt.Printf("| %d | %d | a Deployment, %d replicas, every pod | %d | %.1f | %d | %.1f MiB | 0 |\n",
 			n, sa, replicas, 2*replicas, podEvents*float64(replicas), n+sa, mib(n+sa, n+n/5))
 		fmt.Printf("| %d | %d | a node agent on each of %d nodes, its node's pods | %d | %.1f | %d | %.1f MiB | 0 |\n",

@@ -185,12 +185,12 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 			t.Fatalf("the view never held both pods: %+v", b.Stats())
 		}
 	}
-	check := func(pod string) (error, int64) {
+	check := func(pod string) (int64, error) {
 		before := reviews.Load()
 		_, err := b.Authenticate(ctx, tokens[pod])
-		return err, reviews.Load() - before
+		return reviews.Load() - before, err
 	}
-	if err, n := check("break-kept"); err != nil || n != 0 {
+	if n, err := check("break-kept"); err != nil || n != 0 {
 		t.Fatalf("before the break: %v, %d TokenReviews", err, n)
 	}
 
@@ -203,7 +203,7 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	unhealthy := time.Since(cut)
-	if err, n := check("break-kept"); err != nil || n != 1 {
+	if n, err := check("break-kept"); err != nil || n != 1 {
 		t.Fatalf("with the watch broken: %v, %d TokenReviews; want accepted by one", err, n)
 	}
 	if err := apiserver.Client.CoreV1().Pods(ns).Delete(ctx, "break-deleted", deleteNow()); err != nil {
@@ -220,7 +220,7 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 	}
 	recovered := time.Since(mended)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		err, n := check("break-deleted")
+		n, err := check("break-deleted")
 		if authn.ReasonOf(err) == authn.TokenInvalid && n == 0 && strings.Contains(err.Error(), "no longer exists") {
 			break
 		}
@@ -228,7 +228,7 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 			t.Fatalf("the pod deleted during the break, after recovery: %v, %d TokenReviews", err, n)
 		}
 	}
-	if err, n := check("break-kept"); err != nil || n != 0 {
+	if n, err := check("break-kept"); err != nil || n != 0 {
 		t.Fatalf("after recovery: %v, %d TokenReviews; want the view's answer", err, n)
 	}
 	s := b.Stats()
