@@ -20,7 +20,9 @@ import (
 type CacheConfig struct {
 	// TTL is how long a successful verdict is reused. Default 2 minutes.
 	// A verdict is never reused past the token's exp. It bounds how long a
-	// revoked token (a deleted pod's) is still accepted.
+	// revoked token (a deleted pod's) is still accepted. Negative: no
+	// success is reused — every request is verified (the API server's
+	// "0: bypass"); refusals, concurrency and MaxInFlight still apply.
 	TTL time.Duration
 	// NegativeTTL is how long a token_invalid verdict is reused, so that a
 	// client repeating one bad token costs one verification per NegativeTTL
@@ -116,7 +118,7 @@ var _ Authenticator = (*Cache)(nil)
 func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	c := &Cache{inner: inner, ttl: cfg.TTL, negTTL: cfg.NegativeTTL, max: cfg.MaxEntries, now: cfg.Now,
 		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New()}
-	if c.ttl <= 0 {
+	if c.ttl == 0 {
 		c.ttl = DefaultCacheTTL
 	}
 	if c.negTTL == 0 {
@@ -173,15 +175,13 @@ func (c *Cache) keyOf(token string) [sha256.Size]byte {
 // Authenticate returns a cached verdict for token, or asks the inner
 // authenticator once however many goroutines ask at the same time.
 func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error) {
-	caller, hit, err := c.AuthenticateCached(ctx, token)
-	if hit {
-		reportHit(ctx)
-	}
+	caller, _, err := c.AuthenticateCached(ctx, token)
 	return caller, err
 }
 
 // CachedAuthenticator is an [Authenticator] that also says whether it
-// answered from memory — without a context value per request.
+// answered from memory: the one way a caller (the guard, for its metrics
+// and logs) learns of a cache hit.
 type CachedAuthenticator interface {
 	Authenticator
 	AuthenticateCached(ctx context.Context, token string) (caller *Caller, hit bool, err error)
@@ -216,7 +216,7 @@ func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, 
 		}
 		caller, err := c.inner.Authenticate(context.WithoutCancel(ctx), token)
 		switch {
-		case err == nil:
+		case err == nil && c.ttl > 0:
 			c.put(key, caller, nil)
 		case ReasonOf(err) == TokenInvalid && c.negTTL > 0 && Cacheable(err):
 			c.put(key, nil, err)
@@ -301,24 +301,4 @@ func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
-}
-
-// CacheReport says whether a verification was answered from a [Cache].
-type CacheReport struct {
-	Hit bool
-}
-
-type cacheReportKey struct{}
-
-// WithCacheReport returns a context in which a [Cache] reports whether it
-// answered from memory.
-func WithCacheReport(ctx context.Context) (context.Context, *CacheReport) {
-	r := &CacheReport{}
-	return context.WithValue(ctx, cacheReportKey{}, r), r
-}
-
-func reportHit(ctx context.Context) {
-	if r, ok := ctx.Value(cacheReportKey{}).(*CacheReport); ok {
-		r.Hit = true
-	}
 }

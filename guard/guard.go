@@ -191,9 +191,7 @@ func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 		if c, ok := auth.(authn.CachedAuthenticator); ok {
 			caller, a.cached, err = c.AuthenticateCached(ctx, cred.Token)
 		} else {
-			ctx, report := authn.WithCacheReport(ctx)
 			caller, err = auth.Authenticate(ctx, cred.Token)
-			a.cached = report.Hit
 		}
 		if err != nil {
 			reason := authn.ReasonOf(err)

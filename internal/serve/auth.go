@@ -267,10 +267,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 		return nil, err
 	}
 	cache := authn.NewCache(auth, authn.CacheConfig{TTL: a.CacheTTL, NegativeTTL: a.NegativeCacheTTL, MaxInFlight: a.MaxInFlight, MaxEntries: a.CacheMaxEntries})
-	if err := registerCacheMetrics(spec.Registry, spec.MetricsPrefix, cache); err != nil {
-		return nil, err
-	}
-	if err := registerBackendMetrics(spec.Registry, spec.MetricsPrefix, auth); err != nil {
+	if err := registerMetrics(spec.Registry, spec.MetricsPrefix, cache, auth); err != nil {
 		return nil, err
 	}
 	g, err := guard.New(guard.Config{
@@ -281,36 +278,6 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 		return nil, err
 	}
 	return &CallerAuth{Guard: g, background: background}, nil
-}
-
-// registerCacheMetrics exports the verdict cache's size, lookups and
-// verifications in flight, read from the cache when scraped.
-func registerCacheMetrics(reg prometheus.Registerer, prefix string, c *authn.Cache) error {
-	stat := func(f func(authn.CacheStats) uint64) func() float64 {
-		return func() float64 { return float64(f(c.Stats())) }
-	}
-	lookups := func(result string, f func(authn.CacheStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_cache_lookups_total",
-			Help:        "Verdict-cache lookups by result: hit (a cached success), negative_hit (a cached token_invalid), miss (not cached: verified, or joined a running verification of the same token), shed (a miss refused as validator_unavailable because --caller-max-in-flight verifications were running; also counted as a miss).",
-			ConstLabels: prometheus.Labels{"result": result}}, stat(f))
-	}
-	for _, col := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_cache_entries", Help: "Verdicts in the cache (at most --caller-cache-max-entries; the least recently used is evicted)."},
-			func() float64 { return float64(c.Len()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_cache_evictions_total", Help: "Verdicts evicted from a full cache."},
-			stat(func(s authn.CacheStats) uint64 { return s.Evictions })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_verifications_in_flight", Help: "Verifications (TokenReviews or JWKS checks) running now; at most --caller-max-in-flight."},
-			func() float64 { return float64(c.InFlight()) }),
-		lookups("hit", func(s authn.CacheStats) uint64 { return s.Hits }),
-		lookups("negative_hit", func(s authn.CacheStats) uint64 { return s.NegativeHits }),
-		lookups("miss", func(s authn.CacheStats) uint64 { return s.Misses }),
-		lookups("shed", func(s authn.CacheStats) uint64 { return s.Shed }),
-	} {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("serve: registering the cache metrics: %w", err)
-		}
-	}
-	return nil
 }
 
 func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (authn.Authenticator, []Runnable, error) {
@@ -363,118 +330,38 @@ func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (auth
 	return r, background, err
 }
 
-// registerBackendMetrics exports what the backend's layers did: the
-// Recheck of --caller-review-interval, the bound-object view of
-// --caller-watch-bound-objects and the offline verifier's key sets, those
-// of them the service runs.
-func registerBackendMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
-	if r, ok := auth.(*authn.Recheck); ok {
-		if err := registerRecheckMetrics(reg, prefix, r); err != nil {
-			return err
-		}
-		auth = r.OfflineVerifier()
-	}
-	if b, ok := auth.(*kube.Bound); ok {
-		if err := registerBoundMetrics(reg, prefix, b); err != nil {
-			return err
-		}
-		auth = b.OfflineVerifier()
-	}
-	return registerKeyMetrics(reg, prefix, auth)
+// collecting is a layer of caller authentication that exports its own
+// metrics: the verdict cache, the Recheck of --caller-review-interval, the
+// bound-object view of --caller-watch-bound-objects and the offline
+// verifier's key sets.
+type collecting interface {
+	Collectors(prefix string) []prometheus.Collector
 }
 
-// registerBoundMetrics exports the bound-object view's answers, fallbacks
-// and state, read from it when scraped.
-func registerBoundMetrics(reg prometheus.Registerer, prefix string, b *kube.Bound) error {
-	stat := func(f func(kube.BoundStats) float64) func() float64 { return func() float64 { return f(b.Stats()) } }
-	answers := func(result string, f func(kube.BoundStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_answers_total",
-			Help:        "Tokens the bound-object view answered without a TokenReview, by result: accepted (its service account and pod exist with the token's UIDs), gone (refused: one of them was deleted or replaced).",
-			ConstLabels: prometheus.Labels{"result": result}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
+// registerMetrics registers the cache's collectors and those of the
+// backend's layers the service runs, each layer reached through the one
+// in front of it.
+func registerMetrics(reg prometheus.Registerer, prefix string, cache *authn.Cache, auth authn.Authenticator) error {
+	layers := []any{cache}
+	for auth != nil {
+		layers = append(layers, auth)
+		inner, ok := auth.(interface{ OfflineVerifier() authn.Authenticator })
+		if !ok {
+			break
+		}
+		auth = inner.OfflineVerifier()
 	}
-	fallbacks := func(reason string, f func(kube.BoundStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_fallbacks_total",
-			Help:        "Tokens sent to TokenReview under --caller-watch-bound-objects, by reason: unsynced (the watches had not listed yet), broken (a watch closed longer than --caller-watch-max-break ago), unanswerable (bound to no pod, or to a pod of another node than the one watched), unknown (the view does not know the object: created after its last event, or deleted before it began).",
-			ConstLabels: prometheus.Labels{"reason": reason}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
-	}
-	objects := func(resource string, f func(kube.BoundStats) int) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_objects",
-			Help:        "Objects the bound-object view holds (metadata only), by resource.",
-			ConstLabels: prometheus.Labels{"resource": resource}}, stat(func(s kube.BoundStats) float64 { return float64(f(s)) }))
-	}
-	for _, col := range []prometheus.Collector{
-		answers("accepted", func(s kube.BoundStats) uint64 { return s.Answered }),
-		answers("gone", func(s kube.BoundStats) uint64 { return s.Gone }),
-		fallbacks("unsynced", func(s kube.BoundStats) uint64 { return s.Unsynced }),
-		fallbacks("broken", func(s kube.BoundStats) uint64 { return s.Broken }),
-		fallbacks("unanswerable", func(s kube.BoundStats) uint64 { return s.Unanswerable }),
-		fallbacks("unknown", func(s kube.BoundStats) uint64 { return s.Unknown }),
-		objects("pods", func(s kube.BoundStats) int { return s.Pods }),
-		objects("serviceaccounts", func(s kube.BoundStats) int { return s.ServiceAccounts }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_synced", Help: "1 once both bound-object watches have listed, else 0 (every token is reviewed)."},
-			stat(func(s kube.BoundStats) float64 {
-				if s.Synced {
-					return 1
-				}
-				return 0
-			})),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: 0 while both watches are open, else the seconds since the first of them closed; past --caller-watch-max-break, every token is reviewed."},
-			stat(func(s kube.BoundStats) float64 { return s.Lag.Seconds() })),
-	} {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("serve: registering the bound-object metrics: %w", err)
+	for _, l := range layers {
+		c, ok := l.(collecting)
+		if !ok {
+			continue
+		}
+		for _, col := range c.Collectors(prefix) {
+			if err := reg.Register(col); err != nil {
+				return fmt.Errorf("serve: registering the caller-authentication metrics: %w", err)
+			}
 		}
 	}
 	return nil
 }
 
-// registerRecheckMetrics exports what a Recheck backend did.
-func registerRecheckMetrics(reg prometheus.Registerer, prefix string, r *authn.Recheck) error {
-	verdicts := func(result string, f func(authn.RecheckStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_rechecks_total",
-			Help:        "Cache misses under --caller-review-interval, by result: reviewed (a TokenReview was sent: first sight of the token, or its last review was an interval old), offline (verified against the API server's JWKS, this very token reviewed less than an interval ago), refused_offline (refused without a review), mismatch (the offline identity differs from the one TokenReview returned for the token: refused).",
-			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(f(r.Stats())) })
-	}
-	for _, col := range []prometheus.Collector{
-		verdicts("reviewed", func(s authn.RecheckStats) uint64 { return s.Reviews }),
-		verdicts("offline", func(s authn.RecheckStats) uint64 { return s.Offline }),
-		verdicts("refused_offline", func(s authn.RecheckStats) uint64 { return s.Refusals }),
-		verdicts("mismatch", func(s authn.RecheckStats) uint64 { return s.Mismatches }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_rechecks_remembered", Help: "Credentials with a review on record under --caller-review-interval."},
-			func() float64 { return float64(r.Remembered()) }),
-	} {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("serve: registering the recheck metrics: %w", err)
-		}
-	}
-	return nil
-}
-
-// registerKeyMetrics exports what an offline verifier's key sets did, when
-// the service verifies offline (the oidc backend, --caller-review-interval,
-// or a service's own issuers).
-func registerKeyMetrics(reg prometheus.Registerer, prefix string, auth authn.Authenticator) error {
-	o, ok := auth.(*oidc.Authenticator)
-	if !ok {
-		return nil
-	}
-	counter := func(name, help string, f func(oidc.Stats) uint64, labels prometheus.Labels) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + name, Help: help, ConstLabels: labels}, func() float64 { return float64(f(o.Stats())) })
-	}
-	fetchHelp := "JWKS (and discovery) fetches of the trusted issuers, by result."
-	for _, col := range []prometheus.Collector{
-		counter("_caller_jwks_fetches_total", fetchHelp, func(s oidc.Stats) uint64 { return s.Fetches - s.FetchFailures }, prometheus.Labels{"result": "ok"}),
-		counter("_caller_jwks_fetches_total", fetchHelp, func(s oidc.Stats) uint64 { return s.FetchFailures }, prometheus.Labels{"result": "error"}),
-		counter("_caller_jwks_keys_ignored_total", "JWKS entries ignored as unusable (unknown kty or curve, missing members, bad x5c, RSA under 2048 bits, private or symmetric keys), each counted once; the log names the issuer and the reason.",
-			func(s oidc.Stats) uint64 { return s.KeysIgnored }, nil),
-		counter("_caller_jwks_stale_refusals_total", "Verifications answered validator_unavailable because every JWKS fetch has failed for longer than --caller-keys-max-stale.",
-			func(s oidc.Stats) uint64 { return s.StaleRefusals }, nil),
-		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys, answered validator_unavailable (retryable) until the keys may be fetched again.",
-			func(s oidc.Stats) uint64 { return s.UnknownKid }, nil),
-	} {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("serve: registering the JWKS metrics: %w", err)
-		}
-	}
-	return nil
-}
