@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/callerauth/callerauth/internal/datastore"
@@ -62,8 +63,9 @@ node-binding settings; see docs/platform-connector.md.`,
 	o.Serve.AddFlags(f)
 	o.Auth.AddFlags(f)
 	// The names these two had before every service shared one set.
-	f.DurationVar(&o.Auth.CacheTTL, "auth-cache-ttl", o.Auth.CacheTTL, "")
-	f.DurationVar(&o.Auth.ReviewTimeout, "auth-review-timeout", o.Auth.ReviewTimeout, "")
+	for old, name := range map[string]string{"auth-cache-ttl": "caller-cache-ttl", "auth-review-timeout": "caller-review-timeout"} {
+		f.AddFlag(&pflag.Flag{Name: old, Value: f.Lookup(name).Value, DefValue: f.Lookup(name).DefValue})
+	}
 	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
 	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
 	cmd.AddCommand(newEventsCommand(stdout))

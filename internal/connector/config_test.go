@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,4 +105,18 @@ func FuzzParseAuthConfig(f *testing.F) {
 			t.Fatalf("error without the package prefix: %v", err)
 		}
 	})
+}
+
+// TestFormerFlagNames: --auth-cache-ttl and --auth-review-timeout set the
+// very values of --caller-cache-ttl and --caller-review-timeout (0 included:
+// no cache).
+func TestFormerFlagNames(t *testing.T) {
+	cmd := connector.NewCommand(io.Discard, io.Discard, func(string) string { return "" })
+	if err := cmd.ParseFlags([]string{"--auth-cache-ttl", "0", "--auth-review-timeout", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	f := cmd.Flags()
+	if ttl, rt := f.Lookup("caller-cache-ttl").Value.String(), f.Lookup("caller-review-timeout").Value.String(); ttl != "0s" || rt != "3s" {
+		t.Fatalf("--caller-cache-ttl %s, --caller-review-timeout %s; want 0s and 3s", ttl, rt)
+	}
 }

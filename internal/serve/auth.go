@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,10 +41,15 @@ type AuthOptions struct {
 	// not JWTs of one of them are refused without a TokenReview. Empty:
 	// every token is reviewed.
 	Issuers []string
-	// OIDCIssuers is the issuers file of the oidc backend
-	// (oidc.LoadConfigFile).
+	// OIDCIssuers is the issuers file of the oidc backend, read by
+	// LoadIssuers.
 	OIDCIssuers string
-	// CacheTTL is how long a successful verification is reused.
+	// LoadIssuers reads OIDCIssuers. Default oidc.LoadConfigFile; a service
+	// with a file of its own (the vmafx controller's tenants) sets it.
+	LoadIssuers func(path string) (oidc.Config, error)
+	// CacheTTL is how long a successful verification is reused. Zero: the
+	// default (2 minutes); negative: none is (--caller-cache-ttl 0), every
+	// request is verified.
 	CacheTTL time.Duration
 	// NegativeCacheTTL is how long a token_invalid verdict is reused
 	// (authn.CacheConfig.NegativeTTL). Zero: the default.
@@ -84,63 +90,72 @@ type AuthOptions struct {
 	KeysMaxStale time.Duration
 }
 
-// AddFlags registers --caller-backend, --kubeconfig, --caller-oidc-issuers,
-// --caller-cache-ttl and --caller-review-timeout, with a's values (after
-// defaults) as their defaults.
+// Defaults sets every unset (zero) setting to its default: the backend to
+// tokenreview, the cache, timeout, rate and key bounds to the library's.
+// A service calls it before AddFlags, so that the flags show the defaults;
+// Guard applies it to what it is given.
+func (a *AuthOptions) Defaults() {
+	a.Backend = cmp.Or(a.Backend, BackendTokenReview)
+	a.CacheTTL = cmp.Or(a.CacheTTL, authn.DefaultCacheTTL)
+	a.NegativeCacheTTL = cmp.Or(a.NegativeCacheTTL, authn.DefaultCacheNegativeTTL)
+	a.MaxInFlight = cmp.Or(a.MaxInFlight, authn.DefaultCacheMaxInFlight)
+	a.CacheMaxEntries = cmp.Or(a.CacheMaxEntries, authn.DefaultCacheMaxEntries)
+	a.ReviewTimeout = cmp.Or(a.ReviewTimeout, kube.DefaultTimeout)
+	a.ReviewQPS = cmp.Or(a.ReviewQPS, kube.DefaultQPS)
+	a.ReviewBurst = cmp.Or(a.ReviewBurst, kube.DefaultBurst)
+	a.WatchMaxBreak = cmp.Or(a.WatchMaxBreak, kube.DefaultMaxWatchBreak)
+	a.KeysMaxStale = cmp.Or(a.KeysMaxStale, oidc.DefaultMaxStaleKeys)
+}
+
+// AddFlags registers every caller-authentication flag, with a's values
+// after [AuthOptions.Defaults] as their defaults. Every service registers
+// the whole set; [AuthOptions.Validate] refuses a flag that does not apply
+// to the backend chosen.
 func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
-	if a.Backend == "" {
-		a.Backend = BackendTokenReview
-	}
-	if a.CacheTTL == 0 {
-		a.CacheTTL = authn.DefaultCacheTTL
-	}
-	if a.ReviewTimeout == 0 {
-		a.ReviewTimeout = kube.DefaultTimeout
-	}
+	a.Defaults()
 	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against --caller-oidc-issuers)")
 	f.StringVar(&a.Kubeconfig, "kubeconfig", a.Kubeconfig, "tokenreview: kubeconfig of the API server that reviews tokens (default: in-cluster)")
 	f.StringArrayVar(&a.Issuers, "caller-issuer", a.Issuers, "tokenreview: the API server's service-account issuer (repeatable); other tokens are refused without a review")
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
-	f.DurationVar(&a.CacheTTL, "caller-cache-ttl", a.CacheTTL, "how long a successful verification is reused (bounds how long a revoked token may still work)")
-	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included")
-	if a.ReviewQPS == 0 {
-		a.ReviewQPS = kube.DefaultQPS
-	}
-	if a.ReviewBurst == 0 {
-		a.ReviewBurst = kube.DefaultBurst
-	}
+	f.Var((*cacheTTL)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
+	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
+	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
+	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); the least recently used is evicted")
+	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included (a TokenReview, or an issuer's discovery and JWKS fetch)")
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
 	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
 	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs RBAC to list and watch pods and serviceaccounts; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
-	if a.WatchMaxBreak == 0 {
-		a.WatchMaxBreak = kube.DefaultMaxWatchBreak
-	}
 	f.DurationVar(&a.WatchMaxBreak, "caller-watch-max-break", a.WatchMaxBreak, "--caller-watch-bound-objects: how long the watched view still answers after its watch connection broke; past it, every token is reviewed until the watch is back")
-	a.AddCacheFlags(f)
+	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 }
 
-// AddCacheFlags registers the verdict cache's bounds, for a service that
-// wires its own verification flags: --caller-negative-cache-ttl,
-// --caller-max-in-flight and --caller-cache-max-entries.
-func (a *AuthOptions) AddCacheFlags(f *pflag.FlagSet) {
-	if a.NegativeCacheTTL == 0 {
-		a.NegativeCacheTTL = authn.DefaultCacheNegativeTTL
+// cacheTTL is --caller-cache-ttl: a duration, 0 stored as negative (no
+// cache) so that the zero value of AuthOptions keeps meaning the default.
+type cacheTTL time.Duration
+
+func (c *cacheTTL) String() string {
+	if *c < 0 {
+		return "0s"
 	}
-	if a.MaxInFlight == 0 {
-		a.MaxInFlight = authn.DefaultCacheMaxInFlight
-	}
-	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
-	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
-	if a.CacheMaxEntries == 0 {
-		a.CacheMaxEntries = authn.DefaultCacheMaxEntries
-	}
-	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); the least recently used is evicted")
-	if a.KeysMaxStale == 0 {
-		a.KeysMaxStale = oidc.DefaultMaxStaleKeys
-	}
-	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
+	return time.Duration(*c).String()
 }
+
+func (c *cacheTTL) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return err
+	case d < 0:
+		return fmt.Errorf("%s: want zero (no cache) or more", v)
+	case d == 0:
+		d = -1
+	}
+	*c = cacheTTL(d)
+	return nil
+}
+
+func (c *cacheTTL) Type() string { return "duration" }
 
 // Validate refuses settings that cannot be honoured, naming the flag.
 func (a AuthOptions) Validate() error {
@@ -162,11 +177,11 @@ func (a AuthOptions) Validate() error {
 		if a.Kubeconfig != "" {
 			errs = append(errs, errors.New("serve: --kubeconfig belongs to --caller-backend tokenreview"))
 		}
+		if len(a.Issuers) > 0 {
+			errs = append(errs, errors.New("serve: --caller-issuer belongs to --caller-backend tokenreview (the oidc backend's issuers are in --caller-oidc-issuers)"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("serve: --caller-backend %q: want tokenreview or oidc", a.Backend))
-	}
-	if a.CacheTTL < 0 {
-		errs = append(errs, fmt.Errorf("serve: --caller-cache-ttl %s: want zero (no cache) or more", a.CacheTTL))
 	}
 	if a.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-max-in-flight %d: want a positive number", a.MaxInFlight))
@@ -254,6 +269,7 @@ func (c *CallerAuth) Runnables() []Runnable {
 // Guard builds the cached authenticator, the metrics and the guard: the
 // one place a service's caller authentication is wired.
 func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
+	a.Defaults()
 	auth := spec.Authenticator
 	var background []Runnable
 	if auth == nil {
@@ -282,9 +298,19 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 
 func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (authn.Authenticator, []Runnable, error) {
 	if a.Backend == BackendOIDC {
-		cfg, err := oidc.LoadConfigFile(a.OIDCIssuers)
+		load := a.LoadIssuers
+		if load == nil {
+			load = func(path string) (oidc.Config, error) {
+				cfg, err := oidc.LoadConfigFile(path)
+				if err != nil {
+					return cfg, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
+				}
+				return cfg, nil
+			}
+		}
+		cfg, err := load(a.OIDCIssuers)
 		if err != nil {
-			return nil, nil, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
+			return nil, nil, err
 		}
 		cfg.Timeout, cfg.MaxStaleKeys, cfg.Logger = a.ReviewTimeout, a.KeysMaxStale, log
 		auth, err := oidc.New(cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
@@ -361,4 +363,53 @@ func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestCacheTTLZero: --caller-cache-ttl 0 reuses no verification — every
+// request is reviewed — as its help and the API server's own cache say
+// (it used to mean the two-minute default); the default reuses one; a
+// negative TTL is refused by the flag.
+func TestCacheTTLZero(t *testing.T) {
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{"svc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := bearer.Parse([]string{"Bearer " + tok.Token})
+	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{{[]string{"--caller-cache-ttl", "0"}, 5}, {nil, 1}, {[]string{"--caller-cache-ttl", "1m"}, 1}} {
+		var a serve.AuthOptions
+		f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		a.AddFlags(f)
+		if err := f.Parse(append(c.args, "--kubeconfig", iss.KubeconfigFile())); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		g, err := a.Guard(serve.GuardSpec{Audience: "svc", Mode: guard.Enforce, Rule: rule, Registry: prometheus.NewRegistry(), MetricsPrefix: "test",
+			Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := iss.Reviews()
+		for range 5 {
+			if v := g.Check(context.Background(), cred, binding.Request{System: "sys"}); !v.Allowed {
+				t.Fatalf("%v: %+v", c.args, v)
+			}
+		}
+		if n := iss.Reviews() - before; n != c.want {
+			t.Errorf("%v: %d TokenReviews for 5 checks of one token; want %d", c.args, n, c.want)
+		}
+	}
+	var a serve.AuthOptions
+	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	a.AddFlags(f)
+	if err := f.Parse([]string{"--caller-cache-ttl", "-1s"}); err == nil || !strings.Contains(err.Error(), "want zero (no cache) or more") {
+		t.Fatalf("a negative TTL: %v", err)
+	}
 }

@@ -7,16 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // NewCommand is the vmafx-controller command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts,
-		Auth: serve.AuthOptions{CacheTTL: authn.DefaultCacheTTL, ReviewTimeout: kube.DefaultTimeout}}
+	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts}
+	o.Auth.Backend = serve.BackendOIDC // each tenant's identity provider, offline
 	cmd := &cobra.Command{
 		Use:   "vmafx-controller",
 		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
@@ -46,9 +44,9 @@ vmafx:submitter (SubmitJob, CancelJob), vmafx:node (ClaimJob, ReportJob). See do
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
 	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
-	f.DurationVar(&o.Auth.CacheTTL, "caller-cache-ttl", o.Auth.CacheTTL, "how long a successful verification is reused")
-	f.DurationVar(&o.Auth.ReviewTimeout, "caller-review-timeout", o.Auth.ReviewTimeout, "how long one discovery or JWKS fetch may take")
-	o.Auth.AddCacheFlags(f)
+	o.Auth.AddFlags(f)
+	// The issuers are the tenants file's (--tenants).
+	_ = f.MarkHidden("caller-oidc-issuers")
 	return cmd
 }
 

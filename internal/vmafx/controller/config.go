@@ -94,6 +94,15 @@ func LoadTenants(path string) (*Tenants, error) {
 	return &t, nil
 }
 
+// loadIssuers reads the tenants file as the oidc backend's issuers.
+func loadIssuers(path string) (oidc.Config, error) {
+	t, err := LoadTenants(path)
+	if err != nil {
+		return oidc.Config{}, err
+	}
+	return t.OIDC(), nil
+}
+
 // OIDC is the verifier's configuration: one issuer per tenant, the caller's
 // tenant the one whose issuer signed the token.
 func (t *Tenants) OIDC() oidc.Config {

@@ -27,7 +27,6 @@ import (
 	"github.com/callerauth/callerauth/internal/capture"
 	"github.com/callerauth/callerauth/internal/datastore/pgtest"
 	"github.com/callerauth/callerauth/internal/pki"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/vmafx/controller"
 	"github.com/callerauth/callerauth/token"
 )
@@ -63,6 +62,26 @@ func startOn(t *testing.T, dir, datastore string) *env {
 	}
 	tenantsFile := filepath.Join(dir, "tenants.yaml")
 	_ = os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600)
+	o := controller.Options{Tenants: tenantsFile, Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
+		Now: func() time.Time {
+			if n := e.clock.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Now()
+		},
+	}
+	return e.start(t, dir, o)
+}
+
+// startWith runs a controller on o, with a serving certificate of its own
+// and a logger the test reads.
+func startWith(t *testing.T, dir string, o controller.Options) *env {
+	t.Helper()
+	return (&env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}).start(t, dir, o)
+}
+
+func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
+	t.Helper()
 	var err error
 	if e.ca, err = pki.NewCA("controller test"); err != nil {
 		t.Fatal(err)
@@ -71,18 +90,9 @@ func startOn(t *testing.T, dir, datastore string) *env {
 	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
-	e.ctl, err = controller.New(controller.Options{
-		Serve:   serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Tenants: tenantsFile, Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(e.log, nil)),
-		Now: func() time.Time {
-			if n := e.clock.Load(); n != 0 {
-				return time.Unix(0, n)
-			}
-			return time.Now()
-		},
-	})
-	if err != nil {
+	o.Serve.Listen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "127.0.0.1:0", cert, key
+	o.Logger = slog.New(slog.NewJSONHandler(e.log, nil))
+	if e.ctl, err = controller.New(o); err != nil {
 		t.Fatal(err)
 	}
 	if e.addr, err = e.ctl.Listen(); err != nil {

@@ -18,7 +18,6 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/datastore"
@@ -62,8 +61,8 @@ type Options struct {
 	// Serve: --listen, --tls-*, --metrics-listen, --log-level,
 	// --shutdown-timeout, --http-*.
 	Serve serve.Options
-	// Auth: only CacheTTL (--caller-cache-ttl) and ReviewTimeout: the
-	// backend is always the tenants' identity providers.
+	// Auth: the shared caller-authentication settings (--caller-*). The
+	// backend is always oidc, its issuers the tenants file's.
 	Auth serve.AuthOptions
 	// Tenants is the tenants file (--tenants).
 	Tenants string
@@ -79,10 +78,16 @@ type Options struct {
 	// MaxAttempts is how many claims a job gets (--max-attempts).
 	MaxAttempts int
 	Logger      *slog.Logger
-	// Authenticator replaces the tenants' verifier, for tests.
-	Authenticator authn.Authenticator
 	// Now is the clock of leases. Default time.Now.
 	Now func() time.Time
+}
+
+// callerAuth is o.Auth with the controller's backend: oidc, the issuers
+// those of the tenants file.
+func (o Options) callerAuth() serve.AuthOptions {
+	a := o.Auth
+	a.Backend, a.OIDCIssuers, a.LoadIssuers = serve.BackendOIDC, o.Tenants, loadIssuers
+	return a
 }
 
 // Validate refuses options that cannot be honoured, naming the flag.
@@ -97,8 +102,17 @@ func (o Options) Validate() error {
 	if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("controller: --tls-cert-file and --tls-key-file are required: bearer tokens never travel over plaintext TCP"))
 	}
-	if o.Tenants == "" && o.Authenticator == nil {
+	switch {
+	case o.Tenants == "":
 		errs = append(errs, errors.New("controller: --tenants is required: the identity provider of each tenant"))
+	case o.Auth.OIDCIssuers != "":
+		errs = append(errs, errors.New("controller: --caller-oidc-issuers: the controller's issuers are its tenants' (--tenants)"))
+	case o.Auth.Backend != "" && o.Auth.Backend != serve.BackendOIDC:
+		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Auth.Backend))
+	default:
+		if err := o.callerAuth().Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
 		errs = append(errs, fmt.Errorf("controller: --datastore: %w", err))
@@ -163,18 +177,6 @@ func New(o Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	auth := o.Authenticator
-	if auth == nil {
-		tenants, err := LoadTenants(o.Tenants)
-		if err != nil {
-			return nil, err
-		}
-		cfg := tenants.OIDC()
-		cfg.MaxStaleKeys, cfg.Logger = o.Auth.KeysMaxStale, s.log
-		if auth, err = oidc.New(cfg); err != nil {
-			return nil, fmt.Errorf("controller: %w", err)
-		}
-	}
 	reg := s.health.Registry
 	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})
 	rpcMetrics, err := serve.NewRPCMetrics(reg, "vmafx_controller")
@@ -183,11 +185,11 @@ func New(o Options) (*Server, error) {
 	}
 	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
 	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
-	s.guard, err = o.Auth.Guard(serve.GuardSpec{
+	s.guard, err = o.callerAuth().Guard(serve.GuardSpec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
 		Registry: reg, MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
 			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonRoleMissing, binding.ReasonTenantMissing},
-		Logger: s.log, Authenticator: auth,
+		Logger: s.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: caller authentication: %w", err)
