@@ -390,4 +390,3 @@ func registerMetrics(reg prometheus.Registerer, prefix string, cache *authn.Cach
 	}
 	return nil
 }
-
