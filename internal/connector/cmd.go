@@ -33,10 +33,7 @@ node-binding settings; see docs/platform-connector.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Serve.Validate(); err != nil {
-				return err
-			}
-			o.Logger = o.Serve.Logger(stderr)
+			o.Serve.LogOutput = stderr
 			o.Role = Role(role)
 			if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
 				o.Socket = "" // the default socket path belongs to the socket role

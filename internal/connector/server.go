@@ -129,7 +129,7 @@ type Server struct {
 	store   *Store
 	grpc    *grpc.Server
 	health  *serve.Health
-	certs   *serve.CertReloader // deployment role
+	m       *serve.Manager
 	guard   *serve.CallerAuth
 	refused *prometheus.CounterVec
 	stored  prometheus.Counter // events
@@ -144,10 +144,6 @@ type Server struct {
 // datastore and builds the guard. Anything that cannot be honoured stops
 // here, before a socket is opened.
 func New(o Options) (*Server, error) {
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	auth, err := LoadAuthConfig(o.ConfigFile)
 	if err != nil {
 		return nil, err
@@ -162,7 +158,12 @@ func New(o Options) (*Server, error) {
 	if err := o.Validate(auth); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, auth: auth, log: log, health: serve.NewHealth(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
+	m, err := serve.New("connector", o.Serve, o.Auth, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("connector: %w", err)
+	}
+	log := m.Logger()
+	s := &Server{opts: o, auth: auth, m: m, log: log, health: m.Health(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",
 		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
 	s.refused.WithLabelValues("events")
@@ -184,21 +185,18 @@ func New(o Options) (*Server, error) {
 				"configured_AuthMode", string(s.mode), "configured_AuthFailOpenOnUnavailable", s.failOpen)
 		}
 		s.mode, s.failOpen = guard.Enforce, false
-		if s.certs, err = o.Serve.CertReloader(log); err != nil {
-			return nil, fmt.Errorf("connector: %w", err)
-		}
-		opts = append(opts, grpc.Creds(grpccreds.NewTLS(s.certs.TLSConfig())))
+		opts = append(opts, grpc.Creds(grpccreds.NewTLS(m.TLSConfig())))
 	}
 	if auth.EnableNodeBindingAuth {
 		local := o.NodeName
 		if o.Role == RoleDeployment {
 			local = ""
 		}
-		s.guard, err = o.Auth.Guard(serve.GuardSpec{
+		s.guard, err = m.Guard(serve.GuardSpec{
 			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
-			Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
-			Registry: s.health.Registry, MetricsPrefix: "platform_connector", Reasons: guard.NodeBindingReasons, NodeBinding: true,
-			Logger: log, Authenticator: o.Authenticator, WatchNode: local,
+			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
+			MetricsPrefix: "platform_connector", Reasons: guard.NodeBindingReasons, NodeBinding: true,
+			Authenticator: o.Authenticator, WatchNode: local,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connector: caller authentication: %w", err)
@@ -285,22 +283,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("connector: %w", err)
 	}
-	runnables := append([]serve.Runnable{&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.opts.Serve.ShutdownTimeout}}, s.guard.Runnables()...)
-	metrics, err := s.opts.Serve.MetricsServer(s.health)
-	if err != nil {
-		_ = lis.Close()
-		return fmt.Errorf("connector: %w", err)
-	}
-	metricsAddr := ""
-	if metrics != nil {
-		runnables = append(runnables, metrics)
-		metricsAddr = metrics.Listener.Addr().String()
-	}
-	s.log.Info("connector: serving", "role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
-		"metrics", metricsAddr, "nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode),
+	s.m.ServeGRPC("grpc", lis, s.grpc)
+	s.m.Set("role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
+		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode),
 		"failOpenOnUnavailable", s.failOpen, "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes)
-	if err := serve.Run(ctx, runnables...); err != nil {
-		s.log.Error("connector: serving failed", "err", err)
+	if err := s.m.Run(ctx); err != nil {
+		_ = lis.Close()
 		return fmt.Errorf("connector: %w", err)
 	}
 	return nil

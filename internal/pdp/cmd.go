@@ -27,7 +27,7 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Logger = o.Serve.Logger(stderr)
+			o.Serve.LogOutput = stderr
 			s, err := New(o)
 			if err != nil {
 				return err

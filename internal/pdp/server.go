@@ -186,9 +186,9 @@ type state struct {
 // Server is a running PDP.
 type Server struct {
 	o        Options
+	m        *serve.Manager
 	log      *slog.Logger
 	guard    *serve.CallerAuth
-	certs    *serve.CertReloader // nil under --insecure-http
 	state    atomic.Pointer[state]
 	failed   atomic.Value // the file signature of the last failed reload
 	health   *serve.Health
@@ -213,20 +213,16 @@ func New(o Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Logger, health: serve.NewHealth(), now: time.Now}
-	if s.log == nil {
-		s.log = slog.Default()
+	m, err := serve.New("pdp", o.Serve, o.Auth, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: %w", err)
 	}
+	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	st, err := load(o.PolicyDir, o.Registry, o.SigningKeyFile)
 	if err != nil {
 		return nil, err
 	}
 	s.state.Store(st)
-	if !o.InsecureHTTP {
-		if s.certs, err = o.Serve.CertReloader(s.log); err != nil {
-			return nil, fmt.Errorf("pdp: %w", err)
-		}
-	}
 	reg := s.health.Registry
 	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
 	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
@@ -255,9 +251,9 @@ func New(o Options) (*Server, error) {
 	for _, r := range reasons {
 		s.authViol.WithLabelValues(r, o.CallerAuthMode) // zeros from start-up
 	}
-	s.guard, err = o.Auth.Guard(serve.GuardSpec{
+	s.guard, err = m.Guard(serve.GuardSpec{
 		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
-		Registry: reg, MetricsPrefix: "pdp", Reasons: reasons, Logger: s.log, Authenticator: o.Authenticator,
+		MetricsPrefix: "pdp", Reasons: reasons, Authenticator: o.Authenticator,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
@@ -603,27 +599,20 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pdp: %w", err)
 	}
-	if s.certs != nil {
-		cfg := s.certs.TLSConfig()
+	if cfg := s.m.TLSConfig(); cfg != nil {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
 		lis = tls.NewListener(lis, cfg)
 	}
-	runnables := append([]serve.Runnable{&serve.HTTPServer{Name: "api", Listener: lis, Server: s.o.Serve.HTTP.Server(s.Handler()), ShutdownTimeout: s.o.Serve.ShutdownTimeout}}, s.guard.Runnables()...)
-	metrics, err := s.o.Serve.MetricsServer(s.health)
-	if err != nil {
+	s.m.ServeHTTP("api", lis, s.Handler())
+	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
+	st := s.state.Load()
+	s.m.Set("address", lis.Addr().String(), "caller_auth_mode", s.o.CallerAuthMode,
+		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
+	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("pdp: %w", err)
 	}
-	metricsAddr := ""
-	if metrics != nil {
-		runnables = append(runnables, metrics)
-		metricsAddr = metrics.Listener.Addr().String()
-	}
-	runnables = append(runnables, serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
-	st := s.state.Load()
-	s.log.Info("pdp: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "tls", s.certs != nil, "caller_auth_mode", s.o.CallerAuthMode,
-		"caller_backend", s.o.Auth.VerifiedBy(), "package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
-	return serve.Run(ctx, runnables...)
+	return nil
 }
 
 // reloadLoop reloads the policy and keys on SIGHUP or when their files

@@ -130,6 +130,18 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 }
 
+// settings are the effective caller-authentication settings, for the
+// start-up line.
+func (a AuthOptions) settings() []any {
+	a.Defaults()
+	kv := []any{"caller_backend", a.Backend, "caller_cache_ttl", max(a.CacheTTL, 0).String(), "caller_review_timeout", a.ReviewTimeout.String()}
+	if a.Backend == BackendOIDC {
+		return append(kv, "caller_oidc_issuers", a.OIDCIssuers)
+	}
+	return append(kv, "caller_issuers", a.Issuers, "caller_review_interval", a.ReviewInterval.String(), "caller_watch_bound_objects", a.WatchBoundObjects,
+		"caller_review_qps", a.ReviewQPS)
+}
+
 // cacheTTL is --caller-cache-ttl: a duration, 0 stored as negative (no
 // cache) so that the zero value of AuthOptions keeps meaning the default.
 type cacheTTL time.Duration

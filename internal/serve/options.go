@@ -39,6 +39,8 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// HTTP bounds every HTTP listener's clients.
 	HTTP HTTPLimits
+	// LogOutput is where the JSON log goes. Default standard error.
+	LogOutput io.Writer
 }
 
 // Defaults fills what is unset: info, the shutdown timeout, the HTTP

@@ -26,10 +26,7 @@ vmafx:submitter (SubmitJob, CancelJob), vmafx:node (ClaimJob, ReportJob). See do
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Serve.Validate(); err != nil {
-				return err
-			}
-			o.Logger = o.Serve.Logger(stderr)
+			o.Serve.LogOutput = stderr
 			s, err := New(o)
 			if err != nil {
 				return err

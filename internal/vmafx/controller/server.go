@@ -132,7 +132,7 @@ type Server struct {
 	log       *slog.Logger
 	store     *Store
 	health    *serve.Health
-	certs     *serve.CertReloader
+	m         *serve.Manager
 	guard     *serve.CallerAuth
 	grpc      *grpc.Server
 	requeued  prometheus.Counter
@@ -173,10 +173,11 @@ func New(o Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Logger, health: serve.NewHealth()}
-	if s.log == nil {
-		s.log = slog.Default()
+	m, err := serve.New("controller", o.Serve, o.callerAuth(), o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
 	}
+	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health()}
 	reg := s.health.Registry
 	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})
 	rpcMetrics, err := serve.NewRPCMetrics(reg, "vmafx_controller")
@@ -185,17 +186,13 @@ func New(o Options) (*Server, error) {
 	}
 	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
 	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
-	s.guard, err = o.callerAuth().Guard(serve.GuardSpec{
+	s.guard, err = m.Guard(serve.GuardSpec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
-		Registry: reg, MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
+		MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
 			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonRoleMissing, binding.ReasonTenantMissing},
-		Logger: s.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: caller authentication: %w", err)
-	}
-	if s.certs, err = o.Serve.CertReloader(s.log); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
 	}
 	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
 	if err != nil {
@@ -205,7 +202,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
-	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(s.certs.TLSConfig())),
+	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log})
 	rpcMetrics.Init(s.grpc)
@@ -225,24 +222,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if _, err := s.Listen(); err != nil {
 		return err
 	}
-	lis := s.lis
-	runnables := []serve.Runnable{
-		&serve.GRPCServer{Name: "grpc", Listener: lis, Server: s.grpc, ShutdownTimeout: s.o.Serve.ShutdownTimeout},
-		serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)),
-	}
-	runnables = append(runnables, s.guard.Runnables()...)
-	metrics, err := s.o.Serve.MetricsServer(s.health)
-	if err != nil {
-		_ = lis.Close()
-		return fmt.Errorf("controller: %w", err)
-	}
-	metricsAddr := ""
-	if metrics != nil {
-		runnables = append(runnables, metrics)
-		metricsAddr = metrics.Listener.Addr().String()
-	}
-	s.log.Info("controller: serving", "address", lis.Addr().String(), "metrics", metricsAddr, "lease", s.o.Lease.String(), "max_attempts", s.o.MaxAttempts, "datastore", s.store.db.Target)
-	if err := serve.Run(ctx, runnables...); err != nil {
+	s.m.ServeGRPC("grpc", s.lis, s.grpc)
+	s.m.Add(serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)))
+	s.m.Set("address", s.lis.Addr().String(), "lease", s.o.Lease.String(), "max_attempts", s.o.MaxAttempts, "datastore", s.store.db.Target)
+	if err := s.m.Run(ctx); err != nil {
+		_ = s.lis.Close()
 		return fmt.Errorf("controller: %w", err)
 	}
 	return nil

@@ -1,0 +1,130 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"google.golang.org/grpc"
+)
+
+// Manager is one service process on the skeleton: its logger, its health
+// registry (metrics, /healthz, /readyz), its serving certificate, its
+// caller authentication and the runnables it serves. A service builds one
+// with [New] after validating its options once, adds its servers and loops,
+// and calls [Manager.Run]:
+//
+//	m, err := serve.New("pdp", o.Serve, o.Auth, o.Logger)
+//	g, err := m.Guard(serve.GuardSpec{Audience: ..., Rule: ...})
+//	m.ServeHTTP("api", lis, handler)
+//	m.Set("policy_version", v)
+//	return m.Run(ctx) // + the metrics listener, one start-up line, until ctx ends
+type Manager struct {
+	name      string
+	opts      Options
+	auth      AuthOptions
+	log       *slog.Logger
+	health    *Health
+	certs     *CertReloader
+	guard     *CallerAuth
+	runnables []Runnable
+	settings  []any
+}
+
+// New builds a service's manager. opts and auth must have been validated
+// (the service's Options.Validate does, once). log nil: JSON at
+// --log-level on opts.LogOutput (default standard error). With a serving
+// key pair configured, the pair is loaded now: a pair that cannot be is an
+// error.
+func New(name string, opts Options, auth AuthOptions, log *slog.Logger) (*Manager, error) {
+	opts.Defaults()
+	if log == nil {
+		out := opts.LogOutput
+		if out == nil {
+			out = os.Stderr
+		}
+		log = opts.Logger(out)
+	}
+	m := &Manager{name: name, opts: opts, auth: auth, log: log, health: NewHealth()}
+	if opts.HasTLS() {
+		var err error
+		if m.certs, err = opts.CertReloader(log); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Logger is the service's logger.
+func (m *Manager) Logger() *slog.Logger { return m.log }
+
+// Health is the service's registry and readiness checks.
+func (m *Manager) Health() *Health { return m.health }
+
+// TLSConfig serves the configured key pair, reloaded when its files
+// change; nil without one.
+func (m *Manager) TLSConfig() *tls.Config {
+	if m.certs == nil {
+		return nil
+	}
+	return m.certs.TLSConfig()
+}
+
+// Guard wires the service's caller authentication from the shared options
+// and spec (its registry and logger are the manager's), and adds what must
+// run beside it. Call it at most once.
+func (m *Manager) Guard(spec GuardSpec) (*CallerAuth, error) {
+	spec.Registry, spec.Logger = m.health.Registry, m.log
+	g, err := m.auth.Guard(spec)
+	if err != nil {
+		return nil, err
+	}
+	m.guard = g
+	m.runnables = append(m.runnables, g.Runnables()...)
+	return g, nil
+}
+
+// Add adds a runnable: it starts with [Manager.Run] and stops with it.
+func (m *Manager) Add(r Runnable) { m.runnables = append(m.runnables, r) }
+
+// ServeGRPC adds a gRPC server on lis, drained for --shutdown-timeout.
+func (m *Manager) ServeGRPC(name string, lis net.Listener, srv *grpc.Server) {
+	m.Add(&GRPCServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
+}
+
+// ServeHTTP adds an HTTP server of h on lis, bounded by the --http-*
+// limits and drained for --shutdown-timeout.
+func (m *Manager) ServeHTTP(name string, lis net.Listener, h http.Handler) {
+	m.Add(&HTTPServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
+}
+
+// Set records settings (key, value pairs) for the start-up line.
+func (m *Manager) Set(kv ...any) { m.settings = append(m.settings, kv...) }
+
+// Run opens the metrics listener (--metrics-listen), logs one start-up
+// line with the effective settings, and runs every runnable until ctx ends
+// or one fails ([Run]); a failure is logged and returned.
+func (m *Manager) Run(ctx context.Context) error {
+	metrics, err := m.opts.MetricsServer(m.health)
+	if err != nil {
+		return err
+	}
+	line := []any{"metrics", ""}
+	if metrics != nil {
+		m.Add(metrics)
+		line[1] = metrics.Listener.Addr().String()
+	}
+	line = append(line, "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
+	if m.guard != nil {
+		line = append(line, m.auth.settings()...)
+	}
+	m.log.Info(m.name+": serving", append(line, m.settings...)...)
+	if err := Run(ctx, m.runnables...); err != nil {
+		m.log.Error(m.name+": serving failed", "err", err)
+		return err
+	}
+	return nil
+}
