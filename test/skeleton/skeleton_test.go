@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if bins, err = e2e.Build(dir, "cmd/pdp", "cmd/platform-connector"); err != nil {
+	if bins, err = e2e.Build(dir, "cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -71,6 +71,16 @@ var services = map[string]service{
 		}
 		return []string{"--role", "deployment", "--config", cfg, "--listen", listen, "--metrics-listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
 			"--tls-check-interval", "100ms", "--datastore", filepath.Join(dir, "events.db"), "--kubeconfig", kubeconfig(t)}
+	}},
+	"vmafx-controller": {bin: "vmafx-controller", servingMsg: "controller: serving", args: func(t *testing.T, dir, listen, cert, key string) []string {
+		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+		tenants := filepath.Join(dir, "tenants.yaml")
+		if err := os.WriteFile(tenants, []byte(fmt.Sprintf("tenants:\n  - name: tenant-a\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n",
+			iss.Issuer(), srv.URL, iss.CAFile())), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--listen", listen, "--metrics-listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
+			"--tls-check-interval", "100ms", "--tenants", tenants, "--datastore", filepath.Join(dir, "jobs.db")}
 	}},
 }
 
