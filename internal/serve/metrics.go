@@ -18,6 +18,7 @@ type Health struct {
 	Registry *prometheus.Registry
 	mu       sync.Mutex
 	checks   []check
+	also     []prometheus.Gatherer
 }
 
 type check struct {
@@ -38,6 +39,14 @@ func (h *Health) AddReadyCheck(name string, fn func(context.Context) error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.checks = append(h.checks, check{name, fn})
+}
+
+// AddGatherer serves g's metrics beside the registry's on /metrics (a
+// library's own registry: controller-runtime's). Call it before serving.
+func (h *Health) AddGatherer(g prometheus.Gatherer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.also = append(h.also, g)
 }
 
 // Healthz answers "ok": the process serves.
@@ -61,7 +70,10 @@ func (h *Health) Readyz(w http.ResponseWriter, r *http.Request) {
 // Handler serves /metrics, /healthz and /readyz.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(h.Registry, promhttp.HandlerOpts{}))
+	h.mu.Lock()
+	gatherers := append(prometheus.Gatherers{h.Registry}, h.also...)
+	h.mu.Unlock()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", h.Healthz)
 	mux.HandleFunc("GET /readyz", h.Readyz)
 	return mux

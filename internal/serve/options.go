@@ -62,20 +62,26 @@ func (o *Options) Defaults() {
 
 // AddFlags registers the serving flags, with o's current values (after
 // Defaults) as their defaults: --listen, --tls-cert-file, --tls-key-file,
-// --tls-check-interval, --metrics-listen, --profiling, --log-level,
-// --shutdown-timeout
-// and the --http-* limits.
+// --tls-check-interval, the --http-* limits, and [Options.AddProcessFlags].
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.Defaults()
 	f.StringVar(&o.Listen, "listen", o.Listen, "host:port to serve the API on")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serving certificate (PEM); re-read when it changes on disk")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serving key (PEM); re-read when it changes on disk")
 	f.DurationVar(&o.CertCheckInterval, "tls-check-interval", o.CertCheckInterval, "how often the serving key pair's files are checked for a change")
+	o.HTTP.AddFlags(f)
+	o.AddProcessFlags(f)
+}
+
+// AddProcessFlags registers what every process has, a service or an agent
+// that serves no API (the vmafx node and operator): --metrics-listen,
+// --profiling, --log-level and --shutdown-timeout.
+func (o *Options) AddProcessFlags(f *pflag.FlagSet) {
+	o.Defaults()
 	f.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "host:port for /metrics, /healthz and /readyz (empty: off)")
 	f.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go's profiles under /debug/pprof/ on --metrics-listen")
 	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
-	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests may drain on SIGTERM")
-	o.HTTP.AddFlags(f)
+	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight work may drain on SIGTERM")
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag. It

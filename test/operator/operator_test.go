@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,13 +171,24 @@ func TestOperator(t *testing.T) {
 	waitFile(t, opToken)
 	waitFile(t, nodeToken)
 	e2e.Start(t, bins["vmafx-node"], []string{"--config", connection("node", nodeToken), "--poll", "200ms", "--report-every", "1s",
-		"--clip-root", filepath.Join(dir, "clips")})
+		"--clip-root", filepath.Join(dir, "clips"), "--metrics-listen", "127.0.0.1:0"})
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := apiserver.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
-		"--leader-election-namespace", "vmafx-system", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"})
+	op := e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
+		"--leader-election-namespace", "vmafx-system", "--metrics-listen", "127.0.0.1:0"})
+	// The skeleton serves the operator's /readyz once the informer has
+	// synced (and /metrics: checked at the end).
+	opMetrics := "http://" + op.LogValue(t, "operator: serving", "metrics", 60*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := httpGet(opMetrics + "/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the operator's /readyz never answered 200")
+		}
+	}
 	clips := filepath.Join(dir, "clips", "tenant-a") // the node's tenant's clip directory
 	_ = os.MkdirAll(clips, 0o700)
 	ref, dist := filepath.Join(clips, "ref.y4m"), filepath.Join(clips, "dist.y4m")
@@ -257,6 +270,12 @@ func TestOperator(t *testing.T) {
 		startOpRefresher()
 		status("stalled", phase("Succeeded"))
 	})
+	// controller-runtime's families beside the process's, none twice.
+	if code, body := httpGet(opMetrics + "/metrics"); code != http.StatusOK || !strings.Contains(body, "controller_runtime_reconcile_total") ||
+		strings.Count(body, "# TYPE go_goroutines ") != 1 {
+		t.Fatalf("the operator's /metrics: %d, controller-runtime's families %v, go_goroutines %d times", code,
+			strings.Contains(body, "controller_runtime_reconcile_total"), strings.Count(body, "# TYPE go_goroutines "))
+	}
 }
 
 func waitFile(t *testing.T, path string) {
@@ -338,4 +357,15 @@ func hasEvent(t *testing.T, name, reason string) bool {
 		}
 	}
 	return false
+}
+
+// httpGet is the status and body of a GET.
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url) //nolint:noctx // a loopback test URL
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

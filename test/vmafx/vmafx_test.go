@@ -163,7 +163,7 @@ func (w *world) node(name, tokenFile string, extra ...string) *e2e.Process {
 	cfg := filepath.Join(w.dir, name+".yaml")
 	write(w.t, cfg, fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tokenFile))
 	return e2e.Start(w.t, bins["vmafx-node"], append([]string{"--config", cfg, "--poll", "100ms", "--report-every", "500ms",
-		"--clip-root", filepath.Join(w.dir, "clips"), "--node-name", name}, extra...))
+		"--clip-root", filepath.Join(w.dir, "clips"), "--node-name", name, "--metrics-listen", "127.0.0.1:0"}, extra...))
 }
 
 // clipDir is tenant's directory on the clip volume.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,22 +58,25 @@ type Options struct {
 	// MaxJobDuration bounds one measurement: past it the job is given back
 	// (--max-job-duration; 0: no bound).
 	MaxJobDuration time.Duration
-	// ShutdownTimeout is how long a stopping node waits for its
-	// measurement to end after cancelling it (--shutdown-timeout).
-	ShutdownTimeout time.Duration
-	Logger          *slog.Logger
+	// Serve: --metrics-listen, --profiling, --log-level and
+	// --shutdown-timeout (how long a stopping node waits for its
+	// measurement to end after cancelling it).
+	Serve  serve.Options
+	Logger *slog.Logger
 }
 
 // Defaults of the node's flags.
 const (
-	DefaultClipRoot        = "/var/lib/vmafx/clips"
-	DefaultMaxJobDuration  = time.Hour
-	DefaultShutdownTimeout = 10 * time.Second
+	DefaultClipRoot       = "/var/lib/vmafx/clips"
+	DefaultMaxJobDuration = time.Hour
+	DefaultMetricsListen  = "127.0.0.1:9092"
 )
 
 // Node is a configured node.
 type Node struct {
 	o      Options
+	m      *serve.Manager
+	jobs   *prometheus.CounterVec // by outcome
 	log    *slog.Logger
 	cfg    credentials.Config
 	tokens token.Source
@@ -93,10 +97,14 @@ func New(o Options) (*Node, error) {
 	if o.ClipRoot == "" {
 		o.ClipRoot = DefaultClipRoot
 	}
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	o.Serve.Defaults()
 	var errs []error
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Serve.Listen != "" || o.Serve.HasTLS() {
+		errs = append(errs, errors.New("node: the node serves no API: --listen and --tls-* do not apply"))
+	}
 	if !filepath.IsAbs(o.ClipRoot) {
 		errs = append(errs, fmt.Errorf("node: --clip-root %q: want an absolute path", o.ClipRoot))
 	}
@@ -109,10 +117,17 @@ func New(o Options) (*Node, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	n := &Node{o: o, log: o.Logger}
-	if n.log == nil {
-		n.log = slog.Default()
+	m, err := serve.New("node", o.Serve, serve.AuthOptions{}, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
+	n := &Node{o: o, m: m, log: m.Logger()}
+	n.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_node_jobs_total",
+		Help: "Jobs this node claimed, by outcome: succeeded or failed (reported), given_back (to the queue: stopping, or past --max-job-duration), stopped (the controller refused a progress report: lease lost or job cancelled), unreported (the report was not accepted)."}, []string{"outcome"})
+	for _, o := range []string{"succeeded", "failed", "given_back", "stopped", "unreported"} {
+		n.jobs.WithLabelValues(o)
+	}
+	m.Health().Registry.MustRegister(n.jobs)
 	cfg, err := connection.Load(o.Config, o.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -127,10 +142,17 @@ func New(o Options) (*Node, error) {
 // Close closes the connection.
 func (n *Node) Close() error { return n.conn.Close() }
 
-// Run claims, measures and reports until ctx ends.
+// Run claims, measures and reports until ctx ends, with the metrics
+// listener beside.
 func (n *Node) Run(ctx context.Context) error {
-	n.log.Info("node: polling the controller", "address", n.cfg.Address, "tls", n.cfg.TLS, "token_file", n.cfg.TokenFile,
-		"clip_root", n.o.ClipRoot, "node_name", n.o.NodeName)
+	n.m.Add(serve.Named("claim loop", serve.RunnableFunc(n.loop)))
+	n.m.Set("controller", n.cfg.Address, "controller_tls", n.cfg.TLS, "token_file", n.cfg.TokenFile, "clip_root", n.o.ClipRoot, "node_name", n.o.NodeName,
+		"poll", n.o.Poll.String(), "report_every", n.o.ReportEvery.String(), "max_job_duration", n.o.MaxJobDuration.String())
+	return n.m.Run(ctx)
+}
+
+// loop claims, measures and reports until ctx ends.
+func (n *Node) loop(ctx context.Context) error {
 	for {
 		worked := n.once(ctx)
 		if ctx.Err() != nil {
@@ -239,7 +261,7 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 			n.giveBack(job, lease, "the node is stopping")
 			select {
 			case <-done:
-			case <-time.After(n.o.ShutdownTimeout):
+			case <-time.After(n.o.Serve.ShutdownTimeout):
 				n.log.Warn("node: the measurement did not end within --shutdown-timeout; exiting anyway", "job", job.GetId())
 			}
 			return
@@ -252,6 +274,7 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 			case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
 				// The job is no longer this claim's (cancelled, lease lost,
 				// re-claimed): stop measuring it at once.
+				n.jobs.WithLabelValues("stopped").Inc()
 				n.log.Warn("node: stopping the job: the controller refused its progress report", "job", job.GetId(),
 					"code", status.Code(err).String(), "err", status.Convert(err).Message())
 				cancel(errLeaseLost)
@@ -286,10 +309,12 @@ func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string,
 	for attempt := 0; ; attempt++ {
 		_, rerr := n.client.ReportJob(ctx, report)
 		if rerr == nil {
+			n.jobs.WithLabelValues(strings.ToLower(strings.TrimPrefix(report.GetState().String(), "JOB_STATE_"))).Inc()
 			n.log.Info("node: reported", "job", job.GetId(), "state", report.GetState().String(), "frames", frames, "reason", report.GetReason(), "error", report.GetError())
 			return
 		}
 		if status.Code(rerr) != codes.Unavailable || attempt == 5 || ctx.Err() != nil {
+			n.jobs.WithLabelValues("unreported").Inc()
 			n.log.Error("node: the report was not accepted", "job", job.GetId(), "code", status.Code(rerr).String(), "err", status.Convert(rerr).Message())
 			return
 		}
@@ -308,6 +333,7 @@ func (n *Node) giveBack(job *vmafxv1.Job, lease, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_PENDING, Error: why})
+	n.jobs.WithLabelValues("given_back").Inc()
 	n.log.Warn("node: giving the job back", "job", job.GetId(), "why", why, "accepted", err == nil, "err", status.Convert(err).Message())
 }
 
@@ -321,8 +347,7 @@ func bounded(s string) string {
 
 // NewCommand is the vmafx-node command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	var o Options
-	var logLevel string
+	o := Options{Serve: serve.Options{MetricsListen: DefaultMetricsListen}}
 	cmd := &cobra.Command{
 		Use:   "vmafx-node",
 		Short: "Claim vmafx jobs, measure PSNR and SSIM, report the scores",
@@ -334,11 +359,7 @@ environment variables (docs/vmafx.md); the token file is read on every call.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := serve.NewLogger(logLevel, stderr)
-			if err != nil {
-				return err
-			}
-			o.Logger = log
+			o.Serve.LogOutput = stderr
 			n, err := New(o)
 			if err != nil {
 				return err
@@ -356,8 +377,8 @@ environment variables (docs/vmafx.md); the token file is read on every call.`,
 	f.IntVar(&o.MaxFramePixels, "max-frame-pixels", measure.DefaultMaxFramePixels, "largest frame measured, width×height; a larger clip fails its job frame_too_large")
 	f.IntVar(&o.MaxFrames, "max-frames", measure.DefaultMaxFrames, "most frames measured; a longer clip fails its job too_many_frames")
 	f.DurationVar(&o.MaxJobDuration, "max-job-duration", DefaultMaxJobDuration, "longest one measurement may take before the job is given back (counted as an attempt); 0 for no bound")
-	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "on SIGTERM, how long to wait for the running measurement to stop after cancelling it")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	o.Serve.AddProcessFlags(f)
+	f.Lookup("shutdown-timeout").Usage = "on SIGTERM, how long to wait for the running measurement to stop after cancelling it"
 	return cmd
 }
 

@@ -2,20 +2,25 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
@@ -38,9 +43,16 @@ type Options struct {
 	// its Lease.
 	LeaderElect             bool
 	LeaderElectionNamespace string
-	MetricsAddr, ProbeAddr  string
-	Logger                  *slog.Logger
+	// Serve: --metrics-listen (/metrics — the operator's and
+	// controller-runtime's — /healthz and /readyz on one listener),
+	// --profiling, --log-level, --shutdown-timeout.
+	Serve  serve.Options
+	Logger *slog.Logger
 }
+
+// DefaultMetricsListen is --metrics-listen's default, controller-runtime's
+// metrics address.
+const DefaultMetricsListen = "127.0.0.1:8080"
 
 // Load reads and validates the controller connection: a combination that
 // cannot be honoured is an error naming the key and the variable.
@@ -79,34 +91,64 @@ func Run(ctx context.Context, o Options) error {
 	if err := jobsv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
+	o.Serve.Defaults()
+	if err := o.Serve.Validate(); err != nil {
+		return err
 	}
+	m, err := serve.New("operator", o.Serve, serve.AuthOptions{}, o.Logger)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	log := m.Logger()
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	// The skeleton serves /metrics, /healthz and /readyz; controller-runtime's
+	// own listeners stay off and its registry is served beside ours.
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme: scheme, LeaderElection: o.LeaderElect, LeaderElectionID: "vmafx-operator.vmafx.callerauth.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr}, HealthProbeBindAddress: o.ProbeAddr,
+		Metrics:                 metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
-	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+	m.Health().AddGatherer(withoutRuntime{ctrlmetrics.Registry})
+	m.Health().AddReadyCheck("informers", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the VmafxJob informer has not synced")
+		}
+		return nil
+	})
 	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: o.Poll,
 		Events: mgr.GetEventRecorder("vmafx-operator"), Log: log}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&jobsv1.VmafxJob{}).Named("vmafxjob").Complete(r); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	log.Info("operator: starting", "controller", cfg.Address, "tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", o.Poll.String(), "leader_elect", o.LeaderElect)
-	return mgr.Start(ctx)
+	m.Add(serve.Named("controller-runtime manager", mgr))
+	m.Set("controller", cfg.Address, "controller_tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", o.Poll.String(), "leader_elect", o.LeaderElect)
+	return m.Run(ctx)
+}
+
+// withoutRuntime is controller-runtime's registry without the Go and
+// process collectors the skeleton's registry already has.
+type withoutRuntime struct{ g prometheus.Gatherer }
+
+func (w withoutRuntime) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		if n := mf.GetName(); !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }
 
 // NewCommand is the vmafx-operator command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	var o Options
-	var logLevel string
+	o := Options{Serve: serve.Options{MetricsListen: DefaultMetricsListen}}
+	var probeAddr string
 	cmd := &cobra.Command{
 		Use:   "vmafx-operator",
 		Short: "Reconcile VmafxJobs against the vmafx controller",
@@ -119,14 +161,13 @@ every call. See docs/vmafx.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := serve.NewLogger(logLevel, stderr)
-			if err != nil {
+			if o.Poll <= 0 {
+				return fmt.Errorf("operator: --poll %s: want a positive duration", o.Poll)
+			}
+			if err := probeAlias(cmd.Flags(), &o, probeAddr); err != nil {
 				return err
 			}
-			if o.Poll <= 0 {
-				return fmt.Errorf("--poll %s: want a positive duration", o.Poll)
-			}
-			o.Logger = log
+			o.Serve.LogOutput = stderr
 			return Run(cmd.Context(), o)
 		},
 	}
@@ -136,10 +177,42 @@ every call. See docs/vmafx.md.`,
 	f.DurationVar(&o.Poll, "poll", 5*time.Second, "GetJob interval of a job that has not finished")
 	f.BoolVar(&o.LeaderElect, "leader-elect", true, "run one active replica, elected with a Lease")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "vmafx-system", "namespace of the leader-election Lease")
-	f.StringVar(&o.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "the manager's /metrics (0: off)")
-	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "the manager's /healthz and /readyz")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	o.Serve.AddProcessFlags(f)
+	// controller-runtime's names, kept: the metrics address is
+	// --metrics-listen ("0" off, as controller-runtime reads it); the probes
+	// are served on the same listener.
+	f.AddFlag(&pflag.Flag{Name: "metrics-bind-address", Usage: "former name of --metrics-listen (0: off)", Value: zeroOff{f.Lookup("metrics-listen").Value}, DefValue: o.Serve.MetricsListen})
+	f.StringVar(&probeAddr, "health-probe-bind-address", "", "former address of /healthz and /readyz, now served on --metrics-listen: if set, it must be that address (or --metrics-listen unset, and it becomes it)")
 	return cmd
+}
+
+// zeroOff reads controller-runtime's "0" (off) as the skeleton's "".
+type zeroOff struct{ pflag.Value }
+
+func (z zeroOff) Set(v string) error {
+	if v == "0" {
+		v = ""
+	}
+	return z.Value.Set(v)
+}
+
+// probeAlias applies --health-probe-bind-address: the probes are served on
+// --metrics-listen, so the two must agree.
+func probeAlias(f *pflag.FlagSet, o *Options, probe string) error {
+	if !f.Changed("health-probe-bind-address") {
+		return nil
+	}
+	if probe == "0" {
+		probe = "" // controller-runtime's "off"
+	}
+	if !f.Changed("metrics-listen") && !f.Changed("metrics-bind-address") {
+		o.Serve.MetricsListen = probe
+		return nil
+	}
+	if probe != o.Serve.MetricsListen {
+		return fmt.Errorf("operator: --health-probe-bind-address %s: /healthz and /readyz are served on --metrics-listen %s; give one address", probe, o.Serve.MetricsListen)
+	}
+	return nil
 }
 
 // Main runs the command and returns the exit code.

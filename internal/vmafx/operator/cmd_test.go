@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,4 +48,37 @@ func writeFile(t *testing.T, dir, name, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestFormerFlagNames: controller-runtime's flag names still parse —
+// --metrics-bind-address is --metrics-listen ("0": off) — and
+// --health-probe-bind-address must name the same listener, since the
+// probes are served there now.
+func TestFormerFlagNames(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // error; "" for none
+	}{
+		{[]string{"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, ""},
+		{[]string{"--metrics-listen", "127.0.0.1:8080", "--health-probe-bind-address", ":8081"}, "--health-probe-bind-address :8081: /healthz and /readyz are served on --metrics-listen 127.0.0.1:8080"},
+		{[]string{"--poll", "0s"}, "--poll 0s"},
+	} {
+		cmd := operator.NewCommand(io.Discard)
+		cmd.SetArgs(append(c.args, "--config", filepath.Join(t.TempDir(), "missing.yaml")))
+		cmd.SetOut(io.Discard)
+		err := cmd.Execute()
+		switch {
+		case c.want == "" && err != nil && !strings.Contains(err.Error(), "missing.yaml"):
+			t.Errorf("%v: %v; want the flags accepted (and the missing config refused)", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v; want %q", c.args, err, c.want)
+		}
+	}
+	cmd := operator.NewCommand(io.Discard)
+	if err := cmd.ParseFlags([]string{"--metrics-bind-address", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := cmd.Flags().Lookup("metrics-listen").Value.String(); v != "" {
+		t.Fatalf("--metrics-bind-address 0 left --metrics-listen %q; want off", v)
+	}
 }
