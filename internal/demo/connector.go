@@ -70,26 +70,41 @@ func (e *env) tokenFile(name string, req devissuer.TokenRequest) (string, error)
 	return p, os.WriteFile(p, []byte(tok.Token), 0o600)
 }
 
+// socketPublisher runs a socket-role connector for node-a (set changes its
+// options) and a publisher on it whose token is bound to pod on node-a;
+// stop stops both.
+func (e *env) socketPublisher(name, pod string, set func(*connector.Options)) (*connector.Server, *connector.Publisher, func(), error) {
+	sock := filepath.Join(e.dir, "pc-"+name+".sock")
+	o := connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock}
+	if set != nil {
+		set(&o)
+	}
+	s, stop, err := e.runConnector(name, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tf, err := e.tokenFile(pod, devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}, Pod: pod, Node: connectorNode})
+	if err == nil {
+		err = waitFor(sock)
+	}
+	var pub *connector.Publisher
+	if err == nil {
+		pub, err = connector.NewPublisher(credentials.Config{Address: "unix://" + sock, TokenFile: tf})
+	}
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return s, pub, func() { _ = pub.Close(); stop() }, nil
+}
+
 func connectorSocket(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "connector (socket): pod-bound publisher, blank node", Expected: "stored about node-a, caller named"}
-	sock := filepath.Join(e.dir, "pc-socket.sock")
-	s, stop, err := e.runConnector("socket", connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock})
+	s, pub, stop, err := e.socketPublisher("socket", "gpu-mon-socket", nil)
 	if err != nil {
 		return fail(r, err)
 	}
 	defer stop()
-	if err := waitFor(sock); err != nil {
-		return fail(r, err)
-	}
-	tf, err := e.tokenFile("gpu-mon", devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}, Pod: "gpu-mon-socket", Node: connectorNode})
-	if err != nil {
-		return fail(r, err)
-	}
-	pub, err := connector.NewPublisher(credentials.Config{Address: "unix://" + sock, TokenFile: tf})
-	if err != nil {
-		return fail(r, err)
-	}
-	defer pub.Close()
 	if err := pub.Publish(ctx, &pcv1.HealthEvent{CheckName: "GpuXid", Message: "xid 79"}); err != nil {
 		return fail(r, err)
 	}
@@ -108,26 +123,13 @@ func connectorSocket(ctx context.Context, e *env) Result {
 // TokenReview; once its pod is deleted, the next event is refused.
 func connectorRevocation(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "connector (socket): a deleted pod's token, bound objects watched", Expected: "refused within 5 s, 0 TokenReviews"}
-	sock := filepath.Join(e.dir, "pc-watch.sock")
-	o := connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock}
-	o.Auth.Issuers, o.Auth.WatchBoundObjects = []string{e.iss.Issuer()}, true
-	_, stop, err := e.runConnector("watch", o)
+	_, pub, stop, err := e.socketPublisher("watch", "gpu-mon-watched", func(o *connector.Options) {
+		o.Auth.Issuers, o.Auth.WatchBoundObjects = []string{e.iss.Issuer()}, true
+	})
 	if err != nil {
 		return fail(r, err)
 	}
 	defer stop()
-	if err := waitFor(sock); err != nil {
-		return fail(r, err)
-	}
-	tf, err := e.tokenFile("gpu-mon-watched", devissuer.TokenRequest{Namespace: "nvsentinel", ServiceAccount: "gpu-health-monitor", Audiences: []string{connectorAud}, Pod: "gpu-mon-watched", Node: connectorNode})
-	if err != nil {
-		return fail(r, err)
-	}
-	pub, err := connector.NewPublisher(credentials.Config{Address: "unix://" + sock, TokenFile: tf})
-	if err != nil {
-		return fail(r, err)
-	}
-	defer pub.Close()
 	publish := func() error { return pub.Publish(ctx, &pcv1.HealthEvent{CheckName: "GpuXid", Message: "xid 79"}) }
 	// The first event may come before the watch has seen the new pod (then
 	// its token is reviewed); wait until the view answers.
