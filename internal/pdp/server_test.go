@@ -109,9 +109,9 @@ func (e *env) post(t *testing.T, token string, body []byte, contentType string, 
 	return resp.StatusCode, b
 }
 
-// TestSeedPositiveAndN1N4 runs the seed's positive test and its four
+// TestPositiveAndN1N4 runs the specification's positive test and its four
 // negatives in enforce and in warn.
-func TestSeedPositiveAndN1N4(t *testing.T) {
+func TestPositiveAndN1N4(t *testing.T) {
 	allow := readExample(t, "check_request_allow_rotate.json")
 	for _, mode := range []string{"enforce", "warn"} {
 		t.Run(mode, func(t *testing.T) {

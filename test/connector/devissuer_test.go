@@ -77,7 +77,7 @@ func check(t *testing.T, name string, got, want outcome) {
 	}
 }
 
-// TestSocketRoleDevIssuer runs seed 003's rules through the real binary in
+// TestSocketRoleDevIssuer runs the node-binding rules through the real binary in
 // the socket role, in enforce and audit.
 func TestSocketRoleDevIssuer(t *testing.T) {
 	d := startDev(t)

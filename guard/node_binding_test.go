@@ -18,8 +18,8 @@ const (
 	agentSA   = "system:serviceaccount:nvsentinel:gpu-health-monitor"
 )
 
-// Seed 003's callers, by the token they present.
-var seed003Callers = map[string]*authn.Caller{
+// The node-binding callers (the platform-connector's), by the token they present.
+var nodeBindingCallers = map[string]*authn.Caller{
 	"agent-unbound":          {Username: agentSA},
 	"agent-on-local-node":    {Username: agentSA, PodName: "gpu-mon-a", PodUID: "pa", NodeName: localNode, NodeUID: "na"},
 	"agent-on-other-node":    {Username: agentSA, PodName: "gpu-mon-b", PodUID: "pb", NodeName: "node-b", NodeUID: "nb"},
@@ -50,7 +50,7 @@ const (
 	on
 )
 
-// row is one sentence of seed 003, checked in enforce and audit.
+// row is one sentence of the platform-connector's node-binding specification, checked in enforce and audit.
 type row struct {
 	sentence  string
 	role      string // "socket" (local node node-a) or "deployment"
@@ -64,7 +64,7 @@ type row struct {
 	scope     string // scope counted when the handler runs
 }
 
-var seed003Rows = []row{
+var nodeBindingRows = []row{
 	// The per-caller rule, question 1.
 	{sentence: "a token carrying a node claim must name this connector's own node (not allowlisted)", role: "socket",
 		header: bearerOf("agent-on-other-node"), nodes: []string{""},
@@ -171,10 +171,10 @@ var seed003Rows = []row{
 		enforce: no("Unavailable"), audit: ok(""), violation: "validator_unavailable"},
 }
 
-// TestSeed003 runs every row through the gRPC interceptor over TLS on
+// TestNodeBinding runs every row through the gRPC interceptor over TLS on
 // loopback and over a Unix socket, and through the HTTP middleware, in
 // enforce and audit, with failOpenOnUnavailable on and off.
-func TestSeed003(t *testing.T) {
+func TestNodeBinding(t *testing.T) {
 	transports := []struct {
 		name  string
 		start func(*testing.T, *guard.Guard) transport
@@ -195,11 +195,11 @@ func TestSeed003(t *testing.T) {
 						}
 						g, reg := newGuard(t, guard.Config{
 							Mode: mode, FailOpenOnUnavailable: fo,
-							Authenticator: fakeAuth(seed003Callers),
+							Authenticator: fakeAuth(nodeBindingCallers),
 							Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: []string{monitorSA}}),
 						})
 						send := tr.start(t, g)
-						for _, r := range seed003Rows {
+						for _, r := range nodeBindingRows {
 							if r.role != role || (r.failOpen == on && !fo) || (r.failOpen == off && fo) {
 								continue
 							}

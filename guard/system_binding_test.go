@@ -17,10 +17,10 @@ import (
 	"github.com/callerauth/callerauth/guard"
 )
 
-// TestSeed002 runs the seed's positive test and N1–N4, and the system
+// TestSystemBinding runs the PDP specification's positive test and N1–N4, and the system
 // binding, against real tokens from the dev issuer verified by TokenReview,
 // through the HTTP middleware of a real server, in enforce and warn.
-func TestSeed002(t *testing.T) {
+func TestSystemBinding(t *testing.T) {
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	auth, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{"flex-auth"}})
 	if err != nil {

@@ -44,15 +44,15 @@ var controllerDesc = grpc.ServiceDesc{
 	Methods:     []grpc.MethodDesc{controllerMethod("GetJob"), controllerMethod("DeleteJob")},
 }
 
-// TestSeed000: every call authenticated and role-checked; the caller's
+// TestRolesAndTenant: every call authenticated and role-checked; the caller's
 // tenant is handed to the handler. In enforce and in audit.
-func TestSeed000(t *testing.T) {
+func TestRolesAndTenant(t *testing.T) {
 	for _, mode := range []guard.Mode{guard.Enforce, guard.Audit} {
-		t.Run(string(mode), func(t *testing.T) { testSeed000(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { testRolesAndTenant(t, mode) })
 	}
 }
 
-func testSeed000(t *testing.T, mode guard.Mode) {
+func testRolesAndTenant(t *testing.T, mode guard.Mode) {
 	callers := map[string]*authn.Caller{
 		"reader-a":  {Username: "system:serviceaccount:vmafx:operator", Tenant: "tenant-a", Roles: []string{"vmafx:reader"}},
 		"reader-b":  {Username: "alice", Tenant: "tenant-b", Roles: []string{"vmafx:reader", "vmafx:writer"}},
@@ -61,7 +61,7 @@ func testSeed000(t *testing.T, mode guard.Mode) {
 	}
 	g, reg := newGuard(t, guard.Config{Mode: mode, Authenticator: fakeAuth(callers), Rule: binding.Roles(binding.RoleConfig{
 		Required: map[string]string{"GetJob": "vmafx:reader"}, RequireTenant: true})})
-	ca, _ := pki.NewCA("seed000")
+	ca, _ := pki.NewCA("roles and tenant")
 	tc, _ := ca.ServerTLS(pki.LoopbackHosts...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
