@@ -100,6 +100,10 @@ type Issuer struct {
 	regMu   sync.Mutex
 	reg     *registry
 	regStat os.FileInfo
+	// seen are the registries read lately, by revision, so that a watch
+	// from a recent resource version replays what changed since
+	// (watch.go); at most maxSeen.
+	seen map[uint64]*registry
 
 	mu sync.Mutex // the OAuth2 client registry
 

@@ -63,6 +63,10 @@ func (i *Issuer) readRegistry() (*registry, error) {
 		return nil, fmt.Errorf("devissuer: parsing %s: %w", i.registryPath(), err)
 	}
 	i.reg, i.regStat = r, st
+	if i.seen == nil || len(i.seen) >= maxSeen {
+		i.seen = map[uint64]*registry{}
+	}
+	i.seen[r.Revision] = r
 	return r, nil
 }
 
@@ -103,3 +107,15 @@ func (i *Issuer) updateRegistry(f func(*registry) error) error {
 }
 
 func newUID() string { return uuid.NewString() }
+
+// maxSeen bounds the registries kept for watches to replay from.
+const maxSeen = 256
+
+// registryAt is the registry as it was at revision rev, if it was read
+// then and is still remembered.
+func (i *Issuer) registryAt(rev uint64) (*registry, bool) {
+	i.regMu.Lock()
+	defer i.regMu.Unlock()
+	r, ok := i.seen[rev]
+	return r, ok
+}

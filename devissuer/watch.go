@@ -22,8 +22,9 @@ import (
 // field selector spec.nodeName. That is what a service needs to check
 // tokens' bound objects from a watch (kube.Bound) against the dev issuer.
 // The registry's revision is the resource version; a watch from an older
-// one is answered 410 Gone, as the API server answers a compacted one, and
-// the client lists again.
+// one replays what changed since when the issuer still remembers that
+// revision (its last 256 reads), else is answered 410 Gone, as the API
+// server answers a compacted one, and the client lists again.
 
 const (
 	// watchPoll is how often a watch looks for a changed registry (the
@@ -147,9 +148,15 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 	q := r.URL.Query()
 	initial := q.Get("sendInitialEvents") == "true"
 	rv := q.Get("resourceVersion")
+	from := reg // what the client has seen: the changes since are sent
 	if !initial && rv != "" && rv != "0" && rv != strconv.FormatUint(reg.Revision, 10) {
-		writeStatus(w, http.StatusGone, metav1.StatusReasonExpired, fmt.Sprintf("too old resource version: %s (%d)", rv, reg.Revision))
-		return
+		n, err := strconv.ParseUint(rv, 10, 64)
+		old, ok := i.registryAt(n)
+		if err != nil || !ok {
+			writeStatus(w, http.StatusGone, metav1.StatusReasonExpired, fmt.Sprintf("too old resource version: %s (%d)", rv, reg.Revision))
+			return
+		}
+		from = old
 	}
 	timeout := maxWatch
 	if s, err := strconv.Atoi(q.Get("timeoutSeconds")); err == nil && s > 0 && time.Duration(s)*time.Second < timeout {
@@ -169,7 +176,7 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 		}
 		return rc.Flush() == nil
 	}
-	seen := sel(reg)
+	seen := sel(from)
 	if initial || rv == "" || rv == "0" {
 		for _, k := range slices.Sorted(maps.Keys(seen)) {
 			if !send(watch.Added, seen[k].meta(reg.Revision)) {
@@ -188,13 +195,15 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 	defer deadline.Stop()
 	tick := time.NewTicker(watchPoll)
 	defer tick.Stop()
-	for rev := reg.Revision; ; {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-deadline.C:
-			return
-		case <-tick.C:
+	for rev, first := from.Revision, true; ; first = false {
+		if !first {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-deadline.C:
+				return
+			case <-tick.C:
+			}
 		}
 		reg, err := i.readRegistry()
 		if err != nil || reg.Revision == rev {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -278,12 +278,10 @@ func TestFaults(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens here now
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, BearerToken: "x", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
 		Audiences: []string{aud}, Timeout: 2 * time.Second})
 	if err != nil {

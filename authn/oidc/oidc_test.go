@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +30,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/faults"
 	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -542,9 +542,7 @@ func TestIssuerFailures(t *testing.T) {
 		})
 	}
 	t.Run("unreachable", func(t *testing.T) {
-		lis, _ := net.Listen("tcp", "127.0.0.1:0")
-		addr := lis.Addr().String()
-		lis.Close()
+		addr, _ := loopback.Addr()
 		auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://idp.example", DiscoveryURL: "https://" + addr, Audiences: []string{"a"}}}})
 		_, err := auth.Authenticate(context.Background(), forge.Sign(claims("https://idp.example", now, nil), k, jose.ES256, "k1"))
 		if authn.ReasonOf(err) != authn.ValidatorUnavailable {

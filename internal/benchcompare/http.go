@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/loadgen"
+	"github.com/callerauth/callerauth/internal/loopback"
 )
 
 // Server is a process serving on a loopback address.
@@ -43,15 +43,6 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // start runs bin with args and waits until GET base+ready answers 200.
@@ -140,7 +131,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	}
 	common := []string{"--insecure-http", "--metrics-listen", "", "--signing-key-file", key, "--log-level", "error"}
 	for _, mode := range []string{"enforce", "off", "authzen"} {
-		addr, err := freeAddr()
+		addr, err := loopback.Addr()
 		if err != nil {
 			return fail(err)
 		}
@@ -180,7 +171,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	if err := os.WriteFile(dataFile, data, 0o600); err != nil {
 		return fail(err)
 	}
-	addr, err := freeAddr()
+	addr, err := loopback.Addr()
 	if err != nil {
 		return fail(err)
 	}
@@ -191,7 +182,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	servers = append(servers, s)
 	p.OPA = s
 	if emptyBin != "" {
-		addr, err := freeAddr()
+		addr, err := loopback.Addr()
 		if err != nil {
 			return fail(err)
 		}

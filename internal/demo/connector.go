@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/internal/pki"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -196,12 +196,10 @@ func connectorDeployment(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr()
 	if err != nil {
 		return fail(r, err)
 	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
 	s, stop, err := e.runConnector("deployment", connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile}})
 	if err != nil {
 		return fail(r, err)

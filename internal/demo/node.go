@@ -24,6 +24,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/eventsvc"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -48,12 +49,10 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 	var auth authn.Authenticator
 	var err error
 	if validatorDown {
-		lis, lerr := net.Listen("tcp", "127.0.0.1:0")
+		addr, lerr := loopback.Addr()
 		if lerr != nil {
 			return nil, lerr
 		}
-		addr := lis.Addr().String()
-		_ = lis.Close()
 		auth, err = kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
 			Audiences: []string{connectorAud}, Timeout: time.Second})
 	} else {

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/internal/loopback"
 )
 
 // The server side: verification scenarios. Each builds its authenticator
@@ -257,12 +257,10 @@ func (e *env) refuses(ctx context.Context, r Result, a authn.Authenticator, newE
 
 func validatorUnavailable(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "server: validator unreachable", Expected: "validator_unavailable"}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr()
 	if err != nil {
 		return fail(r, err)
 	}
-	addr := lis.Addr().String()
-	_ = lis.Close() // nothing listens there now
 	a, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://" + addr, TLSClientConfig: rest.TLSClientConfig{CAFile: e.iss.CAFile()}},
 		Audiences: []string{demoAudience}, Timeout: time.Second})
 	return e.refuses(ctx, r, a, err, "validator_unavailable")

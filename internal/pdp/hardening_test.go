@@ -17,6 +17,7 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/internal/pdp"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -141,12 +142,10 @@ func TestBindingWarnings(t *testing.T) {
 // one sending a 1 MiB header are each cut off, where before they held a
 // connection (and a goroutine) for as long as they liked.
 func TestSlowAndIdleClientsAreCutOff(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	limits := serve.HTTPLimits{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 2 * time.Second,
 		IdleTimeout: 300 * time.Millisecond, MaxHeaderBytes: 8 << 10}
 	e := start(t, "enforce", func(o *pdp.Options) { o.Serve.Listen, o.Serve.HTTP = addr, limits })

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/internal/pdp"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/tokenvolume"
@@ -397,9 +397,7 @@ func TestRunReloadsOnFileChange(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(example, "policy", f))
 		_ = os.WriteFile(filepath.Join(dir, f), b, 0o600)
 	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
+	addr, _ := loopback.Addr()
 	e := start(t, "enforce", func(o *pdp.Options) { o.PolicyDir, o.Serve.Listen, o.ReloadInterval = dir, addr, 50*time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -453,9 +451,7 @@ func TestReloadFromConfigMapVolumes(t *testing.T) {
 	if err := registry.PublishFiles(map[string][]byte{"registry.json": reg}); err != nil {
 		t.Fatal(err)
 	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
+	addr, _ := loopback.Addr()
 	e := start(t, "enforce", func(o *pdp.Options) {
 		o.PolicyDir, o.Registry = filepath.Join(root, "policy"), filepath.Join(root, "registry", "registry.json")
 		o.Serve.Listen, o.ReloadInterval = addr, 50*time.Millisecond

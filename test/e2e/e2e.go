@@ -7,7 +7,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -39,19 +38,6 @@ func Build(dir string, pkgs ...string) (map[string]string, error) {
 		return nil, fmt.Errorf("e2e: go build %v: %w", pkgs, err)
 	}
 	return out, nil
-}
-
-// LoopbackAddr returns a 127.0.0.1 address whose port was free a moment
-// ago. A process started on it may still lose the race for the port to
-// another; a binary that can listen on port 0 and report its address
-// should be started that way instead.
-func LoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("e2e: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Process is a service binary running under a test.

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/internal/pki"
 )
 
@@ -72,15 +72,6 @@ func Bin() (string, error) {
 	return bin, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start runs Hydra serving TLS with a certificate from ca, in dir. ttl is
 // the lifetime of its access tokens (0: Hydra's default, 1 h).
 func Start(ctx context.Context, dir string, ca *pki.CA, ttl time.Duration) (*Server, error) {
@@ -88,14 +79,11 @@ func Start(ctx context.Context, dir string, ca *pki.CA, ttl time.Duration) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	pub, err := freePort()
+	ports, err := loopback.Ports(2)
 	if err != nil {
 		return nil, err
 	}
-	adm, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	pub, adm := ports[0], ports[1]
 	certPEM, keyPEM, err := ca.Issue("127.0.0.1", "127.0.0.1", "localhost")
 	if err != nil {
 		return nil, err

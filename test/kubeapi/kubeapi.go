@@ -15,7 +15,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/callerauth/callerauth/internal/loopback"
 )
 
 // Version is the Kubernetes version the harness builds and runs.
@@ -103,7 +104,7 @@ func Start(ctx context.Context) (_ *Server, err error) {
 			s.Stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	ports, err := loopback.Ports(3)
 	if err != nil {
 		return nil, err
 	}
@@ -276,25 +277,6 @@ func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // Objects the tests create.

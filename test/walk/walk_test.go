@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/callerauth/callerauth/internal/loopback"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 
@@ -70,7 +71,7 @@ func walk(t *testing.T, doc string) string {
 	return script.String()
 }
 
-var loopback = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+var loopbackAddr = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 
 // run executes a walk from the repository root with the built binaries
 // first on PATH, its fixed loopback ports replaced by free ones, and checks
@@ -79,15 +80,15 @@ func run(t *testing.T, doc string) {
 	script := walk(t, doc)
 	var exports []string
 	for _, line := range strings.Split(script, "\n") {
-		if strings.HasPrefix(line, "export ") && loopback.MatchString(line) {
+		if strings.HasPrefix(line, "export ") && loopbackAddr.MatchString(line) {
 			exports = append(exports, line)
 		}
 	}
 	if len(exports) != 1 {
 		t.Fatalf("docs/%s: want one export line with the walk's addresses, found %d", doc, len(exports))
 	}
-	free := loopback.ReplaceAllStringFunc(exports[0], func(string) string {
-		a, err := e2e.LoopbackAddr()
+	free := loopbackAddr.ReplaceAllStringFunc(exports[0], func(string) string {
+		a, err := loopback.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}

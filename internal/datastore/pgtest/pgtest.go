@@ -10,7 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/callerauth/callerauth/internal/loopback"
 )
 
 // Server is a running PostgreSQL.
@@ -97,7 +98,11 @@ func Start(t testing.TB) *Server {
 	if out, err := run("initdb", "-D", data, "-U", s.User, "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
 		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
 	}
-	s.Port = freePort(t)
+	ports, err := loopback.Ports(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Port = ports[0]
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -169,13 +174,4 @@ func (s *Server) NewDatabase(t testing.TB) string {
 		t.Fatalf("pgtest: creating database %s: %v", name, err)
 	}
 	return s.URL(name)
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
