@@ -113,14 +113,18 @@ func (c *guardedServer) report(ctx context.Context, tok string, nodes ...string)
 	return "OK", "", eventsvc.Nodes(out), moved
 }
 
+// gather reads reg's counters and gauges as "name{first label's value}"
+// (or "name" without labels) → value.
 func gather(reg *prometheus.Registry) map[string]float64 {
 	out := map[string]float64{}
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
 			if len(m.GetLabel()) > 0 {
-				out[mf.GetName()+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
+				k += "{" + m.GetLabel()[0].GetValue() + "}"
 			}
+			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return out

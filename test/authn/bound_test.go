@@ -80,17 +80,19 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 		return 0
 	}
 
-	tok := mint("caller", "bound-pod")
-	// The view may not have seen the new pod yet: wait for the first
-	// acceptance, then count.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := a.Authenticate(ctx, tok); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the new pod's token: %v", err)
+	// holds waits until the view holds n more pods than before.
+	holds := func(before, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); b.Stats().Pods < before+n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the view holds %d pods 10 s on; want %d", b.Stats().Pods, before+n)
+			}
 		}
 	}
-	for range 20 {
+	pods := b.Stats().Pods
+	tok := mint("caller", "bound-pod")
+	holds(pods, 1) // before the first use: else it would be reviewed (and that cached)
+	for range 21 {
 		if c, err := a.Authenticate(ctx, tok); err != nil || c.PodName != "bound-pod" {
 			t.Fatalf("%+v %v", c, err)
 		}
@@ -111,16 +113,20 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	}
 
 	// A deleted service account.
+	pods, accounts := b.Stats().Pods, b.Stats().ServiceAccounts
 	if _, err := apiserver.ServiceAccount(ctx, ns, "short-lived"); err != nil {
 		t.Fatal(err)
 	}
 	saTok := mint("short-lived", "short-lived-pod")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := a.Authenticate(ctx, saTok); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the new service account's token: %v", err)
+	holds(pods, 1)
+	for deadline := time.Now().Add(10 * time.Second); b.Stats().ServiceAccounts <= accounts; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the view never held the new service account")
 		}
+	}
+	before := reviews.Load()
+	if _, err := a.Authenticate(ctx, saTok); err != nil || reviews.Load() != before {
+		t.Fatalf("the new service account's token: %v, %d TokenReviews", err, reviews.Load()-before)
 	}
 	saGone := refusedAfter(saTok, "service account", func() error {
 		return apiserver.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "short-lived", deleteNow())
@@ -131,7 +137,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := reviews.Load()
+	before = reviews.Load()
 	if _, err := a.Authenticate(ctx, unbound); err != nil || reviews.Load() != before+1 {
 		t.Fatalf("a token bound to no pod: %v, %d reviews", err, reviews.Load()-before)
 	}

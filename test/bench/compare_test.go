@@ -19,25 +19,15 @@ import (
 var pdpBin, opaBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins, err := e2e.Build(dir, "cmd/pdp")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pdpBin = bins["pdp"]
-	opaBin = filepath.Join(os.Getenv("CALLERAUTH_OPA_BIN"), "opa")
-	if _, err := os.Stat(opaBin); err != nil {
-		fmt.Fprintf(os.Stderr, "test/bench needs OPA (%v): run it through make test, or make opa-tools and set CALLERAUTH_OPA_BIN\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var bins map[string]string
+	e2e.Main(m, &bins, []string{"cmd/pdp"}, func() (func(), error) {
+		pdpBin = bins["pdp"]
+		opaBin = filepath.Join(os.Getenv("CALLERAUTH_OPA_BIN"), "opa")
+		if _, err := os.Stat(opaBin); err != nil {
+			return nil, fmt.Errorf("test/bench needs OPA (%w): run it through make test, or make opa-tools and set CALLERAUTH_OPA_BIN", err)
+		}
+		return nil, nil
+	})
 }
 
 // TestPDPAndOPAAgreeAndAnswer: the pdp and OPA decide every request the

@@ -135,3 +135,39 @@ func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig)
 
 // Pid is the process's id (to change its resource limits, say).
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Main is a test binary's TestMain: it builds pkgs into a temporary
+// directory (their paths by base name in *bins; bins may be nil when pkgs
+// is empty), runs each of before — a kube-apiserver, say — which returns
+// how to stop what it started, runs the tests, stops everything in reverse
+// and removes the binaries, and exits with the tests' code: 1, naming the
+// cause, when a step before the tests fails.
+func Main(m *testing.M, bins *map[string]string, pkgs []string, before ...func() (stop func(), err error)) {
+	os.Exit(run(m, bins, pkgs, before))
+}
+
+func run(m *testing.M, bins *map[string]string, pkgs []string, before []func() (func(), error)) int {
+	if len(pkgs) > 0 {
+		dir, err := os.MkdirTemp("", "e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if *bins, err = Build(dir, pkgs...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	for _, b := range before {
+		stop, err := b()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: before the tests:", err)
+			return 1
+		}
+		if stop != nil {
+			defer stop()
+		}
+	}
+	return m.Run()
+}

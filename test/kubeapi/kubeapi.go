@@ -362,3 +362,18 @@ current-context: test
 `, s.URL, s.CAFile, AdminToken)
 	return os.WriteFile(path, []byte(kc), 0o600)
 }
+
+// ForTests is a step for e2e.Main: it starts a kube-apiserver (within 3
+// minutes) into *s, and returns how to stop it.
+func ForTests(s **Server) func() (func(), error) {
+	return func() (func(), error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		srv, err := Start(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cannot start the kube-apiserver these tests need: %w", err)
+		}
+		*s = srv
+		return srv.Stop, nil
+	}
+}

@@ -42,28 +42,8 @@ var (
 	crds      = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "operator-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if bins, err = e2e.Build(dir, "cmd/vmafx-controller", "cmd/vmafx-node", "cmd/vmafx-operator", "cmd/callerauth"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	apiserver, err = kubeapi.Start(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/operator: cannot start the kube-apiserver:", err)
-		return 1
-	}
-	defer apiserver.Stop()
-	return m.Run()
+func TestMain(m *testing.M) {
+	e2e.Main(m, &bins, []string{"cmd/vmafx-controller", "cmd/vmafx-node", "cmd/vmafx-operator", "cmd/callerauth"}, kubeapi.ForTests(&apiserver))
 }
 
 func write(t *testing.T, path, body string) string {

@@ -33,30 +33,12 @@ var (
 
 const example = "../../examples/secrets-engine"
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "pdp-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bins, err := e2e.Build(dir, "cmd/pdp", "cmd/callerauth")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/pdp:", err)
-		return 1
-	}
-	pdpBin, callerauthBin = bins["pdp"], bins["callerauth"]
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	apiserver, err = kubeapi.Start(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/pdp: cannot start the kube-apiserver these tests need:", err)
-		return 1
-	}
-	defer apiserver.Stop()
-	return m.Run()
+func TestMain(m *testing.M) {
+	var bins map[string]string
+	e2e.Main(m, &bins, []string{"cmd/pdp", "cmd/callerauth"}, func() (func(), error) {
+		pdpBin, callerauthBin = bins["pdp"], bins["callerauth"]
+		return nil, nil
+	}, kubeapi.ForTests(&apiserver))
 }
 
 type pdpProc struct {

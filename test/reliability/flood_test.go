@@ -29,20 +29,11 @@ import (
 var pdpBin, connectorBin, callerauthBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "reliability-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins, err := e2e.Build(dir, "cmd/pdp", "cmd/platform-connector", "cmd/callerauth")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pdpBin, connectorBin, callerauthBin = bins["pdp"], bins["platform-connector"], bins["callerauth"]
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var bins map[string]string
+	e2e.Main(m, &bins, []string{"cmd/pdp", "cmd/platform-connector", "cmd/callerauth"}, func() (func(), error) {
+		pdpBin, connectorBin, callerauthBin = bins["pdp"], bins["platform-connector"], bins["callerauth"]
+		return nil, nil
+	})
 }
 
 const example = "../../examples/secrets-engine"

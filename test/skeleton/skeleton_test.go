@@ -26,18 +26,7 @@ import (
 var bins map[string]string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "skeleton-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if bins, err = e2e.Build(dir, "cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	e2e.Main(m, &bins, []string{"cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller"})
 }
 
 // service is how to start one service with TLS on listen.

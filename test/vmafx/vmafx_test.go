@@ -42,18 +42,7 @@ import (
 var bins map[string]string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vmafx-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if bins, err = e2e.Build(dir, "cmd/vmafx-controller", "cmd/vmafx-node"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	e2e.Main(m, &bins, []string{"cmd/vmafx-controller", "cmd/vmafx-node"})
 }
 
 type world struct {

@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,19 +26,11 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "walk-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	if _, err := e2e.Build(dir, "cmd/callerauth", "cmd/pdp", "cmd/platform-connector"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var bins map[string]string
+	e2e.Main(m, &bins, []string{"cmd/callerauth", "cmd/pdp", "cmd/platform-connector"}, func() (func(), error) {
+		binDir = filepath.Dir(bins["pdp"])
+		return nil, nil
+	})
 }
 
 // walk extracts the "sh walk" blocks of a doc, in order.
