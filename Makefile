@@ -60,7 +60,7 @@ ffmpeg:
 	  fi; }
 
 # PostgreSQL is the replicated datastore the store and replica tests run
-# against (internal/datastore/pgtest starts a server per test: initdb, a
+# against (internal/foundation/datastore/pgtest starts a server per test: initdb, a
 # Unix socket, a random port). Debian's postgresql package, installed when
 # its server binaries are missing, as root; otherwise this says what to
 # install. CALLERAUTH_PG_BIN points elsewhere.
@@ -113,7 +113,7 @@ bench:
 # load, the paired benchmarks; the table goes into docs/performance.md.
 BENCH_DURATION ?= 10s
 bench-compare: opa-tools
-	$(GO) run ./internal/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME)
+	$(GO) run ./internal/kit/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME)
 
 demo:
 	$(GO) run ./cmd/callerauth demo

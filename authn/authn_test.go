@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/internal/testjwt"
+	"github.com/callerauth/callerauth/internal/kit/testjwt"
 	"github.com/callerauth/callerauth/token"
 
 	apiauth "k8s.io/apiserver/pkg/authentication/authenticator"

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/testjwt"
+	"github.com/callerauth/callerauth/internal/kit/testjwt"
 	"github.com/callerauth/callerauth/token"
 )
 

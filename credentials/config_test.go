@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
 func env(m map[string]string) credentials.LoadOption {

@@ -22,10 +22,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/pki"
-	"github.com/callerauth/callerauth/internal/recorder"
-	"github.com/callerauth/callerauth/internal/testjwt"
-	"github.com/callerauth/callerauth/internal/tokenvolume"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/recorder"
+	"github.com/callerauth/callerauth/internal/kit/testjwt"
+	"github.com/callerauth/callerauth/internal/kit/tokenvolume"
 	"github.com/callerauth/callerauth/token"
 )
 

@@ -20,7 +20,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/callerauth/callerauth/decision"
-	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/internal/kit/forge"
 )
 
 // profile is the record format these tests sign and verify.

@@ -11,7 +11,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // Verification failures, for errors.Is. Every one of them means: deny.

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
 // PathToken is the OAuth2 token endpoint (RFC 6749 §3.2): the

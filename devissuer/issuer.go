@@ -26,7 +26,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
 // DefaultIssuer is the iss of minted tokens unless the state directory was

@@ -18,7 +18,7 @@ import (
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/testjwt"
+	"github.com/callerauth/callerauth/internal/kit/testjwt"
 )
 
 // benchGuard is the whole pipeline on a cached verdict: bearer, the cache

@@ -27,8 +27,8 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/eventsvc"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/eventsvc"
 )
 
 // The test service is eventsvc: Report takes a batch of node names and

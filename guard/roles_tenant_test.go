@@ -16,7 +16,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
 // A controller with GetJob and DeleteJob; each answers the tenant and user

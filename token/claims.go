@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // NumericDate is a JWT NumericDate (RFC 7519 §2): seconds since the epoch,

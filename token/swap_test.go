@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/callerauth/callerauth/internal/tokenvolume"
+	"github.com/callerauth/callerauth/internal/kit/tokenvolume"
 	"github.com/callerauth/callerauth/token"
 )
 

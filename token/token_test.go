@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/tokenvolume"
+	"github.com/callerauth/callerauth/internal/kit/tokenvolume"
 	"github.com/callerauth/callerauth/token"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/internal/kit/faults"
 )
 
 // boundEnv is a Bound against the dev issuer's metadata API (list and

@@ -21,8 +21,8 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/internal/faults"
-	"github.com/callerauth/callerauth/internal/loopback"
+	"github.com/callerauth/callerauth/internal/kit/faults"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/token"
 )
 

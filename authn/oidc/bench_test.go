@@ -18,7 +18,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
-	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/internal/kit/forge"
 )
 
 // kubeClaims is the payload of a real bound service-account token.

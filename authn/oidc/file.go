@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // fileIssuer is one issuer in an issuers file.

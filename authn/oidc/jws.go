@@ -17,7 +17,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // A compact JWS (RFC 7515 §7.1) is verified here directly, in one pass over

@@ -14,7 +14,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // FuzzCompactAgainstGoJose holds the direct compact-JWS verifier to

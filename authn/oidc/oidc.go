@@ -10,7 +10,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/internal/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/token"
 )
 

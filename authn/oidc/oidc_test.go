@@ -28,9 +28,9 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/internal/faults"
-	"github.com/callerauth/callerauth/internal/forge"
-	"github.com/callerauth/callerauth/internal/loopback"
+	"github.com/callerauth/callerauth/internal/kit/faults"
+	"github.com/callerauth/callerauth/internal/kit/forge"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/token"
 )
 

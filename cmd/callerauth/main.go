@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/callerauth/callerauth/internal/cli"
+	"github.com/callerauth/callerauth/internal/services/cli"
 )
 
 func main() { os.Exit(cli.Main(os.Args[1:])) }

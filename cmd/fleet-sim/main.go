@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/fleetsim"
+	"github.com/callerauth/callerauth/internal/kit/fleetsim"
 )
 
 func main() {

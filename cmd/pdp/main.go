@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/callerauth/callerauth/internal/pdp"
+	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
 func main() {

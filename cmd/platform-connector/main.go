@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/callerauth/callerauth/internal/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/callerauth/callerauth/internal/vmafx/node"
+	"github.com/callerauth/callerauth/internal/services/vmafx/node"
 )
 
 func main() {

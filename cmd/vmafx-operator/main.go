@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/callerauth/callerauth/internal/vmafx/operator"
+	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/callerauth/callerauth/internal/fsutil"
+	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 )
 
 // Files are the example's files: policy/ (manifest.json, catalog.cedar,

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/callerauth/callerauth/internal/fsutil"
+	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 )
 
 // Files are policy/ (manifest.json, schema.cedarschema, todo.cedar) and

@@ -21,8 +21,8 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/capture"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 

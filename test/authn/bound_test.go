@@ -12,7 +12,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
-	"github.com/callerauth/callerauth/internal/faults"
+	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 

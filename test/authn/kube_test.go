@@ -10,7 +10,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
-	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/internal/kit/forge"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 

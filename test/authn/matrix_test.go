@@ -26,7 +26,7 @@ import (
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/forge"
+	"github.com/callerauth/callerauth/internal/kit/forge"
 	"github.com/callerauth/callerauth/test/kubeapi"
 	"github.com/callerauth/callerauth/token"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/benchcompare"
+	"github.com/callerauth/callerauth/internal/kit/benchcompare"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 const chartDir = "../../deploy/charts/platform-connector"

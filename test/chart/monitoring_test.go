@@ -33,8 +33,8 @@ import (
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
-	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/token"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
-	"github.com/callerauth/callerauth/internal/pdp"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
 const pdpChart = "../../deploy/charts/pdp"

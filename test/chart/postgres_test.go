@@ -7,8 +7,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/callerauth/callerauth/internal/datastore"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
 // deployment is what the tests read of a rendered Deployment.

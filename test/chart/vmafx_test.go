@@ -10,10 +10,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/callerauth/callerauth/internal/pki"
-	"github.com/callerauth/callerauth/internal/vmafx/controller"
-	"github.com/callerauth/callerauth/internal/vmafx/node"
-	"github.com/callerauth/callerauth/internal/vmafx/operator"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/services/vmafx/node"
+	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
 )
 
 const vmafxChart = "../../deploy/charts/vmafx"

@@ -17,7 +17,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/connector"
+	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 // TestDeploymentReplicas runs three deployment-role connector binaries on

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 func writeFile(t *testing.T, path string, b []byte) {

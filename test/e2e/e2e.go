@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/capture"
+	"github.com/callerauth/callerauth/internal/kit/capture"
 )
 
 // Module is the import path of the callerauth module.

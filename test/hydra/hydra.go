@@ -23,9 +23,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/capture"
-	"github.com/callerauth/callerauth/internal/loopback"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 )
 
 // Version is the Hydra release the harness builds and runs.

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/callerauth/callerauth/internal/loopback"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 )
 
 // Version is the Kubernetes version the harness builds and runs.

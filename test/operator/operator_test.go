@@ -28,8 +28,8 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/pki"
-	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/hydra"
 	"github.com/callerauth/callerauth/test/kubeapi"

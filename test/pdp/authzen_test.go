@@ -18,7 +18,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/internal/pdp"
+	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
 // The interop vectors, AuthZEN 1.0 shape (test/testdata/authzen/README.md).

@@ -21,7 +21,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )

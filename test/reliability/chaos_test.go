@@ -26,8 +26,8 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/connector"
-	"github.com/callerauth/callerauth/internal/pki"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 

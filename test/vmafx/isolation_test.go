@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 )
 
 // TestIsolationBeyondTheAPI: the data-plane findings of an outside probe,

@@ -33,8 +33,8 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/internal/pki"
-	"github.com/callerauth/callerauth/internal/vmafx/clipgen"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/token"
 )

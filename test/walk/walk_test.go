@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/loopback"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 

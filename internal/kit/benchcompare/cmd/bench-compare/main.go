@@ -1,0 +1,86 @@
+// Command bench-compare runs make bench-compare: the pdp and OPA under the
+// same load, the paired Go benchmarks, one table of ratios printed and
+// written into docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/callerauth/callerauth/internal/kit/benchcompare"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	opa := flag.String("opa", filepath.Join(os.Getenv("CALLERAUTH_OPA_BIN"), "opa"), "the OPA binary (make opa-tools builds it)")
+	duration := flag.Duration("duration", 10*time.Second, "how long each HTTP load runs")
+	conns := flag.Int("connections", 8, "connections of the load generator")
+	benchtime := flag.String("benchtime", "1s", "go test -benchtime for the paired benchmarks")
+	write := flag.String("write", "docs/performance.md", "the file whose bench-compare section receives the table (empty: print only)")
+	flag.Parse()
+	if _, err := os.Stat(*opa); err != nil { //nolint:gosec // the operator's own flag, naming a binary to run.
+		return fmt.Errorf("--opa: %w (make opa-tools builds it)", err)
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "bench-compare-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	pdpBin := filepath.Join(dir, "pdp")
+	if out, err := exec.Command("go", "build", "-o", pdpBin, "./cmd/pdp").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's pdp into a temporary directory.
+		return fmt.Errorf("building the pdp: %w\n%s", err, out)
+	}
+	emptyBin := filepath.Join(dir, "empty-server")
+	if out, err := exec.Command("go", "build", "-o", emptyBin, "./internal/kit/benchcompare/cmd/empty-server").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's floor server into a temporary directory.
+		return fmt.Errorf("building the empty server: %w\n%s", err, out)
+	}
+	peers, err := benchcompare.StartPeers(ctx, dir, pdpBin, *opa, emptyBin, "examples/secrets-engine/rego/secretsengine.rego")
+	if err != nil {
+		return err
+	}
+	defer peers.Close()
+	n, err := benchcompare.Agree(ctx, peers)
+	if err != nil {
+		return fmt.Errorf("the pdp and OPA disagree: %w", err)
+	}
+	fmt.Printf("the pdp and OPA agree on all %d requests\n", n)
+	loads, err := benchcompare.LoadAll(ctx, peers, *conns, *duration)
+	if err != nil {
+		return err
+	}
+	peers.Close()
+	m, err := benchcompare.RunPairs(ctx, "go", ".", *benchtime, benchcompare.Pairs)
+	if err != nil {
+		return err
+	}
+	pairRows, err := benchcompare.PairRows(benchcompare.Pairs, m)
+	if err != nil {
+		return err
+	}
+	rows := append(benchcompare.LoadRows(loads), pairRows...)
+	host, _ := os.Hostname()
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections × %s each, one peer at a time, plain HTTP on loopback; paired Go benchmarks at -benchtime %s. The pdp and OPA agreed on all %d requests first.",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *benchtime, n)
+	table := benchcompare.Markdown(rows, about)
+	fmt.Println(table)
+	if *write != "" {
+		if err := benchcompare.WriteInto(*write, table); err != nil {
+			return err
+		}
+		fmt.Println("written into", *write)
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+// Package benchcompare measures callerauth beside its peers in one run on
+// one machine — the pdp against OPA serving the same policy under the same
+// load, and the paired Go benchmarks of each package — and reports each
+// row as a ratio, with this run's absolute figures beside it (make
+// bench-compare; docs/performance.md).
+package benchcompare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/devissuer"
+	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
+	"github.com/callerauth/callerauth/examples/todo"
+	"github.com/callerauth/callerauth/internal/kit/loadgen"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
+)
+
+// Server is a process serving on a loopback address.
+type Server struct {
+	Name string
+	URL  string // base URL
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+}
+
+// Stop ends the process.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// start runs bin with args and waits until GET base+ready answers 200.
+func start(ctx context.Context, name, bin, addr, ready string, args ...string) (*Server, error) {
+	s := &Server{Name: name, URL: "http://" + addr}
+	s.cmd = exec.CommandContext(ctx, bin, args...) //nolint:gosec // binaries this package was given, on loopback.
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("benchcompare: starting %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(s.URL + ready)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+	}
+	s.Stop()
+	return nil, fmt.Errorf("benchcompare: %s did not become ready: %s", name, s.out.String())
+}
+
+// Peers are the servers of the HTTP comparison.
+type Peers struct {
+	PDP, PDPAuthOff, OPA *Server
+	// AuthZEN is a pdp serving examples/todo over AuthZEN, caller
+	// authentication on.
+	AuthZEN *Server
+	// Empty answers every request with a fixed body: net/http's floor.
+	Empty     *Server
+	Token     string // a caller token the pdp accepts
+	TodoToken string // one the AuthZEN pdp accepts
+	stop      func()
+}
+
+// Close stops every server.
+func (p *Peers) Close() { p.stop() }
+
+// StartPeers starts, under dir: the dev issuer (the pdp's TokenReview
+// backend), the pdp with caller authentication and signing, the pdp with
+// --insecure-caller-auth-off, and OPA serving the example policy in Rego
+// (examples/secrets-engine/rego) over the registry in OPA's shape.
+func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile string) (*Peers, error) {
+	var servers []*Server
+	var stops []func()
+	p := &Peers{stop: func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+		for _, f := range stops {
+			f()
+		}
+	}}
+	fail := func(err error) (*Peers, error) { p.Close(); return nil, err }
+	iss, err := devissuer.Open(filepath.Join(dir, "issuer"), devissuer.Config{})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := iss.Serve("127.0.0.1:0", nil)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { _ = srv.Close() })
+	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "secrets-engine", ServiceAccount: "secrets-engine", Audiences: []string{"flex-auth"}, Lifetime: time.Hour})
+	if err != nil {
+		return fail(err)
+	}
+	p.Token = tok.Token
+	todoTok, err := iss.Mint(devissuer.TokenRequest{Namespace: "todo", ServiceAccount: "todo-backend", Audiences: []string{"flex-auth"}, Lifetime: time.Hour})
+	if err != nil {
+		return fail(err)
+	}
+	p.TodoToken = todoTok.Token
+	todoPolicy, todoRegistry, err := todo.WriteTo(filepath.Join(dir, "todo"))
+	if err != nil {
+		return fail(err)
+	}
+	policyDir, registry, err := secretsengine.WriteTo(filepath.Join(dir, "example"))
+	if err != nil {
+		return fail(err)
+	}
+	key := filepath.Join(dir, "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		return fail(err)
+	}
+	common := []string{"--insecure-http", "--metrics-listen", "", "--signing-key-file", key, "--log-level", "error"}
+	for _, mode := range []string{"enforce", "off", "authzen"} {
+		addr, err := loopback.Addr()
+		if err != nil {
+			return fail(err)
+		}
+		args := append([]string{"--listen", addr}, common...)
+		name := "pdp"
+		switch mode {
+		case "off":
+			name = "pdp --insecure-caller-auth-off"
+			args = append(args, "--policy-dir", policyDir, "--registry", registry, "--caller-auth-mode", "off", "--insecure-caller-auth-off")
+		case "authzen":
+			name = "pdp AuthZEN"
+			args = append(args, "--policy-dir", todoPolicy, "--registry", todoRegistry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "todo=system:serviceaccount:todo:todo-backend")
+		default:
+			args = append(args, "--policy-dir", policyDir, "--registry", registry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
+		}
+		s, err := start(ctx, name, pdpBin, addr, "/readyz", args...)
+		if err != nil {
+			return fail(err)
+		}
+		servers = append(servers, s)
+		switch mode {
+		case "off":
+			p.PDPAuthOff = s
+		case "authzen":
+			p.AuthZEN = s
+		default:
+			p.PDP = s
+		}
+	}
+	data, err := OPAData(registry)
+	if err != nil {
+		return fail(err)
+	}
+	dataFile := filepath.Join(dir, "data.json")
+	if err := os.WriteFile(dataFile, data, 0o600); err != nil {
+		return fail(err)
+	}
+	addr, err := loopback.Addr()
+	if err != nil {
+		return fail(err)
+	}
+	s, err := start(ctx, "OPA", opaBin, addr, "/health", "run", "--server", "--addr", addr, "--log-level", "error", regoFile, dataFile)
+	if err != nil {
+		return fail(err)
+	}
+	servers = append(servers, s)
+	p.OPA = s
+	if emptyBin != "" {
+		addr, err := loopback.Addr()
+		if err != nil {
+			return fail(err)
+		}
+		e, err := start(ctx, "empty", emptyBin, addr, "/", "--listen", addr)
+		if err != nil {
+			return fail(err)
+		}
+		servers = append(servers, e)
+		p.Empty = e
+	}
+	return p, nil
+}
+
+// OPAData is the registry (Cedar entities) in the shape the Rego policy
+// reads: {"registry": {"tenants": {t: true}, "lanes": {l: tenant},
+// "subjects": {s: [lanes]}, "resources": {r: lane}}}. Derived, so the two
+// cannot drift.
+func OPAData(registry string) ([]byte, error) {
+	b, err := os.ReadFile(registry)
+	if err != nil {
+		return nil, err
+	}
+	var entities []types.Entity
+	if err := json.Unmarshal(b, &entities); err != nil {
+		return nil, fmt.Errorf("benchcompare: %s: %w", registry, err)
+	}
+	reg := map[string]any{"tenants": map[string]bool{}, "lanes": map[string]string{}, "subjects": map[string][]string{}, "resources": map[string]string{}}
+	for _, e := range entities {
+		var parents []string
+		for p := range e.Parents.All() {
+			parents = append(parents, string(p.ID))
+		}
+		id := string(e.UID.ID)
+		switch e.UID.Type {
+		case "Tenant":
+			reg["tenants"].(map[string]bool)[id] = true
+		case "Lane":
+			if len(parents) != 1 {
+				return nil, fmt.Errorf("benchcompare: lane %s has %d tenants", id, len(parents))
+			}
+			reg["lanes"].(map[string]string)[id] = parents[0]
+		case "Subject":
+			reg["subjects"].(map[string][]string)[id] = parents
+		case "Resource":
+			if len(parents) != 1 {
+				return nil, fmt.Errorf("benchcompare: resource %s has %d lanes", id, len(parents))
+			}
+			reg["resources"].(map[string]string)[id] = parents[0]
+		}
+	}
+	return json.Marshal(map[string]any{"registry": reg})
+}
+
+// Verdict is a decision as both peers state it.
+type Verdict struct {
+	Allow  bool
+	Reason string
+}
+
+// AskPDP posts a check to a pdp and reads the effect and reason.
+func AskPDP(ctx context.Context, s *Server, token string, req []byte) (Verdict, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	body, err := post(ctx, s.URL+"/v1/check", h, req)
+	if err != nil {
+		return Verdict{}, err
+	}
+	var signed struct {
+		Record struct {
+			Effect, Reason string
+		} `json:"record"`
+	}
+	if err := json.Unmarshal(body, &signed); err != nil || signed.Record.Effect == "" {
+		return Verdict{}, fmt.Errorf("benchcompare: the pdp answered %s", body)
+	}
+	return Verdict{Allow: signed.Record.Effect == decision.Allow, Reason: signed.Record.Reason}, nil
+}
+
+// AskOPA posts the same request as OPA's input and reads the decision.
+func AskOPA(ctx context.Context, s *Server, req []byte) (Verdict, error) {
+	body, err := post(ctx, s.URL+"/v1/data/secretsengine/decision", http.Header{"Content-Type": {"application/json"}}, opaInput(req))
+	if err != nil {
+		return Verdict{}, err
+	}
+	var out struct {
+		Result *struct {
+			Allow  bool   `json:"allow"`
+			Reason string `json:"reason"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Result == nil {
+		return Verdict{}, fmt.Errorf("benchcompare: OPA answered %s", body)
+	}
+	return Verdict{Allow: out.Result.Allow, Reason: out.Result.Reason}, nil
+}
+
+func opaInput(req []byte) []byte { return []byte(`{"input":` + string(req) + `}`) }
+
+func post(ctx context.Context, url string, h http.Header, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = h
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("benchcompare: %s: %s: %s", url, resp.Status, b)
+	}
+	return b, err
+}
+
+// Requests are the check requests the agreement covers: the two examples
+// and one for each registry reason and policy branch.
+func Requests() [][]byte {
+	base := map[string]any{}
+	_ = json.Unmarshal(secretsengine.AllowRequest(), &base)
+	with := func(changes map[string]any) []byte {
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range changes {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	return [][]byte{
+		secretsengine.AllowRequest(), secretsengine.DenyRequest(),
+		with(map[string]any{"tenant": "evil-corp", "lane": "billing"}),
+		with(map[string]any{"lane": "nowhere"}),
+		with(map[string]any{"tenant": "globex"}),
+		with(map[string]any{"subject": "svc-unknown"}),
+		with(map[string]any{"resource": "nothing"}),
+		with(map[string]any{"resource": "invoice-db"}),
+		with(map[string]any{"stage": "delete"}),
+		with(map[string]any{"stage": "read"}),
+		with(map[string]any{"system": "another-system"}),
+		with(map[string]any{"fields": []string{"password", "username"}}),
+		with(map[string]any{"fields": []string{}}),
+		with(map[string]any{"lane": "billing", "resource": "invoice-db"}),
+		with(map[string]any{"subject": "svc-payroll"}),
+		with(map[string]any{"resource": "tls-key", "fields": []string{"private_key"}}),
+	}
+}
+
+// Agree asks the pdp (caller authentication off: the policy alone) and OPA
+// every request of Requests and returns an error naming each that they
+// decide differently.
+func Agree(ctx context.Context, p *Peers) (int, error) {
+	var errs []error
+	for _, req := range Requests() {
+		ours, err := AskPDP(ctx, p.PDPAuthOff, "", req)
+		if err != nil {
+			return 0, err
+		}
+		theirs, err := AskOPA(ctx, p.OPA, req)
+		if err != nil {
+			return 0, err
+		}
+		if ours != theirs {
+			errs = append(errs, fmt.Errorf("%s: pdp %+v, OPA %+v", req, ours, theirs))
+		}
+	}
+	return len(Requests()), errors.Join(errs...)
+}
+
+// Load is one HTTP load row's measurements.
+type Load struct {
+	Name      string
+	Role      string // "pdp", "pdp-off", "authzen" or "opa"
+	Decisions int    // decisions per request (an AuthZEN batch: its size)
+	Result    loadgen.Result
+}
+
+// DecisionsPerSecond is the load's throughput in decisions.
+func (l Load) DecisionsPerSecond() float64 {
+	return l.Result.PerSecond() * float64(max(1, l.Decisions))
+}
+
+// authzenBody is a batch of n evaluations of the Todo example (Morty
+// updating his own todo: allowed), or one evaluation for n = 0.
+func authzenBody(n int) []byte {
+	const subject = `"subject":{"type":"user","id":"` + todo.Morty + `"},"action":{"name":"can_update_todo"}`
+	const resource = `"resource":{"type":"todo","id":"t","properties":{"ownerID":"morty@the-citadel.com"}}`
+	if n == 0 {
+		return []byte("{" + subject + "," + resource + "}")
+	}
+	items := make([]string, n)
+	for i := range items {
+		items[i] = "{" + resource + "}"
+	}
+	return []byte("{" + subject + `,"evaluations":[` + strings.Join(items, ",") + "]}")
+}
+
+// LoadAll drives the pdp (with and without caller authentication) and OPA
+// with the allow example, one after the other, under the same load; every
+// answer must be the allow.
+func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load, error) {
+	req := secretsengine.AllowRequest()
+	allowPDP := func(status int, body []byte) error {
+		if status != http.StatusOK || !bytes.Contains(body, []byte(`"effect":"allow"`)) {
+			return fmt.Errorf("pdp answered %d %.200s", status, body)
+		}
+		return nil
+	}
+	allowOPA := func(status int, body []byte) error {
+		if status != http.StatusOK || !bytes.Contains(body, []byte(`"allow":true`)) {
+			return fmt.Errorf("OPA answered %d %.200s", status, body)
+		}
+		return nil
+	}
+	allowAll := func(n int) func(int, []byte) error {
+		return func(status int, body []byte) error {
+			if status != http.StatusOK || bytes.Count(body, []byte(`"decision":true`)) != n {
+				return fmt.Errorf("the AuthZEN pdp answered %d %.200s", status, body)
+			}
+			return nil
+		}
+	}
+	azHeader := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.TodoToken}}
+	runs := []struct {
+		name, role string
+		decisions  int
+		cfg        loadgen.Config
+		check      func(int, []byte) error
+	}{
+		{"pdp: caller auth (cached TokenReview) + ES256 record", "pdp", 1, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+			Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, allowPDP},
+		{"pdp: --insecure-caller-auth-off, ES256 record", "pdp-off", 1, loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
+			Header: http.Header{"Content-Type": {"application/json"}}}, allowPDP},
+		{"pdp AuthZEN: one evaluation, caller auth + signed", "authzen", 1, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluation", Body: authzenBody(0), Header: azHeader}, allowAll(1)},
+		{"pdp AuthZEN: batches of 10, caller auth + one signature each", "authzen", 10, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(10), Header: azHeader}, allowAll(10)},
+		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
+		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
+	}
+	if p.Empty != nil {
+		runs = append(runs, struct {
+			name, role string
+			decisions  int
+			cfg        loadgen.Config
+			check      func(int, []byte) error
+		}{"net/http empty handler (the floor)", "floor", 1, loadgen.Config{URL: p.Empty.URL + "/", Body: req, Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA})
+	}
+	var out []Load
+	for _, r := range runs {
+		r.cfg.Connections, r.cfg.Duration, r.cfg.Check = conns, d, r.check
+		res, err := loadgen.Run(ctx, r.cfg)
+		if err != nil {
+			return nil, err
+		}
+		if res.Errors > 0 || res.Requests == 0 {
+			return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %w", r.name, res.Requests, res.Errors, res.FirstError)
+		}
+		out = append(out, Load{Name: r.name, Role: r.role, Decisions: r.decisions, Result: res})
+	}
+	return out, nil
+}
+
+// OPAVersion is the OPA the Makefile builds.
+const OPAVersion = "v1.22.3"
+
+// shortName trims a benchmark name's GOMAXPROCS suffix.
+func shortName(s string) string {
+	if i := strings.LastIndex(s, "-"); i > 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,118 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// NewCommand is the platform-connector command line. getenv reads the
+// environment (NODE_NAME).
+func NewCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	o := Options{Serve: serve.Options{MetricsListen: "127.0.0.1:2112"}}
+	var role string
+	cmd := &cobra.Command{
+		Use:   "platform-connector",
+		Short: "Receive health events over gRPC, with node-binding authentication",
+		Long: `platform-connector stores health events about nodes. In the socket role it
+runs on each node (a DaemonSet), listens on a Unix socket and pins callers
+to its node; in the deployment role it listens on TCP with TLS and every
+caller needs a pod-bound token. config.json (the ConfigMap) holds the
+node-binding settings; see docs/platform-connector.md.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Serve.LogOutput = stderr
+			o.Role = Role(role)
+			if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
+				o.Socket = "" // the default socket path belongs to the socket role
+			}
+			if o.NodeName == "" {
+				o.NodeName = getenv("NODE_NAME")
+			}
+			s, err := New(o)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&role, "role", string(RoleSocket), "socket (node-local DaemonSet) or deployment")
+	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")
+	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
+	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
+	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
+	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
+	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
+	o.Serve.AddFlags(f)
+	o.Auth.AddFlags(f)
+	// The names these two had before every service shared one set.
+	for old, name := range map[string]string{"auth-cache-ttl": "caller-cache-ttl", "auth-review-timeout": "caller-review-timeout"} {
+		f.AddFlag(&pflag.Flag{Name: old, Value: f.Lookup(name).Value, DefValue: f.Lookup(name).DefValue})
+	}
+	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
+	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
+	cmd.AddCommand(newEventsCommand(stdout))
+	return cmd
+}
+
+func newEventsCommand(stdout io.Writer) *cobra.Command {
+	var db, node string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the stored events, one JSON object per line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if d, path, err := datastore.Parse(db); err != nil {
+				return fmt.Errorf("--datastore: %w", err)
+			} else if d == datastore.SQLite {
+				if _, err := os.Stat(path); err != nil {
+					return fmt.Errorf("--datastore: %w", err)
+				}
+			}
+			s, err := OpenStore(db)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			events, err := s.List(cmd.Context(), node, limit)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(stdout)
+			for _, e := range events {
+				ev, _ := protojson.Marshal(e.Event)
+				if err := enc.Encode(map[string]any{
+					"id": e.ID, "node": e.Node, "caller": e.Caller, "scope": e.Scope,
+					"received_at": e.ReceivedAt.UTC().Format(time.RFC3339Nano), "event": json.RawMessage(ev),
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&db, "datastore", "/var/lib/platform-connector/events.db", "the datastore: an SQLite file or a postgres:// URL")
+	cmd.Flags().StringVar(&node, "node", "", "only events about this node")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many events")
+	return cmd
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	return serve.Execute(ctx, NewCommand(os.Stdout, os.Stderr, os.Getenv), args, os.Stderr)
+}

@@ -1,0 +1,291 @@
+package connector_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/services/connector"
+)
+
+// running is a connector serving in the background.
+type running struct {
+	s    *connector.Server
+	done chan error
+	stop context.CancelFunc
+	log  *capture.Buffer
+}
+
+// run starts a socket-role connector with node binding off (the limits
+// come before authentication) unless config says otherwise.
+func run(t *testing.T, o connector.Options, config string) *running {
+	t.Helper()
+	dir := t.TempDir()
+	if config == "" {
+		config = `{"enableNodeBindingAuth": false}`
+	}
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o.Role == "" {
+		o.Role, o.NodeName = connector.RoleSocket, "node-a"
+	}
+	o.ConfigFile, o.Datastore = cfg, filepath.Join(dir, "events.db")
+	lb := &capture.Buffer{}
+	o.Logger = slog.New(slog.NewJSONHandler(lb, nil))
+	s, err := connector.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{s: s, done: make(chan error, 1), stop: cancel, log: lb}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	// Serving once the start-up line is out: a stale socket file at the
+	// path exists before the connector listens on it.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(lb.String(), "connector: serving"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connector did not start:\n%s", lb.String())
+		}
+	}
+	return r
+}
+
+func dialSocket(t *testing.T, path string) pcv1.PlatformConnectorClient {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket at %s", path)
+		}
+	}
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pcv1.NewPlatformConnectorClient(conn)
+}
+
+func events(n int, message string) *pcv1.HealthEvents {
+	b := &pcv1.HealthEvents{}
+	for range n {
+		b.Events = append(b.Events, &pcv1.HealthEvent{NodeName: "node-a", CheckName: "c", Message: message})
+	}
+	return b
+}
+
+// TestBatchLimits: one call carried 100,000 rows before; now a batch over
+// either limit is refused whole, says which limit, stores nothing and is
+// counted.
+func TestBatchLimits(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	r := run(t, connector.Options{Socket: sock, MaxBatchEvents: 10, MaxMessageBytes: 64 << 10}, "")
+	c := dialSocket(t, sock)
+	ctx := context.Background()
+	refused := func(limit string) float64 { return counter(t, r.s, "platform_connector_batches_refused_total", limit) }
+	_, err := c.HealthEventOccurredV1(ctx, events(11, ""))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "a batch of 11 events is over the limit of 10 (--max-batch-events)") {
+		t.Fatalf("11 events: %v", err)
+	}
+	_, err = c.HealthEventOccurredV1(ctx, events(2, strings.Repeat("m", 40<<10)))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("an 80 KiB message: %v", err)
+	}
+	if got, _ := r.s.Store().List(ctx, "", 0); len(got) != 0 {
+		t.Fatalf("%d events stored from refused batches", len(got))
+	}
+	if refused("events") != 1 || refused("bytes") != 1 {
+		t.Fatalf("refusals counted: events %v, bytes %v", refused("events"), refused("bytes"))
+	}
+	if _, err := c.HealthEventOccurredV1(ctx, events(10, "")); err != nil {
+		t.Fatalf("a batch at the limit: %v", err)
+	}
+	if got, _ := r.s.Store().List(ctx, "", 0); len(got) != 10 {
+		t.Fatalf("%d events stored; want 10", len(got))
+	}
+}
+
+// counter reads one labelled counter from the connector's registry.
+func counter(t *testing.T, s *connector.Server, name, label string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s}", name, label)
+	return 0
+}
+
+// TestSocketPathIsNotTakenOver: only a stale socket is removed. A regular
+// file at the path is refused and kept; a socket another connector is
+// serving on is refused, and that connector keeps serving its publishers.
+func TestSocketPathIsNotTakenOver(t *testing.T) {
+	dir := t.TempDir()
+	newServer := func(sock string) *connector.Server {
+		cfg := filepath.Join(t.TempDir(), "config.json")
+		_ = os.WriteFile(cfg, []byte(`{"enableNodeBindingAuth": false}`), 0o600)
+		s, err := connector.New(connector.Options{Role: connector.RoleSocket, NodeName: "node-a", Socket: sock, ConfigFile: cfg,
+			Datastore: filepath.Join(t.TempDir(), "db"), Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("a regular file", func(t *testing.T) {
+		path := filepath.Join(dir, "file.sock")
+		_ = os.WriteFile(path, []byte("precious"), 0o600)
+		err := newServer(path).Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "exists and is not a socket") || !strings.Contains(err.Error(), path) {
+			t.Fatalf("Run = %v", err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "precious" {
+			t.Fatal("the file was removed")
+		}
+	})
+	t.Run("a live socket", func(t *testing.T) {
+		path := filepath.Join(dir, "live.sock")
+		first := run(t, connector.Options{Socket: path}, "")
+		c := dialSocket(t, path)
+		err := newServer(path).Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "another process is listening on it") {
+			t.Fatalf("Run = %v", err)
+		}
+		if _, err := c.HealthEventOccurredV1(context.Background(), events(1, "")); err != nil {
+			t.Fatalf("the first connector lost its socket: %v", err)
+		}
+		if got, _ := first.s.Store().List(context.Background(), "", 0); len(got) != 1 {
+			t.Fatalf("the first connector stored %d events", len(got))
+		}
+	})
+	t.Run("a stale socket", func(t *testing.T) {
+		path := filepath.Join(dir, "stale.sock")
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetUnlinkOnClose(false) // a connector that died leaves this behind
+		_ = l.Close()
+		run(t, connector.Options{Socket: path}, "")
+		if _, err := dialSocket(t, path).HealthEventOccurredV1(context.Background(), events(1, "")); err != nil {
+			t.Fatalf("after a stale socket: %v", err)
+		}
+	})
+}
+
+// TestDeploymentRoleLogsEffectiveSettings: config.json may say audit and
+// fail-open, but the deployment role enforces; the start-up line says what
+// is in force.
+func TestDeploymentRoleLogsEffectiveSettings(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(cert, certPEM, 0o600)
+	_ = os.WriteFile(key, keyPEM, 0o600)
+	r := run(t, connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
+		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+			return nil, authn.Fail(authn.TokenInvalid, "test")
+		})},
+		`{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": [], "AuthMode": "audit", "AuthFailOpenOnUnavailable": true}`)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(r.log.String(), "connector: serving"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no start-up line: %s", r.log.String())
+		}
+	}
+	for _, line := range strings.Split(r.log.String(), "\n") {
+		if strings.Contains(line, "connector: serving") && (!strings.Contains(line, `"mode":"enforce"`) || !strings.Contains(line, `"failOpenOnUnavailable":false`)) {
+			t.Fatalf("the start-up line does not say what is in force: %s", line)
+		}
+	}
+}
+
+// TestMetricsTheDocsList: every series docs/platform-connector.md lists is
+// exported from start-up, and every reason of its table is a label value
+// of the violations counter, at zero.
+func TestMetricsTheDocsList(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/platform-connector.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	section := doc[strings.Index(doc, "## Metrics"):]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	r := run(t, connector.Options{Socket: sock, Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+		return nil, authn.Fail(authn.TokenInvalid, "test")
+	})}, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`)
+	mfs, err := r.s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		labels[mf.GetName()] = map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[mf.GetName()][l.GetValue()] = true
+			}
+		}
+	}
+	metrics, reasons := 0, 0
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		first := strings.TrimSpace(cells[1])
+		switch {
+		case strings.HasPrefix(first, "`platform_connector_"):
+			metrics++
+			if labels[strings.Trim(first, "`")] == nil {
+				t.Errorf("docs list %s; the connector does not export it", first)
+			}
+		case strings.HasPrefix(first, "`") && !strings.Contains(first, " "):
+			reasons++
+			if !labels["platform_connector_auth_violations_total"][strings.Trim(first, "`")] {
+				t.Errorf("docs list reason %s; the violations counter has no such label value", first)
+			}
+		}
+	}
+	if metrics < 4 || reasons < 10 {
+		t.Fatalf("read %d metrics and %d reasons from the docs; the table moved?", metrics, reasons)
+	}
+}

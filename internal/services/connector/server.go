@@ -1,0 +1,341 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// Role is how the connector is deployed.
+type Role string
+
+// Roles.
+const (
+	// RoleSocket is the node-local DaemonSet: a Unix socket, the node from
+	// NODE_NAME.
+	RoleSocket Role = "socket"
+	// RoleDeployment listens on TCP with TLS and has no local node.
+	RoleDeployment Role = "deployment"
+)
+
+// Options configure a connector. Flags map onto them one to one.
+type Options struct {
+	Role       Role
+	ConfigFile string // config.json
+	NodeName   string // socket role: this node
+	Socket     string // socket role: the Unix socket path
+	// Serve: --listen, --tls-cert-file, --tls-key-file (deployment role),
+	// --metrics-listen, --log-level, --shutdown-timeout, --http-*.
+	Serve serve.Options
+	// Auth: --caller-backend, --kubeconfig, --caller-oidc-issuers,
+	// --caller-cache-ttl, --caller-review-timeout. The audience, mode and
+	// fail-open come from config.json.
+	Auth      serve.AuthOptions
+	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
+	// DatastoreURLFile, when set, holds the datastore URL instead
+	// (--datastore-url-file; datastore.Resolve).
+	DatastoreURLFile string
+	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
+	// carry; a larger batch is refused whole (InvalidArgument). Default
+	// DefaultMaxBatchEvents.
+	MaxBatchEvents int
+	// MaxMessageBytes is the largest request message accepted; gRPC refuses
+	// a larger one whole (ResourceExhausted). Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	Logger          *slog.Logger
+	// Authenticator replaces the backend, for tests.
+	Authenticator authn.Authenticator
+}
+
+// Defaults of the batch limits.
+const (
+	DefaultMaxBatchEvents  = 1000
+	DefaultMaxMessageBytes = 4 << 20
+)
+
+// Validate refuses options that cannot be honoured, naming the flag. auth
+// is the loaded config.json.
+func (o Options) Validate(auth AuthConfig) error {
+	var errs []error
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Auth.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxBatchEvents < 1 {
+		errs = append(errs, fmt.Errorf("connector: --max-batch-events %d: want at least 1", o.MaxBatchEvents))
+	}
+	if o.MaxMessageBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("connector: --max-message-bytes %d: want at least 1024", o.MaxMessageBytes))
+	}
+	switch o.Role {
+	case RoleSocket:
+		if o.NodeName == "" {
+			errs = append(errs, errors.New("connector: the socket role needs its node: set NODE_NAME or --node-name"))
+		}
+		if o.Socket == "" {
+			errs = append(errs, errors.New("connector: the socket role needs --socket"))
+		}
+		if o.Serve.Listen != "" || o.Serve.HasTLS() {
+			errs = append(errs, errors.New("connector: --listen, --tls-cert-file and --tls-key-file belong to the deployment role"))
+		}
+	case RoleDeployment:
+		if !auth.EnableNodeBindingAuth {
+			errs = append(errs, fmt.Errorf("connector: the deployment role requires %s: true; with no local node there is nothing to pin an unauthenticated caller to", KeyEnable))
+		}
+		if o.Serve.Listen == "" {
+			errs = append(errs, errors.New("connector: the deployment role needs --listen"))
+		}
+		if !o.Serve.HasTLS() {
+			errs = append(errs, errors.New("connector: the deployment role serves TLS only: set --tls-cert-file and --tls-key-file (bearer tokens never travel over plaintext TCP)"))
+		}
+		if o.Socket != "" {
+			errs = append(errs, errors.New("connector: --socket belongs to the socket role"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
+	}
+	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
+		errs = append(errs, fmt.Errorf("connector: --datastore: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a running connector.
+type Server struct {
+	opts    Options
+	auth    AuthConfig
+	log     *slog.Logger
+	store   *Store
+	grpc    *grpc.Server
+	health  *serve.Health
+	m       *serve.Manager
+	guard   *serve.CallerAuth
+	refused *prometheus.CounterVec
+	stored  prometheus.Counter // events
+	failed  prometheus.Counter // batches the datastore could not store
+	// The node-binding settings in force: the deployment role always
+	// enforces and never fails open, whatever config.json says.
+	mode     guard.Mode
+	failOpen bool
+}
+
+// New loads config.json, validates the options against it, opens the
+// datastore and builds the guard. Anything that cannot be honoured stops
+// here, before a socket is opened.
+func New(o Options) (*Server, error) {
+	auth, err := LoadAuthConfig(o.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	o.Serve.Defaults()
+	if o.MaxBatchEvents == 0 {
+		o.MaxBatchEvents = DefaultMaxBatchEvents
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if err := o.Validate(auth); err != nil {
+		return nil, err
+	}
+	m, err := serve.New("connector", o.Serve, o.Auth, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("connector: %w", err)
+	}
+	log := m.Logger()
+	s := &Server{opts: o, auth: auth, m: m, log: log, health: m.Health(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
+	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",
+		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
+	s.refused.WithLabelValues("events")
+	s.refused.WithLabelValues("bytes")
+	s.stored = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_events_stored_total",
+		Help: "Events stored (durable before the call returned)."})
+	s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_datastore_failures_total",
+		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
+	s.health.Registry.MustRegister(s.refused, s.stored, s.failed)
+	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, "platform_connector")
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.limitBatch)}
+	if o.Role == RoleDeployment {
+		if s.mode != guard.Enforce || s.failOpen {
+			log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
+				"configured_AuthMode", string(s.mode), "configured_AuthFailOpenOnUnavailable", s.failOpen)
+		}
+		s.mode, s.failOpen = guard.Enforce, false
+		opts = append(opts, grpc.Creds(grpccreds.NewTLS(m.TLSConfig())))
+	}
+	if auth.EnableNodeBindingAuth {
+		local := o.NodeName
+		if o.Role == RoleDeployment {
+			local = ""
+		}
+		s.guard, err = m.Guard(serve.GuardSpec{
+			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
+			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
+			MetricsPrefix: "platform_connector", Reasons: guard.NodeBindingReasons, NodeBinding: true,
+			Authenticator: o.Authenticator, WatchNode: local,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connector: caller authentication: %w", err)
+		}
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.guard.UnaryServerInterceptor(extract)))
+	} else {
+		log.Error("connector: enableNodeBindingAuth is false: NO AUTHENTICATION. Any caller that can reach the socket can submit an event naming any node. This is not a supported production configuration.",
+			"socket", o.Socket)
+	}
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return nil, fmt.Errorf("connector: %w", err)
+	}
+	if s.store, err = OpenStore(target); err != nil {
+		return nil, err
+	}
+	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })
+	s.grpc = grpc.NewServer(opts...)
+	pcv1.RegisterPlatformConnectorServer(s.grpc, &service{s: s})
+	rpcMetrics.Init(s.grpc)
+	return s, nil
+}
+
+// limitBatch refuses a batch of more than MaxBatchEvents events whole,
+// before the guard or the store spends anything on it.
+func (s *Server) limitBatch(ctx context.Context, msg any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if b, ok := msg.(*pcv1.HealthEvents); ok && len(b.GetEvents()) > s.opts.MaxBatchEvents {
+		s.refused.WithLabelValues("events").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "a batch of %d events is over the limit of %d (--max-batch-events); nothing was stored: split it", len(b.GetEvents()), s.opts.MaxBatchEvents)
+	}
+	return handler(ctx, msg)
+}
+
+// sizeRefusals counts the RPCs gRPC refused for a message over
+// MaxRecvMsgSize: they end with ResourceExhausted before any handler or
+// interceptor runs, so only a stats handler sees them.
+type sizeRefusals struct{ c *prometheus.CounterVec }
+
+func (sizeRefusals) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (sizeRefusals) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (sizeRefusals) HandleConn(context.Context, stats.ConnStats) {}
+func (r sizeRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
+	if end, ok := st.(*stats.End); ok && end.Error != nil && status.Code(end.Error) == codes.ResourceExhausted &&
+		strings.Contains(status.Convert(end.Error).Message(), "larger than max") {
+		r.c.WithLabelValues("bytes").Inc()
+	}
+}
+
+// extract reads the node names of a batch for the guard.
+func extract(_ context.Context, _ string, msg any) (binding.Request, error) {
+	b, ok := msg.(*pcv1.HealthEvents)
+	if !ok {
+		return binding.Request{}, nil
+	}
+	nodes := make([]string, len(b.GetEvents()))
+	for i, e := range b.GetEvents() {
+		nodes[i] = e.GetNodeName()
+	}
+	return binding.Request{Nodes: nodes}, nil
+}
+
+// Registry returns the connector's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
+
+// Store returns the datastore.
+func (s *Server) Store() *Store { return s.store }
+
+// Run serves until ctx ends, through the service skeleton: gRPC on the
+// socket (socket role) or on TCP with TLS reloaded on change (deployment
+// role), and the metrics listener. A listener that cannot be opened, or
+// dies, is an error; the datastore is closed either way.
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() { err = errors.Join(err, s.store.Close()) }()
+	var lis net.Listener
+	if s.opts.Role == RoleDeployment {
+		lis, err = serve.ListenTCP("--listen", s.opts.Serve.Listen)
+	} else {
+		// Publishers on the node reach the socket through its group;
+		// reaching it grants node-local scope, so no one else may.
+		lis, err = serve.ListenUnix("--socket", s.opts.Socket, 0o660)
+	}
+	if err != nil {
+		return fmt.Errorf("connector: %w", err)
+	}
+	s.m.ServeGRPC("grpc", lis, s.grpc)
+	s.m.Set("role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
+		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode),
+		"failOpenOnUnavailable", s.failOpen, "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes)
+	if err := s.m.Run(ctx); err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("connector: %w", err)
+	}
+	return nil
+}
+
+type service struct {
+	pcv1.UnimplementedPlatformConnectorServer
+	s *Server
+}
+
+// HealthEventOccurredV1 stores a batch whole, with node names stamped.
+func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEvents) (*emptypb.Empty, error) {
+	s := svc.s
+	req, _ := extract(ctx, "", in)
+	nodes := req.Nodes
+	caller, scope := "", binding.ScopeNodeLocal
+	var stamped []string
+	if v, ok := guard.FromContext(ctx); ok {
+		stamped = v.Stamp(nodes)
+		if v.Caller != nil {
+			caller = v.Caller.Username
+		}
+		if v.Decision.Scope != "" {
+			scope = v.Decision.Scope
+		}
+	} else {
+		// Node binding disabled: blank names still get this node.
+		stamped = binding.Stamp(nodes, binding.Decision{StampNode: s.opts.NodeName})
+		scope = "unauthenticated"
+	}
+	events := make([]*pcv1.HealthEvent, len(in.GetEvents()))
+	for i, e := range in.GetEvents() {
+		if stamped[i] == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "event %d has no node name and none could be stamped", i)
+		}
+		c := proto.Clone(e).(*pcv1.HealthEvent)
+		c.NodeName = stamped[i]
+		events[i] = c
+	}
+	if len(events) == 0 {
+		return &emptypb.Empty{}, nil
+	}
+	if err := s.store.Append(ctx, caller, scope, events); err != nil {
+		s.failed.Inc()
+		s.log.Error("connector: storing a batch failed", "err", err, "events", len(events))
+		return nil, status.Error(codes.Unavailable, "datastore unavailable; the batch was not stored, retry")
+	}
+	s.stored.Add(float64(len(events)))
+	return &emptypb.Empty{}, nil
+}

@@ -1,0 +1,123 @@
+package connector
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+)
+
+// Store keeps accepted events in SQLite or PostgreSQL, one transaction per
+// batch: a batch is stored whole or not at all, and is durable when Append
+// returns. Several deployment-role replicas share one PostgreSQL database:
+// each batch is stored once, by the replica that received it.
+type Store struct {
+	db *datastore.DB
+}
+
+// StoredEvent is an event as stored: with the node name as stamped, and who
+// sent it under which scope.
+type StoredEvent struct {
+	ID         int64
+	Node       string
+	Caller     string
+	Scope      string
+	ReceivedAt time.Time
+	Event      *pcv1.HealthEvent
+}
+
+// migrations are the datastore's schema versions, one set per dialect.
+//
+//go:embed migrations
+var migrations embed.FS
+
+// OpenStore opens (creating and migrating if needed) the datastore target
+// names: an SQLite file path (or sqlite:///path), or a postgres:// URL.
+func OpenStore(target string) (*Store, error) {
+	sub, _ := fs.Sub(migrations, "migrations")
+	db, err := datastore.Open(context.Background(), "connector", target, sub, datastore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Append stores a batch in one transaction. Every event must carry a node
+// name by now.
+func (s *Store) Append(ctx context.Context, caller, scope string, events []*pcv1.HealthEvent) error {
+	for i, e := range events {
+		if e.GetNodeName() == "" {
+			return fmt.Errorf("connector: event %d has no node name", i)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
+	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`))
+	if err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer stmt.Close()
+	now := time.Now().UnixNano()
+	for _, e := range events {
+		b, err := protojson.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("connector: encoding event: %w", err)
+		}
+		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, string(b)); err != nil {
+			return fmt.Errorf("connector: datastore: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("connector: datastore: %w", err)
+	}
+	return nil
+}
+
+// List returns stored events in order, for one node or all ("").
+func (s *Store) List(ctx context.Context, node string, limit int) ([]StoredEvent, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	q := `SELECT id, node_name, caller, scope, received_at, event FROM health_events`
+	args := []any{}
+	if node != "" {
+		q += ` WHERE node_name = ?`
+		args = append(args, node)
+	}
+	q += ` ORDER BY id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, s.db.Rebind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer rows.Close()
+	var out []StoredEvent
+	for rows.Next() {
+		var e StoredEvent
+		var at int64
+		var body string
+		if err := rows.Scan(&e.ID, &e.Node, &e.Caller, &e.Scope, &at, &body); err != nil {
+			return nil, fmt.Errorf("connector: datastore: %w", err)
+		}
+		e.ReceivedAt = time.Unix(0, at)
+		e.Event = &pcv1.HealthEvent{}
+		if err := protojson.Unmarshal([]byte(body), e.Event); err != nil {
+			return nil, fmt.Errorf("connector: datastore: event %d: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	return out, errors.Join(rows.Err())
+}

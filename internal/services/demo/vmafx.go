@@ -1,0 +1,438 @@
+package demo
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
+	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/services/vmafx/node"
+	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
+	"github.com/callerauth/callerauth/token"
+)
+
+// The vmafx controller and node in-process, with two dev issuers as the
+// identity providers of tenant-a and tenant-b.
+
+type vmafxWorld struct {
+	dir    string
+	idp    map[string]*devissuer.Issuer
+	addr   string
+	ca     *pki.CA
+	caFile string
+	stop   func()
+}
+
+func (e *env) startVmafx() (*vmafxWorld, error) {
+	dir, err := os.MkdirTemp(e.dir, "vmafx-")
+	if err != nil {
+		return nil, err
+	}
+	w := &vmafxWorld{dir: dir, idp: map[string]*devissuer.Issuer{}}
+	var stops []func()
+	w.stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		iss, err := devissuer.Open(filepath.Join(dir, name), devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		srv, err := iss.Serve("127.0.0.1:0", nil)
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		stops = append(stops, func() { _ = srv.Close() })
+		w.idp[name] = iss
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+	}
+	tenantsFile := filepath.Join(dir, "tenants.yaml")
+	if err := os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600); err != nil {
+		w.stop()
+		return nil, err
+	}
+	if w.ca, err = pki.NewCA("vmafx demo"); err != nil {
+		w.stop()
+		return nil, err
+	}
+	certPEM, keyPEM, _ := w.ca.Issue("127.0.0.1", "127.0.0.1")
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(cert, certPEM, 0o600)
+	_ = os.WriteFile(key, keyPEM, 0o600)
+	w.caFile, _ = w.ca.WriteCA(filepath.Join(dir, "ca.crt"))
+	ctl, err := controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
+		Tenants: tenantsFile, Datastore: filepath.Join(dir, "jobs.db"), Lease: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		w.stop()
+		return nil, err
+	}
+	if w.addr, err = ctl.Listen(); err != nil {
+		w.stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ctl.Run(ctx); close(done) }()
+	stops = append(stops, func() { cancel(); <-done })
+	return w, nil
+}
+
+func (w *vmafxWorld) mint(tenant, subject string, issued time.Time, roles ...string) string {
+	tok, err := w.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
+		IssuedAt: issued, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+	if err != nil {
+		return ""
+	}
+	return tok.Token
+}
+
+func (w *vmafxWorld) client(tok string) (vmafxv1.JobServiceClient, func(), error) {
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	if err != nil {
+		return nil, nil, err
+	}
+	return vmafxv1.NewJobServiceClient(conn), func() { _ = conn.Close() }, nil
+}
+
+// nodeToken writes a tenant-a node token for subject, issued at issued
+// (zero: now), to the world's node token file and returns its path.
+func (w *vmafxWorld) nodeToken(subject string, issued time.Time) string {
+	p := filepath.Join(w.dir, "node.token")
+	_ = os.WriteFile(p, []byte(w.mint("tenant-a", subject, issued, controller.RoleNode)), 0o600)
+	return p
+}
+
+// runNode runs a node with tokenFile until stop is called; its log goes to
+// the returned buffer. Its clip root is the world's (clips of tenant-a are
+// in clips/tenant-a); tune adjusts its options.
+func (w *vmafxWorld) runNode(tokenFile string, tune ...func(*node.Options)) (*capture.Buffer, func(), error) {
+	env := map[string]string{"VMAFX_CONTROLLER_ADDRESS": w.addr, "VMAFX_CONTROLLER_TLS": "true", "VMAFX_CONTROLLER_CA_FILE": w.caFile,
+		"VMAFX_CONTROLLER_SERVER_NAME": "127.0.0.1", "VMAFX_CONTROLLER_TOKEN_FILE": tokenFile}
+	var log capture.Buffer
+	o := node.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Poll: 50 * time.Millisecond, ReportEvery: 200 * time.Millisecond, ClipRoot: filepath.Join(w.dir, "clips"), Logger: slog.New(slog.NewJSONHandler(&log, nil))}
+	for _, f := range tune {
+		f(&o)
+	}
+	n, err := node.New(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(done) }()
+	return &log, func() { cancel(); <-done; _ = n.Close() }, nil
+}
+
+// clips writes tenant-a's reference and distorted clips into its clip
+// directory and returns their names, relative to it as a job names them.
+func (w *vmafxWorld) clips() (ref, dist string, err error) {
+	dir := filepath.Join(w.dir, "clips", "tenant-a")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	ref, dist = "ref.y4m", "dist.y4m"
+	if err = clipgen.WriteFile(filepath.Join(dir, ref), clipgen.Spec{Width: 176, Height: 144, Frames: 10}); err == nil {
+		err = clipgen.WriteFile(filepath.Join(dir, dist), clipgen.Spec{Width: 176, Height: 144, Frames: 10, Noise: 8, Seed: 1})
+	}
+	return ref, dist, err
+}
+
+// vmafxPoison: a job no node can finish (its measurement outlasts the
+// node's --max-job-duration) is given back, queued behind the tenant's
+// other jobs, and FAILED attempts_exhausted after its third claim; the
+// jobs submitted after it run meanwhile.
+func vmafxPoison(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: a poison job fails after its attempts; the queue behind it runs",
+		Expected: "poison FAILED attempts_exhausted after 3 claims; the 2 jobs behind it SUCCEEDED"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	// 1080p black frames in a sparse file: about 40 s of measuring.
+	if err := clipgen.WriteSparse(filepath.Join(w.dir, "clips", "tenant-a", "long.y4m"), 1920, 1080, 2000); err != nil {
+		return fail(r, err)
+	}
+	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeC()
+	var ids []string
+	for _, spec := range []*vmafxv1.JobSpec{
+		{Reference: "long.y4m", Distorted: "long.y4m", Metrics: []string{"ssim"}},
+		{Reference: ref, Distorted: dist, Metrics: []string{"psnr"}},
+		{Reference: ref, Distorted: dist, Metrics: []string{"ssim"}},
+	} {
+		sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			return fail(r, err)
+		}
+		ids = append(ids, sub.GetJob().GetId())
+	}
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}), func(o *node.Options) { o.MaxJobDuration = 300 * time.Millisecond })
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var jobs []*vmafxv1.Job
+		for _, id := range ids {
+			if g, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: id}); err == nil {
+				jobs = append(jobs, g.GetJob())
+			}
+		}
+		if len(jobs) != 3 || jobs[0].GetState() != vmafxv1.JobState_JOB_STATE_FAILED {
+			continue
+		}
+		r.Observed = fmt.Sprintf("poison %s %s after %d claims (%s); behind it: %s, %s", jobs[0].GetState(), jobs[0].GetReason(), jobs[0].GetAttempts(),
+			jobs[0].GetError(), jobs[1].GetState(), jobs[2].GetState())
+		r.Pass = jobs[0].GetReason() == controller.ReasonAttemptsExhausted && jobs[0].GetAttempts() == 3 &&
+			jobs[1].GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED && jobs[2].GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED
+		return r
+	}
+	return fail(r, fmt.Errorf("the poison job did not fail in 30 s"))
+}
+
+func vmafxMeasure(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: submit, node claims and measures", Expected: "SUCCEEDED with luma PSNR and SSIM"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeC()
+	sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: ref, Distorted: dist, Metrics: []string{"psnr", "ssim"}}})
+	if err != nil {
+		return fail(r, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		g, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+		if err == nil && g.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED && len(g.GetJob().GetScores()) == 2 {
+			s := g.GetJob().GetScores()
+			r.Observed = fmt.Sprintf("SUCCEEDED by %s: psnr mean %.2f dB, ssim mean %.4f over %d frames", g.GetJob().GetNode(), s[0].GetMean(), s[1].GetMean(), s[0].GetFrames())
+			r.Pass = s[0].GetFrames() == 10 && s[0].GetMean() > 20 && s[1].GetMean() > 0 && s[1].GetMean() < 1
+			return r
+		}
+	}
+	return fail(r, fmt.Errorf("the job did not succeed in 20 s"))
+}
+
+func vmafxScoping(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: tenant B reads tenant A's job; a reader submits", Expected: "NotFound; PermissionDenied naming vmafx:submitter"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	a, closeA, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeA()
+	b, closeB, _ := w.client(w.mint("tenant-b", "dash-b", time.Time{}, controller.RoleReader))
+	defer closeB()
+	reader, closeR, _ := w.client(w.mint("tenant-a", "dash-a", time.Time{}, controller.RoleReader))
+	defer closeR()
+	sub, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "r.y4m", Distorted: "d.y4m", Metrics: []string{"psnr"}}})
+	if err != nil {
+		return fail(r, err)
+	}
+	_, errB := b.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+	_, errR := reader.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: sub.GetJob().GetSpec()})
+	role := ""
+	for _, d := range status.Convert(errR).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			role = info.GetMetadata()["required_role"]
+		}
+	}
+	r.Observed = fmt.Sprintf("%s; %s %s (required_role %s)", status.Code(errB), status.Code(errR), status.Convert(errR).Message(), role)
+	r.Pass = status.Code(errB).String() == "NotFound" && status.Code(errR).String() == "PermissionDenied" && role == controller.RoleSubmitter
+	return r
+}
+
+func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: node's token file holds an expired JWT", Expected: "logged with the file and expiry, never sent; a refreshed file resumes"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	tokFile := w.nodeToken("node-a2", time.Now().Add(-3*time.Hour))
+	log, stopNode, err := w.runNode(tokFile)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), "expired token") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	named := strings.Contains(log.String(), tokFile) && strings.Contains(log.String(), `"expiry"`)
+	_ = os.WriteFile(tokFile, []byte(w.mint("tenant-a", "node-a2", time.Time{}, controller.RoleNode)), 0o600)
+	for !strings.Contains(log.String(), "polling") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := strings.Count(log.String(), "expired token")
+	time.Sleep(300 * time.Millisecond)
+	resumed := strings.Count(log.String(), "expired token") == before
+	r.Observed = fmt.Sprintf("logged naming file and expiry: %t; after refresh, no more refusals: %t", named, resumed)
+	r.Pass = named && resumed
+	return r
+}
+
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxOperatorJob, vmafxOperatorExpired}
+
+// The operator's reconciler, against controller-runtime's fake Kubernetes
+// client (no API server here; test/operator runs it against the real one).
+
+func (w *vmafxWorld) reconciler(tokenFile string, job *jobsv1.VmafxJob) (*operator.Reconciler, client.Client, func(), error) {
+	cfg := credentials.Config{Address: w.addr, TLS: true, CAFile: w.caFile, ServerName: "127.0.0.1", TokenFile: tokenFile}
+	opts, err := cfg.DialOptions()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := grpc.NewClient(cfg.Address, opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	scheme := runtime.NewScheme()
+	_ = jobsv1.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(job).WithStatusSubresource(&jobsv1.VmafxJob{}).Build()
+	return &operator.Reconciler{Client: c, Jobs: vmafxv1.NewJobServiceClient(conn), Tokens: cfg.TokenSource(), Poll: 100 * time.Millisecond},
+		c, func() { _ = conn.Close() }, nil
+}
+
+func demoJob(name, ref, dist string) *jobsv1.VmafxJob {
+	return &jobsv1.VmafxJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-" + name)},
+		Spec: jobsv1.VmafxJobSpec{Reference: ref, Distorted: dist, Metrics: []string{"psnr", "ssim"}}}
+}
+
+// reconcileUntil reconciles until the status satisfies done (10 s at most).
+func reconcileUntil(ctx context.Context, r *operator.Reconciler, c client.Client, name string, done func(*jobsv1.VmafxJob) bool) (*jobsv1.VmafxJob, error) {
+	key := types.NamespacedName{Namespace: "team-a", Name: name}
+	var job jobsv1.VmafxJob
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			return nil, err
+		}
+		if err := c.Get(ctx, key, &job); err != nil {
+			return nil, err
+		}
+		if done(&job) {
+			return &job, nil
+		}
+	}
+	return &job, fmt.Errorf("status %+v after 10 s", job.Status)
+}
+
+func vmafxOperatorJob(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx operator (fake Kubernetes client): a VmafxJob", Expected: "Pending → Succeeded with the node's scores in status"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	nodeTok, opTok := w.nodeToken("node-a1", time.Time{}), filepath.Join(w.dir, "operator.token")
+	_ = os.WriteFile(opTok, []byte(w.mint("tenant-a", "operator-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader)), 0o600)
+	_, stopNode, err := w.runNode(nodeTok)
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	rec, c, closeConn, err := w.reconciler(opTok, demoJob("measure", ref, dist))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeConn()
+	job, err := reconcileUntil(ctx, rec, c, "measure", func(j *jobsv1.VmafxJob) bool { return j.Status.Phase == jobsv1.PhaseSucceeded })
+	if err != nil {
+		return fail(r, err)
+	}
+	r.Observed = fmt.Sprintf("%s: %s (job %s…)", job.Status.Phase, job.Status.Summary, job.Status.JobID[:8])
+	r.Pass = len(job.Status.Scores) == 2 && meta.IsStatusConditionTrue(job.Status.Conditions, jobsv1.ConditionFinished)
+	return r
+}
+
+func vmafxOperatorExpired(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx operator (fake Kubernetes client): expired token file", Expected: "Pending, condition TokenExpired naming the file and expiry"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	opTok := filepath.Join(w.dir, "operator.token")
+	_ = os.WriteFile(opTok, []byte(w.mint("tenant-a", "operator-a", time.Now().Add(-3*time.Hour), controller.RoleSubmitter, controller.RoleReader)), 0o600)
+	rec, c, closeConn, err := w.reconciler(opTok, demoJob("stalled", "/r.y4m", "/d.y4m"))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeConn()
+	job, err := reconcileUntil(ctx, rec, c, "stalled", func(j *jobsv1.VmafxJob) bool {
+		return meta.FindStatusCondition(j.Status.Conditions, jobsv1.ConditionControllerReachable) != nil
+	})
+	if err != nil {
+		return fail(r, err)
+	}
+	cond := meta.FindStatusCondition(job.Status.Conditions, jobsv1.ConditionControllerReachable)
+	r.Observed = fmt.Sprintf("%s, %s: %s", job.Status.Phase, cond.Reason, strings.Replace(cond.Message, w.dir, "…", 1))
+	r.Pass = job.Status.Phase == jobsv1.PhasePending && cond.Reason == operator.ReasonTokenExpired && strings.Contains(cond.Message, opTok) && job.Status.JobID == ""
+	return r
+}

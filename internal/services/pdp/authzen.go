@@ -1,0 +1,594 @@
+package pdp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/services/pdp/policy"
+)
+
+// EvaluationProfile is the format of the records that sign AuthZEN
+// answers: one record per request, binding every evaluation in it through
+// a Merkle root (decision.EvaluationRecord).
+var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v1", Type: "callerauth-authzen+jwt"}
+
+// The AuthZEN endpoints (Authorization API 1.0, HTTPS binding).
+const (
+	PathEvaluation    = "/access/v1/evaluation"
+	PathEvaluations   = "/access/v1/evaluations"
+	PathAuthZENConfig = "/.well-known/authzen-configuration"
+)
+
+// The evaluations semantics of AuthZEN §7.
+const (
+	ExecuteAll          = "execute_all"
+	DenyOnFirstDeny     = "deny_on_first_deny"
+	PermitOnFirstPermit = "permit_on_first_permit"
+)
+
+// MaxEvaluations bounds a batch.
+const MaxEvaluations = 1000
+
+// evaluationsRequest is a decoded AuthZEN request: one evaluation (no
+// Items) or a batch, defaults already applied to each item.
+type evaluationsRequest struct {
+	batch    bool
+	semantic string
+	items    []evaluationItem
+}
+
+// evaluationItem is one evaluation: the decoded 4-tuple, and its members'
+// JSON as the request gave them (after defaults), which is what the record
+// binds.
+type evaluationItem struct {
+	eval policy.Evaluation
+	raw  map[string]json.RawMessage // subject, action, resource, context
+}
+
+// canonicalMembers canonicalizes request members, each distinct JSON text
+// once: a batch's defaults are shared by every item that does not replace
+// them.
+type canonicalMembers map[memberKey][]byte
+
+type memberKey struct {
+	p *byte
+	n int
+}
+
+func (c canonicalMembers) of(v json.RawMessage) ([]byte, error) {
+	k := memberKey{&v[0], len(v)}
+	if b, ok := c[k]; ok {
+		return b, nil
+	}
+	b, err := decision.Canonicalize(v)
+	if err != nil {
+		return nil, err
+	}
+	c[k] = b
+	return b, nil
+}
+
+// boundRequest is the evaluation request an answer's leaf binds, in RFC
+// 8785 canonical JSON: subject, action, resource and, when present,
+// context — the item's own members where it has them, the batch's
+// defaults where it does not. A canonical object is its members, sorted,
+// with canonical values: action, context, resource, subject.
+func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	first := true
+	for _, k := range []string{"action", "context", "resource", "subject"} {
+		v, ok := it.raw[k]
+		if !ok {
+			continue
+		}
+		cv, err := c.of(v)
+		if err != nil {
+			return nil, err
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(`"` + k + `":`)
+		b.Write(cv)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// decodeEvaluations reads an AuthZEN request strictly, as /v1/check's:
+// I-JSON, no unknown member at any level the PDP interprets, every
+// required member present with its type. The error names the member by
+// its path (evaluations[2].subject.id).
+func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
+	if err := ijson.Check(body); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return nil, badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
+		}
+		return nil, badField("body", "body is not a JSON object: %v", err)
+	}
+	allowed := []string{"subject", "action", "resource", "context"}
+	if batch {
+		allowed = append(allowed, "evaluations", "options")
+	}
+	top, err := object(body, "", allowed...)
+	if err != nil {
+		return nil, err
+	}
+	req := &evaluationsRequest{batch: batch, semantic: ExecuteAll}
+	if !batch {
+		it, err := decodeItem(top, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		req.items = []evaluationItem{it}
+		return req, nil
+	}
+	if v, ok := top["options"]; ok {
+		opts, err := object(v, "options", "evaluations_semantic")
+		if err != nil {
+			return nil, err
+		}
+		if v, ok := opts["evaluations_semantic"]; ok {
+			if req.semantic, err = str(v, "options.evaluations_semantic"); err != nil {
+				return nil, err
+			}
+			if !slices.Contains([]string{ExecuteAll, DenyOnFirstDeny, PermitOnFirstPermit}, req.semantic) {
+				return nil, badField("options.evaluations_semantic", "options.evaluations_semantic %q: want %s, %s or %s", guard.LogValue(req.semantic), ExecuteAll, DenyOnFirstDeny, PermitOnFirstPermit)
+			}
+		}
+	}
+	raw, ok := top["evaluations"]
+	if !ok {
+		// No evaluations array: the request is a single evaluation (§7.1).
+		it, err := decodeItem(top, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		req.items = []evaluationItem{it}
+		return req, nil
+	}
+	var list []json.RawMessage
+	if raw[0] == '[' {
+		list, err = elements(raw)
+	}
+	if raw[0] != '[' || err != nil {
+		return nil, badField("evaluations", "evaluations must be an array of objects")
+	}
+	if len(list) == 0 {
+		return nil, badField("evaluations", "evaluations is empty")
+	}
+	if len(list) > MaxEvaluations {
+		return nil, badField("evaluations", "%d evaluations is over the limit of %d: split the batch", len(list), MaxEvaluations)
+	}
+	defaults := map[string]json.RawMessage{}
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		if v, ok := top[k]; ok {
+			defaults[k] = v
+		}
+	}
+	for i, v := range list {
+		path := fmt.Sprintf("evaluations[%d]", i)
+		m, err := object(v, path, "subject", "action", "resource", "context")
+		if err != nil {
+			return nil, err
+		}
+		it, err := decodeItem(m, defaults, path+".")
+		if err != nil {
+			return nil, err
+		}
+		req.items = append(req.items, it)
+	}
+	return req, nil
+}
+
+// decodeItem reads one evaluation: its own members, each replacing the
+// default whole (AuthZEN §7.1.1).
+func decodeItem(own, defaults map[string]json.RawMessage, prefix string) (evaluationItem, error) {
+	it := evaluationItem{raw: map[string]json.RawMessage{}}
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		v, ok := own[k]
+		path := prefix + k
+		if !ok {
+			if v, ok = defaults[k]; ok {
+				path = k
+			}
+		}
+		if !ok {
+			if k == "context" {
+				continue
+			}
+			return it, badField(prefix+k, "%s is required", prefix+k)
+		}
+		it.raw[k] = v
+		var err error
+		switch k {
+		case "subject":
+			it.eval.Subject, err = decodeEntity(v, path)
+		case "resource":
+			it.eval.Resource, err = decodeEntity(v, path)
+		case "action":
+			var m map[string]json.RawMessage
+			if m, err = object(v, path, "name", "properties"); err == nil {
+				if it.eval.Action, err = required(m, path, "name"); err == nil {
+					it.eval.ActionProperties, err = props(m, path)
+				}
+			}
+		case "context":
+			if _, err = object(v, path); err == nil {
+				it.eval.Context = v
+			}
+		}
+		if err != nil {
+			return it, err
+		}
+	}
+	return it, nil
+}
+
+func decodeEntity(v json.RawMessage, path string) (policy.Entity, error) {
+	var e policy.Entity
+	m, err := object(v, path, "type", "id", "properties")
+	if err != nil {
+		return e, err
+	}
+	if e.Type, err = required(m, path, "type"); err != nil {
+		return e, err
+	}
+	if e.ID, err = required(m, path, "id"); err != nil {
+		return e, err
+	}
+	e.Properties, err = props(m, path)
+	return e, err
+}
+
+// object reads a JSON object whose members are among allowed (none given:
+// any member).
+func object(v json.RawMessage, path string, allowed ...string) (map[string]json.RawMessage, error) {
+	name := path
+	if name == "" {
+		name = "body"
+	}
+	if len(v) == 0 || v[0] != '{' {
+		return nil, badField(name, "%s must be a JSON object", name)
+	}
+	m, err := members(v)
+	if err != nil {
+		return nil, badField(name, "%s must be a JSON object", name)
+	}
+	if len(allowed) > 0 {
+		var unknown []string
+		for k := range m {
+			if !slices.Contains(allowed, k) {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown) // the same member named whatever the map's order
+			member := unknown[0]
+			if path != "" {
+				member = path + "." + member
+			}
+			return nil, badField(member, "unknown member %q", guard.LogValue(member))
+		}
+	}
+	return m, nil
+}
+
+// members splits a JSON object into its members in one pass, the values
+// left as slices of v. v is part of a body ijson.Check has accepted (valid
+// JSON, no member twice), so the scan only finds boundaries; a name with
+// an escape is decoded.
+func members(v []byte) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == '}' {
+		return m, nil
+	}
+	for i < len(v) {
+		if v[i] != '"' {
+			return nil, errors.New("a member name must be a string")
+		}
+		end := stringEnd(v, i)
+		if end < 0 {
+			return nil, errors.New("unterminated string")
+		}
+		name := string(v[i+1 : end])
+		if bytes.IndexByte(v[i:end], '\\') >= 0 {
+			if err := json.Unmarshal(v[i:end+1], &name); err != nil {
+				return nil, err
+			}
+		}
+		i = skipSpace(v, end+1)
+		if i >= len(v) || v[i] != ':' {
+			return nil, errors.New("missing ':'")
+		}
+		i = skipSpace(v, i+1)
+		j := valueEnd(v, i)
+		if j <= i {
+			return nil, errors.New("missing value")
+		}
+		m[name] = v[i:j]
+		i = skipSpace(v, j)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == '}' {
+			return m, nil
+		}
+		return nil, errors.New("missing ',' or '}'")
+	}
+	return nil, errors.New("unterminated object")
+}
+
+// elements splits a JSON array into its elements, as members does objects.
+func elements(v []byte) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == ']' {
+		return out, nil
+	}
+	for i < len(v) {
+		j := valueEnd(v, i)
+		if j <= i {
+			return nil, errors.New("missing value")
+		}
+		out = append(out, v[i:j])
+		i = skipSpace(v, j)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == ']' {
+			return out, nil
+		}
+		return nil, errors.New("missing ',' or ']'")
+	}
+	return nil, errors.New("unterminated array")
+}
+
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index of the quote closing the string opening at i.
+func stringEnd(v []byte, i int) int {
+	for j := i + 1; j < len(v); j++ {
+		switch v[j] {
+		case '\\':
+			j++
+		case '"':
+			return j
+		}
+	}
+	return -1
+}
+
+// valueEnd is the index just past the value starting at i.
+func valueEnd(v []byte, i int) int {
+	if i >= len(v) {
+		return -1
+	}
+	switch v[i] {
+	case '"':
+		if e := stringEnd(v, i); e >= 0 {
+			return e + 1
+		}
+		return -1
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(v); j++ {
+			switch v[j] {
+			case '"':
+				e := stringEnd(v, j)
+				if e < 0 {
+					return -1
+				}
+				j = e
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default:
+		j := i
+		for j < len(v) && v[j] != ',' && v[j] != '}' && v[j] != ']' && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' {
+			j++
+		}
+		return j
+	}
+}
+
+func str(v json.RawMessage, path string) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		// No escape: the checked body's bytes between the quotes are the
+		// string (valid UTF-8, no control character: ijson.Check saw to it).
+		return string(v[1 : len(v)-1]), nil
+	}
+	var s string
+	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", badField(path, "%s must be a string", path)
+	}
+	return s, nil
+}
+
+func required(m map[string]json.RawMessage, path, key string) (string, error) {
+	v, ok := m[key]
+	if !ok {
+		return "", badField(path+"."+key, "%s.%s is required", path, key)
+	}
+	s, err := str(v, path+"."+key)
+	if err == nil && s == "" {
+		return "", badField(path+"."+key, "%s.%s may not be empty", path, key)
+	}
+	return s, err
+}
+
+func props(m map[string]json.RawMessage, path string) (json.RawMessage, error) {
+	v, ok := m["properties"]
+	if !ok {
+		return nil, nil
+	}
+	if _, err := object(v, path+".properties"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// authzenSystem is the system an AuthZEN caller speaks for: the policy
+// package's id, bound to its principal by --caller-binding.
+func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Request, error) {
+	return func(r *http.Request) (binding.Request, error) {
+		body, err := readBody(r)
+		if err != nil {
+			return binding.Request{}, err
+		}
+		req, err := decodeEvaluations(body, method == PathEvaluations)
+		if err != nil {
+			return binding.Request{}, err
+		}
+		r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
+		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + method}, nil
+	}
+}
+
+// authzenHandler serves one of the two evaluation endpoints through the
+// same caller authentication as /v1/check.
+func (s *Server) authzenHandler(path string) http.Handler {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
+	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
+}
+
+// evaluationAnswer is one AuthZEN answer.
+type evaluationAnswer struct {
+	Decision bool           `json:"decision"`
+	Context  map[string]any `json:"context"`
+}
+
+// evaluate decides every evaluation of a request (as its semantic says),
+// signs them once and answers.
+func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
+	var req *evaluationsRequest
+	var err error
+	if d, ok := r.Body.(*decodedBody); ok {
+		req, _ = d.req.(*evaluationsRequest)
+	}
+	if req == nil {
+		var body []byte
+		if body, err = readBody(r); err == nil {
+			req, err = decodeEvaluations(body, path == PathEvaluations)
+		}
+	}
+	if err != nil {
+		badRequest(w, r, err)
+		return
+	}
+	st := s.state.Load() // one snapshot: policy, registry and signers
+	if st.pkg.API != policy.APIAuthZEN {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		return
+	}
+	caller, mode := s.caller(r)
+	var leaves []decision.EvaluationLeaf
+	var answers []evaluationAnswer
+	canon := canonicalMembers{}
+	for i, it := range req.items {
+		d := st.pkg.EvaluateAuthZEN(st.reg, it.eval)
+		bound, err := it.boundRequest(canon) // canonical already: its SHA-256 is the digest
+		sum := sha256.Sum256(bound)
+		digest := "sha256:" + hex.EncodeToString(sum[:])
+		if err != nil {
+			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
+			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
+			return
+		}
+		a := evaluationAnswer{Decision: d.Allow, Context: map[string]any{}}
+		if d.Invalid {
+			a.Context["error"] = map[string]any{"status": http.StatusBadRequest, "message": d.Detail}
+		}
+		if d.Detail != "" {
+			s.log.Info("pdp: evaluation denied before policy", "reason", d.Reason, "index", i, "detail", guard.LogValue(d.Detail))
+		}
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: digest, Decision: d.Allow, Reason: d.Reason})
+		answers = append(answers, a)
+		s.evaluations.WithLabelValues(strconvBool(d.Allow), d.Reason).Inc()
+		if (req.semantic == DenyOnFirstDeny && !d.Allow) || (req.semantic == PermitOnFirstPermit && d.Allow) {
+			break
+		}
+	}
+	rec := &decision.EvaluationRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
+		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
+			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
+	_, proofs, err := st.evalSigner.SignEvaluations(rec, leaves)
+	if err != nil {
+		s.signingFailed(w, err)
+		return
+	}
+	for i := range answers {
+		answers[i].Context[decision.ContextKey] = proofs[i]
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !req.batch {
+		_ = json.NewEncoder(w).Encode(answers[0])
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"evaluations": answers})
+}
+
+func strconvBool(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// authzenConfig serves the PDP metadata (AuthZEN §11): the identifier, the
+// two endpoints, and, as an extension, where the keys that sign answers
+// are published. The identifier is --authzen-base-url, or else the URL the
+// request reached.
+func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
+	if s.state.Load().pkg.API != policy.APIAuthZEN {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
+		return
+	}
+	base := strings.TrimSuffix(s.o.AuthZENBaseURL, "/")
+	if base == "" {
+		scheme := "https"
+		if s.o.InsecureHTTP {
+			scheme = "http"
+		}
+		base = scheme + "://" + r.Host
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{
+		"policy_decision_point":       base,
+		"access_evaluation_endpoint":  base + PathEvaluation,
+		"access_evaluations_endpoint": base + PathEvaluations,
+		"decision_signing_jwks_uri":   base + "/.well-known/jwks.json",
+	})
+}

@@ -1,0 +1,252 @@
+package pdp_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/services/pdp"
+)
+
+const todo = "../../../examples/todo"
+
+// The Todo scenario's users (examples/todo/registry.json).
+const (
+	rick  = "CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs" // admin, evil_genius
+	morty = "CiRmZDE2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs" // editor
+	beth  = "CiRmZDM2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs" // viewer
+)
+
+func startTodo(t *testing.T) (*env, string) {
+	t.Helper()
+	e := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(todo, "policy"), filepath.Join(todo, "registry.json")
+		o.CallerBindings = []string{"todo=system:serviceaccount:secrets-engine:todo-backend",
+			"secrets-engine=system:serviceaccount:secrets-engine:todo-backend"} // to reach /v1/check's own refusal
+	})
+	return e, e.token(t, "todo-backend", "flex-auth", time.Time{})
+}
+
+func (e *env) authzen(t *testing.T, tok, path, body string) (int, []byte) {
+	t.Helper()
+	return e.post(t, tok, []byte(body), "application/json", path)
+}
+
+type answer struct {
+	Decision bool                       `json:"decision"`
+	Context  map[string]json.RawMessage `json:"context"`
+}
+
+// verifyItem verifies one answer on its own against the evaluation
+// request it answers.
+func verifyItem(t *testing.T, e *env, raw json.RawMessage, request string) *decision.EvaluationLeaf {
+	t.Helper()
+	_, leaf, err := decision.VerifyEvaluation(raw, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS(), Request: []byte(request)})
+	if err != nil {
+		t.Fatalf("answer %s does not verify against %s: %v", raw, request, err)
+	}
+	return leaf
+}
+
+func TestAuthZENSingle(t *testing.T) {
+	e, tok := startTodo(t)
+	req := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"resource":{"type":"todo","id":"t1","properties":{"ownerID":"morty@the-citadel.com"}}}`, morty)
+	code, body := e.authzen(t, tok, pdp.PathEvaluation, req)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	leaf := verifyItem(t, e, body, req)
+	if !leaf.Decision || leaf.Reason != "editor_may_change_own_todo" {
+		t.Fatalf("morty updating his own todo: %+v", leaf)
+	}
+	var a answer
+	_ = json.Unmarshal(body, &a)
+	if !a.Decision {
+		t.Fatalf("answer %s", body)
+	}
+	// The record names the caller.
+	var p decision.EvaluationProof
+	_ = json.Unmarshal(a.Context[decision.ContextKey], &p)
+	rec, _, _ := decision.VerifyEvaluation(body, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()})
+	if rec.Caller.Principal != "system:serviceaccount:secrets-engine:todo-backend" || rec.Evaluations != 1 || rec.PolicyVersion != "v1" {
+		t.Fatalf("record %+v", rec)
+	}
+	// No token, another caller: refused before any evaluation.
+	if code, body := e.authzen(t, "", pdp.PathEvaluation, req); code != 401 || !strings.Contains(string(body), "token_missing") {
+		t.Fatalf("no token: %d %s", code, body)
+	}
+	other := e.token(t, "default", "flex-auth", time.Time{})
+	if code, body := e.authzen(t, other, pdp.PathEvaluation, req); code != 403 || !strings.Contains(string(body), "principal_cannot_represent_system") {
+		t.Fatalf("a caller not bound to system todo: %d %s", code, body)
+	}
+}
+
+func TestAuthZENBatchSemantics(t *testing.T) {
+	e, tok := startTodo(t)
+	item := func(owner string) string {
+		return fmt.Sprintf(`{"resource":{"type":"todo","id":"t-%s","properties":{"ownerID":%q}}}`, owner, owner)
+	}
+	// Morty: rick's todo (deny), his own (allow), rick's again (deny).
+	items := []string{item("rick@the-citadel.com"), item("morty@the-citadel.com"), item("rick@the-citadel.com")}
+	batch := func(semantic string) string {
+		opts := ""
+		if semantic != "" {
+			opts = fmt.Sprintf(`,"options":{"evaluations_semantic":%q}`, semantic)
+		}
+		return fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"evaluations":[%s]%s}`, morty, strings.Join(items, ","), opts)
+	}
+	for _, c := range []struct {
+		semantic string
+		want     []bool
+	}{
+		{"", []bool{false, true, false}},
+		{"execute_all", []bool{false, true, false}},
+		{"deny_on_first_deny", []bool{false}},
+		{"permit_on_first_permit", []bool{false, true}},
+	} {
+		code, body := e.authzen(t, tok, pdp.PathEvaluations, batch(c.semantic))
+		if code != 200 {
+			t.Fatalf("%s: %d %s", c.semantic, code, body)
+		}
+		var resp struct{ Evaluations []json.RawMessage }
+		_ = json.Unmarshal(body, &resp)
+		if len(resp.Evaluations) != len(c.want) {
+			t.Fatalf("%s: %d answers, want %d: %s", c.semantic, len(resp.Evaluations), len(c.want), body)
+		}
+		sigs := map[string]bool{}
+		for i, raw := range resp.Evaluations {
+			var it map[string]json.RawMessage
+			_ = json.Unmarshal([]byte(items[i]), &it)
+			req := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"resource":%s}`, morty, it["resource"])
+			leaf := verifyItem(t, e, raw, req)
+			if leaf.Decision != c.want[i] || leaf.Index != i {
+				t.Errorf("%s item %d: %+v, want decision %t", c.semantic, i, leaf, c.want[i])
+			}
+			var a answer
+			_ = json.Unmarshal(raw, &a)
+			var p decision.EvaluationProof
+			_ = json.Unmarshal(a.Context[decision.ContextKey], &p)
+			sigs[p.RecordJWS] = true
+		}
+		if len(sigs) != 1 {
+			t.Errorf("%s: %d signatures, want one for the batch", c.semantic, len(sigs))
+		}
+	}
+}
+
+// TestAuthZENDefaultsReplacedWhole: an item's member replaces the default
+// whole; nothing of the default's properties leaks into it.
+func TestAuthZENDefaultsReplacedWhole(t *testing.T) {
+	e, tok := startTodo(t)
+	body := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},
+		"resource":{"type":"todo","id":"t1","properties":{"ownerID":"morty@the-citadel.com"}},
+		"evaluations":[{},{"resource":{"type":"todo","id":"t1"}},{"action":{"name":"can_read_todos"}}]}`, morty)
+	code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
+	if code != 200 {
+		t.Fatalf("%d %s", code, resp)
+	}
+	var r struct{ Evaluations []answer }
+	_ = json.Unmarshal(resp, &r)
+	got := []bool{r.Evaluations[0].Decision, r.Evaluations[1].Decision, r.Evaluations[2].Decision}
+	if fmt.Sprint(got) != "[true false true]" {
+		t.Fatalf("decisions %v; want [true false true]: the default's ownerID must not reach the item that names its own resource\n%s", got, resp)
+	}
+}
+
+// TestAuthZENOneItemRefused: an item the schema cannot take is answered
+// false with an error in its context; the others are decided.
+func TestAuthZENOneItemRefused(t *testing.T) {
+	e, tok := startTodo(t)
+	body := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"evaluations":[
+		{"resource":{"type":"todo","id":"a","properties":{"ownerID":"rick@the-citadel.com"}}},
+		{"resource":{"type":"todo","id":"b","properties":{"ownerID":42}}},
+		{"resource":{"type":"spaceship","id":"c"}},
+		{"subject":{"type":"user","id":"nobody"}, "resource":{"type":"todo","id":"d"}},
+		{"action":{"name":"can_fly"}, "resource":{"type":"todo","id":"e"}}]}`, rick)
+	code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
+	if code != 200 {
+		t.Fatalf("%d %s", code, resp)
+	}
+	var r struct{ Evaluations []answer }
+	_ = json.Unmarshal(resp, &r)
+	want := []struct {
+		decision bool
+		reason   string
+		err      bool
+	}{
+		{true, "evil_genius_may_change_any_todo", false},
+		{false, "invalid_evaluation", true},
+		{false, "resource_type_unknown", false},
+		{false, "subject_unknown", false},
+		{false, "action_unknown", false},
+	}
+	for i, w := range want {
+		a := r.Evaluations[i]
+		var p decision.EvaluationProof
+		_ = json.Unmarshal(a.Context[decision.ContextKey], &p)
+		_, hasErr := a.Context["error"]
+		if a.Decision != w.decision || p.Reason != w.reason || hasErr != w.err {
+			t.Errorf("item %d: decision %t reason %q error %t; want %t %q %t", i, a.Decision, p.Reason, hasErr, w.decision, w.reason, w.err)
+		}
+	}
+	if !strings.Contains(string(r.Evaluations[1].Context["error"]), "ownerID") {
+		t.Errorf("the invalid item's error does not name ownerID: %s", r.Evaluations[1].Context["error"])
+	}
+}
+
+// TestAuthZENMalformed: a request that is not AuthZEN is 400 naming the
+// member, before any evaluation.
+func TestAuthZENMalformed(t *testing.T) {
+	e, tok := startTodo(t)
+	sub := fmt.Sprintf(`{"type":"user","id":%q}`, morty)
+	for _, c := range []struct {
+		path, body, field string
+	}{
+		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"can_read_todos"}}`, "resource"},
+		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"can_read_todos"},"resource":{"type":"todo"}}`, "resource.id"},
+		{pdp.PathEvaluation, `{"subject":{"type":"user","id":5},"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject.id"},
+		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"},"evaluations":[]}`, "evaluations"},
+		{pdp.PathEvaluation, `{"subject":{"type":"user","id":"a","identity":"x"},"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject.identity"},
+		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a","properties":[1]}}`, "resource.properties"},
+		{pdp.PathEvaluation, `{"subject":` + sub + `,"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject"},
+		{pdp.PathEvaluations, `{"subject":` + sub + `,"evaluations":[{"action":{"name":"x"},"resource":{"type":"todo","id":"a"}},{"action":{"name":"x"}}]}`, "evaluations[1].resource"},
+		{pdp.PathEvaluations, `{"evaluations":[{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"},"extra":1}]}`, "evaluations[0].extra"},
+		{pdp.PathEvaluations, `{"options":{"evaluations_semantic":"first"},"evaluations":[]}`, "options.evaluations_semantic"},
+		{pdp.PathEvaluations, `{"options":{"parallel":true},"evaluations":[]}`, "options.parallel"},
+		{pdp.PathEvaluations, `{"evaluations":{}}`, "evaluations"},
+	} {
+		code, body := e.authzen(t, tok, c.path, c.body)
+		if code != 400 || !strings.Contains(string(body), `"field":"`+c.field+`"`) {
+			t.Errorf("%s %s: %d %s; want 400 naming %s", c.path, c.body, code, body, c.field)
+		}
+	}
+}
+
+func TestAuthZENDiscoveryAndAPIs(t *testing.T) {
+	e, tok := startTodo(t)
+	resp, err := e.client.Get(e.url + pdp.PathAuthZENConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&meta)
+	resp.Body.Close()
+	base := "http://" + strings.TrimPrefix(e.url, "http://")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || meta["policy_decision_point"] != base ||
+		meta["access_evaluation_endpoint"] != base+"/access/v1/evaluation" || meta["access_evaluations_endpoint"] != base+"/access/v1/evaluations" {
+		t.Fatalf("metadata %d %v", resp.StatusCode, meta)
+	}
+	if code, body := e.post(t, tok, readExample(t, "check_request_allow_rotate.json"), "application/json"); code != http.StatusNotFound || !strings.Contains(string(body), "api_not_served") {
+		t.Fatalf("/v1/check on an AuthZEN package: %d %s", code, body)
+	}
+	se := start(t, "enforce", nil)
+	setok := se.token(t, "secrets-engine", "flex-auth", time.Time{})
+	if code, body := se.authzen(t, setok, pdp.PathEvaluation, `{"subject":{"type":"user","id":"a"},"action":{"name":"x"},"resource":{"type":"t","id":"a"}}`); code != http.StatusNotFound || !strings.Contains(string(body), "api_not_served") {
+		t.Fatalf("AuthZEN on a /v1/check package: %d %s", code, body)
+	}
+}

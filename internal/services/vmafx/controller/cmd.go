@@ -1,0 +1,53 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// NewCommand is the vmafx-controller command line.
+func NewCommand(stderr io.Writer) *cobra.Command {
+	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts}
+	o.Auth.Backend = serve.BackendOIDC // each tenant's identity provider, offline
+	cmd := &cobra.Command{
+		Use:   "vmafx-controller",
+		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
+		Long: `vmafx-controller serves JobService over gRPC with TLS. Every call is verified
+offline against the identity provider of the caller's tenant (--tenants) and
+role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob),
+vmafx:submitter (SubmitJob, CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Serve.LogOutput = stderr
+			s, err := New(o)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	o.Serve.AddFlags(f)
+	f.StringVar(&o.Tenants, "tenants", "/etc/vmafx/tenants.yaml", "YAML file of the tenants and their identity providers")
+	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
+	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
+	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
+	o.Auth.AddFlags(f)
+	// The issuers are the tenants file's (--tenants).
+	_ = f.MarkHidden("caller-oidc-issuers")
+	return cmd
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
+}

@@ -1,0 +1,602 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+	"github.com/callerauth/callerauth/token"
+)
+
+// env is a controller serving two tenants, each with its own identity
+// provider (a dev issuer under its own issuer name).
+type env struct {
+	idp   map[string]*devissuer.Issuer
+	ctl   *controller.Server
+	addr  string
+	ca    *pki.CA
+	log   *capture.Buffer
+	clock *atomic.Int64 // unix nanos; 0: real time
+	stop  func()
+	dir   string
+}
+
+// backends are the datastores the controller's tests run on: an SQLite
+// file in dir, and a database on a real PostgreSQL server.
+func backends(t *testing.T, dir string) map[string]string {
+	return map[string]string{"sqlite": filepath.Join(dir, "jobs.db"), "postgres": pgtest.Start(t).NewDatabase(t)}
+}
+
+func startOn(t *testing.T, dir, datastore string) *env {
+	t.Helper()
+	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
+	var tenants strings.Builder
+	tenants.WriteString("tenants:\n")
+	for _, name := range []string{"tenant-a", "tenant-b"} {
+		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		e.idp[name] = iss
+		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+	}
+	tenantsFile := filepath.Join(dir, "tenants.yaml")
+	_ = os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600)
+	o := controller.Options{Tenants: tenantsFile, Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
+		Now: func() time.Time {
+			if n := e.clock.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Now()
+		},
+	}
+	return e.start(t, dir, o)
+}
+
+// startWith runs a controller on o, with a serving certificate of its own
+// and a logger the test reads.
+func startWith(t *testing.T, dir string, o controller.Options) *env {
+	t.Helper()
+	return (&env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}).start(t, dir, o)
+}
+
+func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
+	t.Helper()
+	var err error
+	if e.ca, err = pki.NewCA("controller test"); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, _ := e.ca.Issue("127.0.0.1", "127.0.0.1")
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(cert, certPEM, 0o600)
+	_ = os.WriteFile(key, keyPEM, 0o600)
+	o.Serve.Listen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "127.0.0.1:0", cert, key
+	o.Logger = slog.New(slog.NewJSONHandler(e.log, nil))
+	if e.ctl, err = controller.New(o); err != nil {
+		t.Fatal(err)
+	}
+	if e.addr, err = e.ctl.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.ctl.Run(ctx) }()
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// client is a JobService client with a token of tenant for subject with
+// the roles.
+func (e *env) client(t *testing.T, tenant, subject string, roles ...string) vmafxv1.JobServiceClient {
+	t.Helper()
+	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
+		Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func (e *env) clientWith(t *testing.T, tok string) vmafxv1.JobServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: e.ca.Pool(), MinVersion: tls.VersionTLS12})),
+		// Static, not expiry-checked: these tests send expired tokens on purpose.
+		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return vmafxv1.NewJobServiceClient(conn)
+}
+
+var spec = &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: "takes/dist.y4m", Metrics: []string{"psnr", "ssim"}}
+
+// bothScores are a SUCCEEDED report's scores for spec.
+var bothScores = []*vmafxv1.Score{{Metric: "psnr", Mean: 40.1, Min: 38, Frames: 10}, {Metric: "ssim", Mean: 0.98, Min: 0.97, Frames: 10}}
+
+// TestEveryMethodHasARule: a method added to JobService without a role in
+// MethodRoles fails here (and would be refused for everyone).
+func TestEveryMethodHasARule(t *testing.T) {
+	for _, m := range vmafxv1.JobService_ServiceDesc.Methods {
+		full := "/" + vmafxv1.JobService_ServiceDesc.ServiceName + "/" + m.MethodName
+		if controller.MethodRoles[full] == "" {
+			t.Errorf("%s has no role in controller.MethodRoles", full)
+		}
+	}
+	if len(vmafxv1.JobService_ServiceDesc.Streams) != 0 {
+		t.Error("JobService has streaming methods: guard them and give them roles")
+	}
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// TestTenantsAndRoles runs the seed's consequences as rows: the tenant is
+// the issuer's, roles gate each method, another tenant's job does not exist.
+func TestTenantsAndRoles(t *testing.T) {
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) { testTenantsAndRoles(t, target) })
+	}
+}
+
+func testTenantsAndRoles(t *testing.T, datastore string) {
+	e := startOn(t, t.TempDir(), datastore)
+	ctx := context.Background()
+	submitterA := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	readerA := e.client(t, "tenant-a", "dash-a", controller.RoleReader)
+	readerB := e.client(t, "tenant-b", "dash-b", controller.RoleReader)
+	nodeA := e.client(t, "tenant-a", "node-a1", controller.RoleNode)
+	nodeA2 := e.client(t, "tenant-a", "node-a2", controller.RoleNode)
+	nodeB := e.client(t, "tenant-b", "node-b1", controller.RoleNode)
+
+	sub, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := sub.GetJob()
+	if job.GetTenant() != "tenant-a" || job.GetState() != vmafxv1.JobState_JOB_STATE_PENDING || job.GetSubmittedBy() != "ci-a" {
+		t.Fatalf("submitted %+v", job)
+	}
+	if got, err := readerA.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()}); err != nil || got.GetJob().GetId() != job.GetId() {
+		t.Fatalf("reader A: %v", err)
+	}
+	// Tenant B cannot tell A's job from one that does not exist.
+	_, errOther := readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()})
+	_, errNone := readerB.GetJob(ctx, &vmafxv1.GetJobRequest{Id: "no-such-job"})
+	if code(errOther) != codes.NotFound || status.Convert(errOther).Message() != status.Convert(errNone).Message() {
+		t.Fatalf("tenant B reading A's job: %v (a missing job: %v)", errOther, errNone)
+	}
+	// A reader cannot submit: PermissionDenied naming the role required.
+	_, err = readerA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if code(err) != codes.PermissionDenied || requiredRole(err) != controller.RoleSubmitter {
+		t.Fatalf("reader submitting: %v (required role %q)", err, requiredRole(err))
+	}
+	if _, err := readerA.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); code(err) != codes.PermissionDenied || requiredRole(err) != controller.RoleNode {
+		t.Fatalf("reader claiming: %v", err)
+	}
+	// A bad or expired token is Unauthenticated with the guard's reason.
+	expired, err := e.idp["tenant-a"].MintIdentity(devissuer.IdentityRequest{Subject: "ci-a", Audiences: []string{"vmafx-controller"},
+		Lifetime: time.Minute, IssuedAt: time.Now().Add(-time.Hour), Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]vmafxv1.JobServiceClient{
+		"expired":             e.clientWith(t, expired.Token),
+		"another audience":    e.clientWithAudience(t, "tenant-a", "other-service"),
+		"an unknown issuer's": e.clientWithIssuer(t),
+	} {
+		if _, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: job.GetId()}); code(err) != codes.Unauthenticated || status.Convert(err).Message() != "token_invalid" {
+			t.Errorf("%s token: %v", name, err)
+		}
+	}
+	// A submission with a request_id is idempotent per tenant.
+	first, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil || again.GetJob().GetId() != first.GetJob().GetId() {
+		t.Fatalf("a retried submission created another job: %v %v", again, err)
+	}
+	otherTenant, err := e.client(t, "tenant-b", "ci-b", controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "uid-1"})
+	if err != nil || otherTenant.GetJob().GetId() == first.GetJob().GetId() || otherTenant.GetJob().GetTenant() != "tenant-b" {
+		t.Fatalf("tenant B's request uid-1: %v %v", otherTenant, err)
+	}
+	// Lists are the caller's tenant's.
+	if l, err := readerA.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 2 {
+		t.Fatalf("list A: %v %v", l, err)
+	}
+	if l, err := readerB.ListJobs(ctx, &vmafxv1.ListJobsRequest{}); err != nil || len(l.GetJobs()) != 1 || l.GetJobs()[0].GetTenant() != "tenant-b" {
+		t.Fatalf("list B: %v %v", l, err)
+	}
+	// A node claims only its tenant's jobs.
+	if c, err := nodeB.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{}); err != nil || c.GetJob().GetTenant() != "tenant-b" || c.GetJob().GetId() != otherTenant.GetJob().GetId() {
+		t.Fatalf("node B claimed %v %v; want tenant B's job", c, err)
+	}
+	claim, err := nodeA.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || claim.GetJob().GetId() != job.GetId() || claim.GetJob().GetNode() != "node-a1" || claim.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_RUNNING {
+		t.Fatalf("node A claim: %v %v", claim, err)
+	}
+	// Only the node holding the lease may report; only legal transitions.
+	done := &vmafxv1.ReportJobRequest{Id: job.GetId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}
+	if _, err := nodeA2.ReportJob(ctx, done); code(err) != codes.FailedPrecondition {
+		t.Fatalf("another node reporting without the lease: %v", err)
+	}
+	if len(claim.GetLeaseId()) < 22 {
+		t.Fatalf("lease id %q: want 128 random bits", claim.GetLeaseId())
+	}
+	done.LeaseId = claim.GetLeaseId()
+	if _, err := nodeB.ReportJob(ctx, done); code(err) != codes.NotFound {
+		t.Fatalf("another tenant's node reporting: %v", err)
+	}
+	if r, err := nodeA.ReportJob(ctx, done); err != nil || r.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(r.GetJob().GetScores()) != 2 {
+		t.Fatalf("report: %v %v", r, err)
+	}
+	if _, err := nodeA.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: claim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "late"}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("SUCCEEDED → FAILED: %v", err)
+	}
+	// Bad specs name what is wrong.
+	for _, bad := range []*vmafxv1.JobSpec{
+		{Reference: "a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr", "vmaf"}},
+		{Reference: "a.y4m", Distorted: "https://x/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "", Distorted: "b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "/a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "a.y4m", Distorted: "../tenant-b/b.y4m", Metrics: []string{"psnr"}},
+		{Reference: "a.y4m", Distorted: "b.y4m", Metrics: []string{"psnr", "psnr"}},
+	} {
+		if _, err := submitterA.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: bad}); code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	// One log line per refusal, naming method, tenant, caller and reason,
+	// never the token.
+	if !strings.Contains(e.log.String(), `"caller":"dash-a"`) || !strings.Contains(e.log.String(), `"tenant":"tenant-a"`) ||
+		!strings.Contains(e.log.String(), `"reason":"role_missing"`) || strings.Contains(e.log.String(), expired.Token) {
+		t.Errorf("refusal log:\n%s", e.log.String())
+	}
+}
+
+func (e *env) clientWithAudience(t *testing.T, tenant, aud string) vmafxv1.JobServiceClient {
+	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: "x", Audiences: []string{aud}, Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func (e *env) clientWithIssuer(t *testing.T) vmafxv1.JobServiceClient {
+	other, _ := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-c.example"})
+	tok, err := other.MintIdentity(devissuer.IdentityRequest{Subject: "x", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"scp": controller.RoleReader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.clientWith(t, tok.Token)
+}
+
+func requiredRole(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()["required_role"]
+		}
+	}
+	return ""
+}
+
+// TestLeaseExpiryAndRestart: a node that stops reporting loses its job
+// back to PENDING after the lease (counted), cannot report for it any more,
+// and another node finishes it; a controller restart loses nothing.
+func TestLeaseExpiryAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	for name, target := range backends(t, dir) {
+		t.Run(name, func(t *testing.T) { testLeaseExpiryAndRestart(t, target) })
+	}
+}
+
+func testLeaseExpiryAndRestart(t *testing.T, datastore string) {
+	dir := t.TempDir()
+	e := startOn(t, dir, datastore)
+	ctx := context.Background()
+	sub, err := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter).SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, alive := e.client(t, "tenant-a", "node-dead", controller.RoleNode), e.client(t, "tenant-a", "node-alive", controller.RoleNode)
+	deadClaim, err := dead.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || deadClaim.GetJob() == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano()) // past the lease
+	reader := e.client(t, "tenant-a", "dash", controller.RoleReader)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g, err := reader.GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+		if err == nil && g.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_PENDING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never went back to PENDING: %v %v", g, err)
+		}
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_lease_expiries_total"); got != 1 {
+		t.Fatalf("lease expiries counted: %v", got)
+	}
+	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: deadClaim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: bothScores}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("the dead node reporting after losing its lease: %v", err)
+	}
+	c, err := alive.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || c.GetJob().GetNode() != "node-alive" || c.GetJob().GetAttempts() != 2 {
+		t.Fatalf("second claim: %v %v", c, err)
+	}
+	// The dead node's lease id does not fit the new claim.
+	if _, err := dead.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: deadClaim.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: bothScores}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("a stale lease id: %v", err)
+	}
+	if _, err := alive.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 30, Min: 29, Frames: 3}, {Metric: "ssim", Mean: 0.9, Min: 0.8, Frames: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Restart on the same datastore: everything is there.
+	e.stop()
+	e2 := startOn(t, dir, datastore)
+	g, err := e2.client(t, "tenant-a", "dash", controller.RoleReader).GetJob(ctx, &vmafxv1.GetJobRequest{Id: sub.GetJob().GetId()})
+	if err != nil || g.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || g.GetJob().GetScores()[0].GetMean() != 30 {
+		t.Fatalf("after a restart: %v %v", g, err)
+	}
+}
+
+func metric(t *testing.T, s *controller.Server, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
+}
+
+func TestTenantsFileRefusals(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"unknown key", "tenants:\n  - name: a\n    issuer: https://a\n    audiences: [x]\n    role_claim: scp\n", `unknown field "role_claim"`},
+		{"key twice", "tenants:\n  - name: a\n    name: b\n    issuer: https://a\n    audiences: [x]\n", "already set"},
+		{"one issuer, two tenants", "tenants:\n  - name: a\n    issuer: https://a\n    audiences: [x]\n  - name: b\n    issuer: https://a\n    audiences: [x]\n", `issuer https://a already belongs to tenant "a"`},
+		{"bad name", "tenants:\n  - name: Tenant_A\n    issuer: https://a\n    audiences: [x]\n", `name "Tenant_A"`},
+		{"no audiences", "tenants:\n  - name: a\n    issuer: https://a\n", "audience"},
+		{"none", "tenants: []\n", "no tenants"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tenants.yaml")
+			_ = os.WriteFile(p, []byte(tt.yaml), 0o600)
+			if _, err := controller.LoadTenants(p); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestClaimExactlyOnce: many nodes claim concurrently through several
+// stores on one datastore — three replicas on one PostgreSQL database, and
+// the single SQLite file — until nothing is pending. Every job is claimed,
+// and by exactly one node.
+func TestClaimExactlyOnce(t *testing.T) {
+	const jobs, claimersPerReplica = 300, 4
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) {
+			replicas := 3
+			if name == "sqlite" {
+				replicas = 1 // one controller per SQLite file
+			}
+			var stores []*controller.Store
+			for range replicas {
+				s, err := controller.OpenStore(target, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				stores = append(stores, s)
+			}
+			ctx := context.Background()
+			want := map[string]bool{}
+			for i := range jobs {
+				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[j.GetId()] = true
+			}
+			var mu sync.Mutex
+			claimedBy := map[string][]string{}
+			var wg sync.WaitGroup
+			for r, s := range stores {
+				for c := range claimersPerReplica {
+					node := fmt.Sprintf("node-%d-%d", r, c)
+					wg.Go(func() {
+						for {
+							j, _, err := s.Claim(ctx, "tenant-a", node, time.Minute)
+							if err != nil {
+								t.Errorf("%s: %v", node, err)
+								return
+							}
+							if j == nil {
+								return
+							}
+							if j.GetNode() != node || j.GetState() != vmafxv1.JobState_JOB_STATE_RUNNING {
+								t.Errorf("%s claimed %s: node %q, state %s", node, j.GetId(), j.GetNode(), j.GetState())
+							}
+							mu.Lock()
+							claimedBy[j.GetId()] = append(claimedBy[j.GetId()], node)
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			double, lost := 0, 0
+			for id, nodes := range claimedBy {
+				if len(nodes) > 1 {
+					double++
+					t.Errorf("job %s claimed by %v", id, nodes)
+				}
+			}
+			for id := range want {
+				if len(claimedBy[id]) == 0 {
+					lost++
+				}
+			}
+			t.Logf("%d jobs, %d replicas × %d claimers: %d claimed, %d double claims, %d lost", jobs, replicas, claimersPerReplica, len(claimedBy), double, lost)
+			if double != 0 || lost != 0 || len(claimedBy) != jobs {
+				t.Fatalf("%d double claims, %d lost, %d claimed of %d", double, lost, len(claimedBy), jobs)
+			}
+		})
+	}
+}
+
+// TestAttemptsQueueAndCancel: a claim that ends without an outcome (lease
+// lost or job given back) queues the job behind the tenant's other pending
+// jobs; after --max-attempts claims it is FAILED attempts_exhausted with the
+// last error; a cancelled job refuses its node's next report; report values
+// that are not finite or out of range are InvalidArgument naming the field.
+func TestAttemptsQueueAndCancel(t *testing.T) {
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) { testAttemptsQueueAndCancel(t, target) })
+	}
+}
+
+func testAttemptsQueueAndCancel(t *testing.T, datastore string) {
+	e := startOn(t, t.TempDir(), datastore)
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	node := e.client(t, "tenant-a", "node-a1", controller.RoleNode)
+	var ids []string
+	for range 3 {
+		sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sub.GetJob().GetId())
+	}
+	poison := ids[0]
+	// The poison job is claimed first, given back, and then waits behind
+	// the two submitted after it.
+	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "pod-1"})
+	if err != nil || c.GetJob().GetId() != poison || c.GetJob().GetNode() != "pod-1" || c.GetJob().GetAttempts() != 1 {
+		t.Fatalf("first claim: %v %v", c, err)
+	}
+	for _, bad := range []struct {
+		r     *vmafxv1.ReportJobRequest
+		field string
+	}{
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: math.NaN()}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: math.Inf(1)}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: -5}, "progress"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: math.NaN(), Min: 1, Frames: 1}, bothScores[1]}}, "scores[0].mean"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{bothScores[0], {Metric: "ssim", Mean: 0.5, Min: -3, Frames: 1}}}, "scores[1].min"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: []*vmafxv1.Score{bothScores[0], bothScores[0]}}, "scores[1].metric"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores[:1]}, "scores: 1 reported"},
+		{&vmafxv1.ReportJobRequest{State: vmafxv1.JobState_JOB_STATE_FAILED, Error: strings.Repeat("x", 4096)}, "error: 4096 bytes"},
+	} {
+		bad.r.Id, bad.r.LeaseId = poison, c.GetLeaseId()
+		if _, err := node.ReportJob(ctx, bad.r); code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), bad.field) {
+			t.Errorf("%s: %v", bad.field, err)
+		}
+	}
+	giveBack := func(c *vmafxv1.ClaimJobResponse, why string) {
+		t.Helper()
+		if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_PENDING, Error: why}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	giveBack(c, "too slow")
+	for _, want := range ids[1:] {
+		c2, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+		if err != nil || c2.GetJob().GetId() != want {
+			t.Fatalf("the queue behind the given-back job: claimed %v (%v); want %s", c2.GetJob().GetId(), err, want)
+		}
+		if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: want, LeaseId: c2.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Attempt 2 is given back; attempt 3 loses its lease: FAILED
+	// attempts_exhausted with the last error.
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	giveBack(c, "too slow again")
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "pod-3"})
+	if c.GetJob().GetId() != poison || c.GetJob().GetAttempts() != 3 {
+		t.Fatalf("third claim: %v", c)
+	}
+	e.clock.Store(time.Now().Add(11 * time.Second).UnixNano())
+	reader := e.client(t, "tenant-a", "dash", controller.RoleReader)
+	var j *vmafxv1.Job
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		g, err := reader.GetJob(ctx, &vmafxv1.GetJobRequest{Id: poison})
+		if j = g.GetJob(); err == nil && j.GetState() == vmafxv1.JobState_JOB_STATE_FAILED {
+			break
+		}
+	}
+	if j.GetState() != vmafxv1.JobState_JOB_STATE_FAILED || j.GetReason() != controller.ReasonAttemptsExhausted || j.GetError() != "claimed 3 times without an outcome; the last: the lease of pod-3 expired" {
+		t.Fatalf("poison job: %v", j)
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_attempts_exhausted_total"); got != 1 {
+		t.Errorf("attempts_exhausted counted %v", got)
+	}
+	e.clock.Store(0)
+	// Cancelling: a running job's node is refused its next report; a
+	// finished job cannot be cancelled; another tenant's is NotFound.
+	sub, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ = node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if c.GetJob().GetId() != sub.GetJob().GetId() {
+		t.Fatalf("claimed %v", c)
+	}
+	if _, err := e.client(t, "tenant-b", "ci-b", controller.RoleSubmitter).CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()}); code(err) != codes.NotFound {
+		t.Fatalf("tenant B cancelling A's job: %v", err)
+	}
+	if _, err := reader.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()}); code(err) != codes.PermissionDenied {
+		t.Fatalf("a reader cancelling: %v", err)
+	}
+	cj, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: sub.GetJob().GetId()})
+	if err != nil || cj.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_CANCELLED || cj.GetJob().GetReason() != controller.ReasonCancelled {
+		t.Fatalf("cancel: %v %v", cj, err)
+	}
+	if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: sub.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_RUNNING, Progress: 3}); code(err) != codes.FailedPrecondition ||
+		!strings.Contains(status.Convert(err).Message(), "CANCELLED") {
+		t.Fatalf("the cancelled job's node reporting: %v", err)
+	}
+	if _, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: ids[1]}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("cancelling a finished job: %v", err)
+	}
+	// Every refusal above is one log line with tenant, caller and reason.
+	for _, want := range []string{`"reason":"invalid_argument"`, `"reason":"job_conflict"`, `"reason":"job_not_found"`, `"caller":"node-a1"`, `"caller":"ci-b"`} {
+		if !strings.Contains(e.log.String(), want) {
+			t.Errorf("no refusal logged with %s", want)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+)
+
+// TestReviewTimeoutApplies: --caller-review-timeout bounds the fetch of a
+// tenant issuer's discovery document. Against an issuer that never
+// answers, a call with a 5 s deadline is refused by the controller
+// (validator_timeout or validator_unavailable, from the 300 ms bound)
+// rather than running into the client's deadline — as it did when the
+// controller built its verifier beside the shared options and the flag
+// did nothing (the verifier's own 5 s default then outlasted... nothing
+// shorter than the client's).
+func TestReviewTimeoutApplies(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("hanging idp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	if hang.TLS, err = ca.ServerTLS("127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	hang.StartTLS()
+	defer hang.Close()
+	caFile, err := ca.WriteCA(filepath.Join(dir, "idp-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := filepath.Join(dir, "tenants.yaml")
+	if err := os.WriteFile(tenants, []byte(fmt.Sprintf("tenants:\n  - name: tenant-a\n    issuer: https://idp.tenant-a.example\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n",
+		hang.URL, caFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := controller.Options{Tenants: tenants, Datastore: filepath.Join(dir, "jobs.db")}
+	o.Auth.ReviewTimeout = 300 * time.Millisecond
+	e := startWith(t, dir, o)
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: "ci", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"scp": "vmafx:reader"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = e.clientWith(t, tok.Token).ListJobs(ctx, &vmafxv1.ListJobsRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.HasPrefix(st.Message(), "validator_") {
+		t.Fatalf("with an issuer that never answers and --caller-review-timeout 300ms: %s %s; want Unavailable validator_timeout or validator_unavailable", st.Code(), st.Message())
+	}
+}
+
+// TestCallerAuthValidated: the controller validates the shared
+// caller-authentication settings (it did not), and refuses a backend or an
+// issuers file that are not its own.
+func TestCallerAuthValidated(t *testing.T) {
+	base := controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: "c", TLSKeyFile: "k"}, Tenants: "t.yaml", Datastore: "jobs.db", Lease: time.Minute, MaxAttempts: 3}
+	base.Serve.Defaults()
+	for _, c := range []struct {
+		set  func(*controller.Options)
+		want string
+	}{
+		{func(o *controller.Options) { o.Auth.KeysMaxStale = -time.Second }, "--caller-keys-max-stale -1s"},
+		{func(o *controller.Options) { o.Auth.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
+		{func(o *controller.Options) { o.Auth.Backend = serve.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
+		{func(o *controller.Options) { o.Auth.OIDCIssuers = "issuers.json" }, "--caller-oidc-issuers: the controller's issuers are its tenants' (--tenants)"},
+		{func(o *controller.Options) { o.Auth.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
+	} {
+		o := base
+		c.set(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v; want an error naming %q", err, c.want)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("the base options: %v", err)
+	}
+}

@@ -1,0 +1,466 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// Roles.
+const (
+	RoleReader    = "vmafx:reader"
+	RoleSubmitter = "vmafx:submitter"
+	RoleNode      = "vmafx:node"
+)
+
+// MethodRoles is the role each JobService method requires. A method missing
+// here is refused for everyone (and a test fails).
+var MethodRoles = map[string]string{
+	vmafxv1.JobService_SubmitJob_FullMethodName: RoleSubmitter,
+	vmafxv1.JobService_GetJob_FullMethodName:    RoleReader,
+	vmafxv1.JobService_ListJobs_FullMethodName:  RoleReader,
+	vmafxv1.JobService_ClaimJob_FullMethodName:  RoleNode,
+	vmafxv1.JobService_ReportJob_FullMethodName: RoleNode,
+	vmafxv1.JobService_CancelJob_FullMethodName: RoleSubmitter,
+}
+
+// Defaults.
+const (
+	DefaultLease      = 30 * time.Second
+	DefaultLeaseCheck = time.Second
+	// DefaultMaxAttempts is how many claims a job gets before it is FAILED
+	// attempts_exhausted (--max-attempts).
+	DefaultMaxAttempts = 3
+	maxPageSize        = 500
+	defaultPageSize    = 100
+	// maxPageBytes bounds a ListJobs page (its jobs encoded), well under
+	// gRPC's 4 MiB message limit: a page stops early rather than grow.
+	maxPageBytes = 1 << 20
+)
+
+// Options configure the controller. Flags map onto them.
+type Options struct {
+	// Serve: --listen, --tls-*, --metrics-listen, --log-level,
+	// --shutdown-timeout, --http-*.
+	Serve serve.Options
+	// Auth: the shared caller-authentication settings (--caller-*). The
+	// backend is always oidc, its issuers the tenants file's.
+	Auth serve.AuthOptions
+	// Tenants is the tenants file (--tenants).
+	Tenants string
+	// Datastore is an SQLite file or a postgres:// URL (--datastore;
+	// datastore.Parse).
+	Datastore string
+	// DatastoreURLFile, when set, holds the datastore URL instead
+	// (--datastore-url-file; datastore.Resolve).
+	DatastoreURLFile string
+	// Lease is how long a claimed job stays with its node without a report
+	// (--lease); LeaseCheck how often expired leases are looked for.
+	Lease, LeaseCheck time.Duration
+	// MaxAttempts is how many claims a job gets (--max-attempts).
+	MaxAttempts int
+	Logger      *slog.Logger
+	// Now is the clock of leases. Default time.Now.
+	Now func() time.Time
+}
+
+// callerAuth is o.Auth with the controller's backend: oidc, the issuers
+// those of the tenants file.
+func (o Options) callerAuth() serve.AuthOptions {
+	a := o.Auth
+	a.Backend, a.OIDCIssuers, a.LoadIssuers = serve.BackendOIDC, o.Tenants, loadIssuers
+	return a
+}
+
+// Validate refuses options that cannot be honoured, naming the flag.
+func (o Options) Validate() error {
+	var errs []error
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Serve.Listen == "" {
+		errs = append(errs, errors.New("controller: --listen is required"))
+	}
+	if !o.Serve.HasTLS() {
+		errs = append(errs, errors.New("controller: --tls-cert-file and --tls-key-file are required: bearer tokens never travel over plaintext TCP"))
+	}
+	switch {
+	case o.Tenants == "":
+		errs = append(errs, errors.New("controller: --tenants is required: the identity provider of each tenant"))
+	case o.Auth.OIDCIssuers != "":
+		errs = append(errs, errors.New("controller: --caller-oidc-issuers: the controller's issuers are its tenants' (--tenants)"))
+	case o.Auth.Backend != "" && o.Auth.Backend != serve.BackendOIDC:
+		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Auth.Backend))
+	default:
+		if err := o.callerAuth().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
+		errs = append(errs, fmt.Errorf("controller: --datastore: %w", err))
+	}
+	if o.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("controller: --lease %s: want at least 1s", o.Lease))
+	}
+	if o.MaxAttempts < 1 || o.MaxAttempts > 100 {
+		errs = append(errs, fmt.Errorf("controller: --max-attempts %d: want 1 to 100", o.MaxAttempts))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a running controller.
+type Server struct {
+	o         Options
+	log       *slog.Logger
+	store     *Store
+	health    *serve.Health
+	m         *serve.Manager
+	guard     *serve.CallerAuth
+	grpc      *grpc.Server
+	requeued  prometheus.Counter
+	exhausted prometheus.Counter
+	lis       net.Listener
+}
+
+// Listen opens the gRPC listener (Run does when it has not been) and
+// returns its address: a port 0 in --listen becomes the one the kernel
+// chose.
+func (s *Server) Listen() (string, error) {
+	if s.lis == nil {
+		lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
+		if err != nil {
+			return "", fmt.Errorf("controller: %w", err)
+		}
+		s.lis = lis
+	}
+	return s.lis.Addr().String(), nil
+}
+
+// New validates the options, loads the tenants, opens the store and builds
+// the guarded gRPC server.
+func New(o Options) (*Server, error) {
+	o.Serve.Defaults()
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.LeaseCheck <= 0 {
+		o.LeaseCheck = DefaultLeaseCheck
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := serve.New("controller", o.Serve, o.callerAuth(), o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health()}
+	reg := s.health.Registry
+	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})
+	rpcMetrics, err := serve.NewRPCMetrics(reg, "vmafx_controller")
+	if err != nil {
+		return nil, err
+	}
+	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
+	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	s.guard, err = m.Guard(serve.GuardSpec{
+		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
+		MetricsPrefix: "vmafx", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
+			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonRoleMissing, binding.ReasonTenantMissing},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller: caller authentication: %w", err)
+	}
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if s.store, err = OpenStore(target, o.Now); err != nil {
+		return nil, err
+	}
+	s.health.AddReadyCheck("datastore", s.store.Ping)
+	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)))
+	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log})
+	rpcMetrics.Init(s.grpc)
+	return s, nil
+}
+
+// Registry is the metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
+
+// Store is the job store.
+func (s *Server) Store() *Store { return s.store }
+
+// Run serves until ctx ends: gRPC over TLS, the metrics listener, and the
+// loop that returns expired leases to PENDING.
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() { err = errors.Join(err, s.store.Close()) }()
+	if _, err := s.Listen(); err != nil {
+		return err
+	}
+	s.m.ServeGRPC("grpc", s.lis, s.grpc)
+	s.m.Add(serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)))
+	s.m.Set("address", s.lis.Addr().String(), "lease", s.o.Lease.String(), "max_attempts", s.o.MaxAttempts, "datastore", s.store.db.Target)
+	if err := s.m.Run(ctx); err != nil {
+		_ = s.lis.Close()
+		return fmt.Errorf("controller: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) expireLeases(ctx context.Context) error {
+	t := time.NewTicker(s.o.LeaseCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			n, exhausted, err := s.store.RequeueExpired(ctx, s.o.MaxAttempts)
+			if err != nil {
+				s.log.Error("controller: lease expiry", "err", err)
+			}
+			if n+exhausted > 0 {
+				s.requeued.Add(float64(n + exhausted))
+				s.exhausted.Add(float64(exhausted))
+				s.log.Warn("controller: leases expired; jobs back to PENDING behind their tenant's queue, or FAILED attempts_exhausted", "jobs", n, "attempts_exhausted", exhausted)
+			}
+		}
+	}
+}
+
+// jobsCollector reports the jobs by state at scrape time.
+type jobsCollector struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := c.s.store.CountByState(ctx)
+	if err != nil {
+		return
+	}
+	for _, st := range []vmafxv1.JobState{vmafxv1.JobState_JOB_STATE_PENDING, vmafxv1.JobState_JOB_STATE_RUNNING, vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		vmafxv1.JobState_JOB_STATE_FAILED, vmafxv1.JobState_JOB_STATE_CANCELLED} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[st]), stateName(st))
+	}
+}
+
+func stateName(st vmafxv1.JobState) string {
+	switch st {
+	case vmafxv1.JobState_JOB_STATE_PENDING:
+		return "pending"
+	case vmafxv1.JobState_JOB_STATE_RUNNING:
+		return "running"
+	case vmafxv1.JobState_JOB_STATE_SUCCEEDED:
+		return "succeeded"
+	case vmafxv1.JobState_JOB_STATE_FAILED:
+		return "failed"
+	case vmafxv1.JobState_JOB_STATE_CANCELLED:
+		return "cancelled"
+	}
+	return "unspecified"
+}
+
+// Service implements JobService on a store. The caller and its tenant come
+// from the guard's verdict in the context: a request never names its tenant.
+type Service struct {
+	vmafxv1.UnimplementedJobServiceServer
+	Store       *Store
+	Lease       time.Duration
+	MaxAttempts int
+	Log         *slog.Logger
+}
+
+var _ vmafxv1.JobServiceServer = (*Service)(nil)
+
+// caller is the verified caller of the request.
+func caller(ctx context.Context) (*authn.Caller, error) {
+	v, ok := guard.FromContext(ctx)
+	if !ok || v.Caller == nil || v.Caller.Tenant == "" {
+		// The guard refuses this before a handler runs; never serve a
+		// request without a tenant to scope it.
+		return nil, status.Error(codes.Unauthenticated, "no verified caller")
+	}
+	return v.Caller, nil
+}
+
+func (s *Service) storeError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return refuse(codes.NotFound, ReasonJobNotFound, "job not found")
+	case errors.Is(err, ErrConflict):
+		return refuse(codes.FailedPrecondition, ReasonConflict, strings.TrimPrefix(err.Error(), "controller: "))
+	case errors.Is(err, ErrBadPageToken):
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	case errors.Is(err, errBadReport):
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	default:
+		if s.Log != nil {
+			s.Log.ErrorContext(ctx, "controller: datastore", "err", err)
+		}
+		return refuse(codes.Unavailable, ReasonDatastoreUnavailable, "datastore unavailable; retry")
+	}
+}
+
+// SubmitJob implements JobService.
+func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (*vmafxv1.SubmitJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec := in.GetSpec()
+	if err := CheckSpec(spec); err != nil {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	}
+	if len(in.GetRequestId()) > maxRequestID {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("request_id: %d bytes; at most %d", len(in.GetRequestId()), maxRequestID))
+	}
+	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec)
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	return &vmafxv1.SubmitJobResponse{Job: j}, nil
+}
+
+// GetJob implements JobService.
+func (s *Service) GetJob(ctx context.Context, in *vmafxv1.GetJobRequest) (*vmafxv1.GetJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
+	}
+	j, err := s.Store.Get(ctx, c.Tenant, in.GetId())
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	return &vmafxv1.GetJobResponse{Job: j}, nil
+}
+
+// ListJobs implements JobService.
+func (s *Service) ListJobs(ctx context.Context, in *vmafxv1.ListJobsRequest) (*vmafxv1.ListJobsResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := int(in.GetPageSize())
+	switch {
+	case size < 0 || size > maxPageSize:
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("page_size %d: want 0 to %d", size, maxPageSize))
+	case size == 0:
+		size = defaultPageSize
+	}
+	if len(in.GetPageToken()) > 128 {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, ErrBadPageToken.Error())
+	}
+	jobs, next, err := s.Store.List(ctx, c.Tenant, in.GetState(), size, maxPageBytes, in.GetPageToken())
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	return &vmafxv1.ListJobsResponse{Jobs: jobs, NextPageToken: next}, nil
+}
+
+// ClaimJob implements JobService. The job's node is the claiming pod: the
+// token's pod claim, else the request's node_name, else the token's
+// subject.
+func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*vmafxv1.ClaimJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	node := c.PodName
+	if node == "" {
+		node = in.GetNodeName()
+	}
+	if node == "" {
+		node = c.Username
+	}
+	if len(node) > maxNodeName || !utf8.ValidString(node) {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
+	}
+	j, lease, err := s.Store.Claim(ctx, c.Tenant, node, s.Lease)
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	if j != nil && s.Log != nil {
+		s.Log.InfoContext(ctx, "controller: claimed", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username, "node", node, "attempt", j.GetAttempts())
+	}
+	return &vmafxv1.ClaimJobResponse{Job: j, LeaseId: lease}, nil
+}
+
+// ReportJob implements JobService.
+func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (*vmafxv1.ReportJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
+	}
+	if err := CheckReport(in); err != nil {
+		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+	}
+	j, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	return &vmafxv1.ReportJobResponse{Job: j}, nil
+}
+
+// CancelJob implements JobService.
+func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (*vmafxv1.CancelJobResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(in.GetId()); err != nil {
+		return nil, err
+	}
+	j, err := s.Store.Cancel(ctx, c.Tenant, in.GetId())
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	if s.Log != nil {
+		s.Log.InfoContext(ctx, "controller: cancelled", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username)
+	}
+	return &vmafxv1.CancelJobResponse{Job: j}, nil
+}
+
+// checkID refuses an id no job could have, without echoing it: a job id is
+// a UUID.
+func checkID(id string) error {
+	if len(id) > 64 {
+		return refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("id: %d bytes; a job id is a UUID", len(id)))
+	}
+	return nil
+}

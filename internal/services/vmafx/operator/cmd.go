@@ -1,0 +1,221 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
+	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
+)
+
+// Options configure the operator.
+type Options struct {
+	// Config is a YAML file whose "controller" section holds the
+	// controller connection (the node's keys); VMAFX_CONTROLLER_* override.
+	Config    string
+	LookupEnv func(string) (string, bool)
+	// Kubeconfig for the API server; empty: in-cluster (or $KUBECONFIG).
+	Kubeconfig string
+	// Poll is the GetJob interval of a running job.
+	Poll time.Duration
+	// LeaderElect runs one active replica; LeaderElectionNamespace holds
+	// its Lease.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	// Serve: --metrics-listen (/metrics — the operator's and
+	// controller-runtime's — /healthz and /readyz on one listener),
+	// --profiling, --log-level, --shutdown-timeout.
+	Serve  serve.Options
+	Logger *slog.Logger
+}
+
+// DefaultMetricsListen is --metrics-listen's default, controller-runtime's
+// metrics address.
+const DefaultMetricsListen = "127.0.0.1:8080"
+
+// Load reads and validates the controller connection: a combination that
+// cannot be honoured is an error naming the key and the variable.
+func Load(o Options) (credentials.Config, error) {
+	cfg, err := connection.Load(o.Config, o.LookupEnv)
+	if err != nil {
+		return cfg, fmt.Errorf("operator: %w", err)
+	}
+	return cfg, nil
+}
+
+// Run starts the manager with the VmafxJob reconciler until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	cfg, err := Load(o)
+	if err != nil {
+		return err
+	}
+	conn, jobs, err := connection.Dial(cfg)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	defer conn.Close()
+	var rc *rest.Config
+	if o.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		rc, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("operator: --kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := jobsv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	o.Serve.Defaults()
+	if err := o.Serve.Validate(); err != nil {
+		return err
+	}
+	m, err := serve.New("operator", o.Serve, serve.AuthOptions{}, o.Logger)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	log := m.Logger()
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	// The skeleton serves /metrics, /healthz and /readyz; controller-runtime's
+	// own listeners stay off and its registry is served beside ours.
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme: scheme, LeaderElection: o.LeaderElect, LeaderElectionID: "vmafx-operator.vmafx.callerauth.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Metrics:                 metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	m.Health().AddGatherer(withoutRuntime{ctrlmetrics.Registry})
+	m.Health().AddReadyCheck("informers", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the VmafxJob informer has not synced")
+		}
+		return nil
+	})
+	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: o.Poll,
+		Events: mgr.GetEventRecorder("vmafx-operator"), Log: log}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&jobsv1.VmafxJob{}).Named("vmafxjob").Complete(r); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	m.Add(serve.Named("controller-runtime manager", mgr))
+	m.Set("controller", cfg.Address, "controller_tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", o.Poll.String(), "leader_elect", o.LeaderElect)
+	return m.Run(ctx)
+}
+
+// withoutRuntime is controller-runtime's registry without the Go and
+// process collectors the skeleton's registry already has.
+type withoutRuntime struct{ g prometheus.Gatherer }
+
+func (w withoutRuntime) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		if n := mf.GetName(); !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
+			out = append(out, mf)
+		}
+	}
+	return out, err
+}
+
+// NewCommand is the vmafx-operator command line.
+func NewCommand(stderr io.Writer) *cobra.Command {
+	o := Options{Serve: serve.Options{MetricsListen: DefaultMetricsListen}}
+	var probeAddr string
+	cmd := &cobra.Command{
+		Use:   "vmafx-operator",
+		Short: "Reconcile VmafxJobs against the vmafx controller",
+		Long: `vmafx-operator submits every VmafxJob to the vmafx controller once and polls
+GetJob until it finishes, writing phase, scores and conditions into its status.
+Its controller connection is the "controller" section of --config and the
+VMAFX_CONTROLLER_* variables, as for vmafx-node; the token file is read on
+every call. See docs/vmafx.md.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Poll <= 0 {
+				return fmt.Errorf("operator: --poll %s: want a positive duration", o.Poll)
+			}
+			if err := probeAlias(cmd.Flags(), &o, probeAddr); err != nil {
+				return err
+			}
+			o.Serve.LogOutput = stderr
+			return Run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Config, "config", "/etc/vmafx/operator.yaml", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: in-cluster, or $KUBECONFIG)")
+	f.DurationVar(&o.Poll, "poll", 5*time.Second, "GetJob interval of a job that has not finished")
+	f.BoolVar(&o.LeaderElect, "leader-elect", true, "run one active replica, elected with a Lease")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "vmafx-system", "namespace of the leader-election Lease")
+	o.Serve.AddProcessFlags(f)
+	// controller-runtime's names, kept: the metrics address is
+	// --metrics-listen ("0" off, as controller-runtime reads it); the probes
+	// are served on the same listener.
+	f.AddFlag(&pflag.Flag{Name: "metrics-bind-address", Usage: "former name of --metrics-listen (0: off)", Value: zeroOff{f.Lookup("metrics-listen").Value}, DefValue: o.Serve.MetricsListen})
+	f.StringVar(&probeAddr, "health-probe-bind-address", "", "former address of /healthz and /readyz, now served on --metrics-listen: if set, it must be that address (or --metrics-listen unset, and it becomes it)")
+	return cmd
+}
+
+// zeroOff reads controller-runtime's "0" (off) as the skeleton's "".
+type zeroOff struct{ pflag.Value }
+
+func (z zeroOff) Set(v string) error {
+	if v == "0" {
+		v = ""
+	}
+	return z.Value.Set(v)
+}
+
+// probeAlias applies --health-probe-bind-address: the probes are served on
+// --metrics-listen, so the two must agree.
+func probeAlias(f *pflag.FlagSet, o *Options, probe string) error {
+	if !f.Changed("health-probe-bind-address") {
+		return nil
+	}
+	if probe == "0" {
+		probe = "" // controller-runtime's "off"
+	}
+	if !f.Changed("metrics-listen") && !f.Changed("metrics-bind-address") {
+		o.Serve.MetricsListen = probe
+		return nil
+	}
+	if probe != o.Serve.MetricsListen {
+		return fmt.Errorf("operator: --health-probe-bind-address %s: /healthz and /readyz are served on --metrics-listen %s; give one address", probe, o.Serve.MetricsListen)
+	}
+	return nil
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
+}
