@@ -243,7 +243,7 @@ func TestMetricsSpeakThePDPsLanguage(t *testing.T) {
 			t.Errorf("the pdp exports the node-binding series %s", mf.GetName())
 		}
 	}
-	for _, want := range []string{"pdp_auth_violations_total", "pdp_caller_auth_violations_total", "go_goroutines", "process_open_fds"} {
+	for _, want := range []string{"pdp_auth_violations_total", "pdp_auth_mode", "go_goroutines", "process_open_fds"} {
 		if !names[want] {
 			t.Errorf("no %s", want)
 		}

@@ -193,7 +193,6 @@ type Server struct {
 	failed   atomic.Value // the file signature of the last failed reload
 	health   *serve.Health
 	checks   *prometheus.CounterVec
-	authViol *prometheus.CounterVec
 	latency  prometheus.Histogram
 	reloads  *prometheus.CounterVec
 	// signFailures counts answers refused because signing failed.
@@ -225,7 +224,6 @@ func New(o Options) (*Server, error) {
 	s.state.Store(st)
 	reg := s.health.Registry
 	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
-	s.authViol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_caller_auth_violations_total", Help: "Checks whose caller authentication failed, by reason and mode (under warn they still reached policy)."}, []string{"reason", "mode"})
 	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
 	s.reloads.WithLabelValues("success")
@@ -233,7 +231,7 @@ func New(o Options) (*Server, error) {
 	s.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_evaluations_total", Help: "AuthZEN evaluations answered, by decision and reason."}, []string{"decision", "reason"})
 	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
 	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
-	reg.MustRegister(s.checks, s.authViol, s.latency, s.reloads, s.evaluations, s.azLatency, s.signFailures)
+	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.signFailures)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -248,9 +246,6 @@ func New(o Options) (*Server, error) {
 	}
 	reasons := []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
 		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem}
-	for _, r := range reasons {
-		s.authViol.WithLabelValues(r, o.CallerAuthMode) // zeros from start-up
-	}
 	s.guard, err = m.Guard(serve.GuardSpec{
 		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
 		MetricsPrefix: "pdp", Reasons: reasons, Authenticator: o.Authenticator,
@@ -460,22 +455,18 @@ func (s *Server) signingFailed(w http.ResponseWriter, err error) {
 }
 
 // caller is the record's caller block for a request the middleware let
-// through, and the mode; a violation let through under warn is counted.
+// through, and the mode. The guard counted any violation
+// (pdp_auth_violations_total), let through under warn or not.
 func (s *Server) caller(r *http.Request) (decision.Caller, string) {
 	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
-	mode := s.o.CallerAuthMode
 	if v, ok := guard.FromContext(r.Context()); ok {
-		if v.Reason != "" {
-			s.authViol.WithLabelValues(v.Reason, mode).Inc()
-		}
 		caller = callerBlock(v, s.o.Auth.VerifiedBy())
 	}
-	return caller, mode
+	return caller, s.o.CallerAuthMode
 }
 
-// refuse answers a refused caller and counts it.
+// refuse answers a refused caller (the guard counted it).
 func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
-	s.authViol.WithLabelValues(v.Reason, s.o.CallerAuthMode).Inc()
 	guard.WriteRefusal(w, v)
 }
 

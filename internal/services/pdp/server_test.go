@@ -133,12 +133,12 @@ func TestPositiveAndN1N4(t *testing.T) {
 				code, body := e.post(t, r.token, allow, "application/json")
 				after := e.counters(t)
 				reached := after["pdp_checks_total"] - before["pdp_checks_total"]
-				viol := after["pdp_caller_auth_violations_total{"+r.reason+","+mode+"}"] - before["pdp_caller_auth_violations_total{"+r.reason+","+mode+"}"]
+				viol := after["pdp_auth_violations_total{"+r.reason+"}"] - before["pdp_auth_violations_total{"+r.reason+"}"]
 				if (reached == 1) != (r.enforce == 200 || mode == "warn") {
 					t.Errorf("%s: reached policy %v times", r.name, reached)
 				}
 				if r.reason != "" && viol != 1 {
-					t.Errorf("%s: pdp_caller_auth_violations_total{%s,%s} moved by %v", r.name, r.reason, mode, viol)
+					t.Errorf("%s: pdp_auth_violations_total{%s} moved by %v under %s", r.name, r.reason, viol, mode)
 				}
 				want := r.enforce
 				if mode == "warn" {
@@ -195,17 +195,9 @@ func (e *env) counters(t *testing.T) map[string]float64 {
 			for _, m := range mf.GetMetric() {
 				out["pdp_checks_total"] += m.GetCounter().GetValue()
 			}
-		case "pdp_caller_auth_violations_total":
+		case "pdp_auth_violations_total":
 			for _, m := range mf.GetMetric() {
-				var reason, mode string
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "reason" {
-						reason = l.GetValue()
-					} else {
-						mode = l.GetValue()
-					}
-				}
-				out["pdp_caller_auth_violations_total{"+reason+","+mode+"}"] = m.GetCounter().GetValue()
+				out["pdp_auth_violations_total{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func BenchmarkGetJob(b *testing.B) {
 	}
 	g, err := serve.AuthOptions{CacheTTL: time.Minute}.Guard(serve.GuardSpec{Mode: guard.Enforce,
 		Rule:     binding.Roles(binding.RoleConfig{Required: controller.MethodRoles, RequireTenant: true}),
-		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil)), Authenticator: auth})
+		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx_controller", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil)), Authenticator: auth})
 	if err != nil {
 		b.Fatal(err)
 	}
