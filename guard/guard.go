@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/callerauth/callerauth/authn"
@@ -36,16 +35,16 @@ const (
 	Audit Mode = "audit"
 )
 
-// ParseMode reads a mode: "enforce", or "audit" (also "warn", the PDP's
-// name for it).
+// ParseMode reads a mode, the one reader of every service's mode setting
+// (the connector's config.json, the pdp's --caller-auth-mode, whose "warn"
+// is its name for audit): "enforce" or "audit", nothing else, in no other
+// case.
 func ParseMode(s string) (Mode, error) {
-	switch strings.ToLower(s) {
-	case "enforce":
-		return Enforce, nil
-	case "audit", "warn":
-		return Audit, nil
+	switch Mode(s) {
+	case Enforce, Audit:
+		return Mode(s), nil
 	default:
-		return "", fmt.Errorf("guard: mode %q: want enforce or audit (warn)", s)
+		return "", fmt.Errorf("mode %q: want enforce or audit", s)
 	}
 }
 

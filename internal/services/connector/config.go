@@ -99,10 +99,12 @@ func ParseAuthConfig(b []byte) (AuthConfig, error) {
 	}
 	if v, ok := raw[KeyMode]; ok {
 		var s string
-		if err := json.Unmarshal(v, &s); err != nil || (s != string(guard.Enforce) && s != string(guard.Audit)) {
+		err := json.Unmarshal(v, &s)
+		if err == nil {
+			cfg.Mode, err = guard.ParseMode(s)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("connector: config.json: %s is %s; want \"enforce\" or \"audit\"", KeyMode, v))
-		} else {
-			cfg.Mode = guard.Mode(s)
 		}
 	}
 	if v, ok := raw[KeyAudience]; ok {

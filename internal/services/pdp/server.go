@@ -117,13 +117,11 @@ func (o Options) Validate() error {
 	if o.SigningKeyFile == "" {
 		errs = append(errs, errors.New("pdp: --signing-key-file is required (callerauth decision keygen --out FILE makes one): records must be signed"))
 	}
-	switch o.CallerAuthMode {
-	case ModeEnforce, ModeWarn:
-	case ModeOff:
+	if o.CallerAuthMode == ModeOff {
 		if !o.AllowAuthOff {
 			errs = append(errs, errors.New("pdp: --caller-auth-mode off needs --insecure-caller-auth-off: without it anyone who reaches the PDP obtains decisions"))
 		}
-	default:
+	} else if _, err := callerAuthMode(o.CallerAuthMode); err != nil {
 		errs = append(errs, fmt.Errorf("pdp: --caller-auth-mode %q: want enforce, warn or off", o.CallerAuthMode))
 	}
 	if o.CallerAudience == "" {
@@ -183,6 +181,15 @@ type state struct {
 	sig        string // file signature, to see changes
 }
 
+// callerAuthMode reads --caller-auth-mode other than off: enforce, or warn
+// (the PDP's name for the guard's audit).
+func callerAuthMode(s string) (guard.Mode, error) {
+	if s == ModeWarn {
+		s = string(guard.Audit)
+	}
+	return guard.ParseMode(s)
+}
+
 // Server is a running PDP.
 type Server struct {
 	o        Options
@@ -240,10 +247,7 @@ func New(o Options) (*Server, error) {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
 		return s, nil
 	}
-	mode := guard.Enforce
-	if o.CallerAuthMode == ModeWarn {
-		mode = guard.Audit
-	}
+	mode, _ := callerAuthMode(o.CallerAuthMode) // validated above
 	reasons := []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
 		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem}
 	s.guard, err = m.Guard(serve.GuardSpec{
