@@ -192,16 +192,16 @@ func callerAuthMode(s string) (guard.Mode, error) {
 
 // Server is a running PDP.
 type Server struct {
-	o        Options
-	m        *serve.Manager
-	log      *slog.Logger
-	guard    *serve.CallerAuth
-	state    atomic.Pointer[state]
-	failed   atomic.Value // the file signature of the last failed reload
-	health   *serve.Health
-	checks   *prometheus.CounterVec
-	latency  prometheus.Histogram
-	reloads  *prometheus.CounterVec
+	o       Options
+	m       *serve.Manager
+	log     *slog.Logger
+	guard   *serve.CallerAuth
+	state   atomic.Pointer[state]
+	failed  atomic.Value // the file signature of the last failed reload
+	health  *serve.Health
+	checks  *prometheus.CounterVec
+	latency prometheus.Histogram
+	reloads *prometheus.CounterVec
 	// signFailures counts answers refused because signing failed.
 	signFailures prometheus.Counter
 	// AuthZEN: evaluations by decision and reason, request latency by
