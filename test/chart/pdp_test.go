@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,5 +241,37 @@ func TestPDPChartRefusals(t *testing.T) {
 				t.Fatalf("render = %v; want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestPDPChartWatchBoundObjects: caller.watchBoundObjects renders
+// --caller-watch-bound-objects, which the pdp accepts, and a ClusterRole
+// granting list and watch on pods and serviceaccounts, nothing more; off
+// by default, with neither.
+func TestPDPChartWatchBoundObjects(t *testing.T) {
+	out, err := renderPDP(t, examplePDPValues(t, set(true, "caller", "watchBoundObjects"), set("30m", "caller", "reviewInterval")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := pdp.ParseArgs(findDeployment(t, out["pdp/templates/deployment.yaml"]).Spec.Template.Spec.Containers[0].Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil || !o.Auth.WatchBoundObjects || o.Auth.ReviewInterval != 30*time.Minute {
+		t.Fatalf("%v: watch %v, interval %s", err, o.Auth.WatchBoundObjects, o.Auth.ReviewInterval)
+	}
+	role := manifests(t, out)["ClusterRole/flex-auth-pdp-flex-auth-bound-objects"]
+	if role == nil {
+		t.Fatal("no ClusterRole for the watch")
+	}
+	if rules := fmt.Sprint(role["rules"]); rules != "[map[apiGroups:[] resources:[pods serviceaccounts] verbs:[list watch]]]" {
+		t.Fatalf("rules %s", rules)
+	}
+	off, err := renderPDP(t, examplePDPValues(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(off["pdp/templates/rbac.yaml"], "bound-objects") || strings.Contains(off["pdp/templates/deployment.yaml"], "--caller-watch-bound-objects") {
+		t.Fatal("watchBoundObjects off still renders the watch")
 	}
 }
