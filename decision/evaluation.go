@@ -138,9 +138,7 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 		return nil, nil, fmt.Errorf("%w: the answer's context has no %q member", ErrUnsigned, ContextKey)
 	}
 	var p EvaluationProof
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := ijson.Decode(raw, &p); err != nil {
 		return nil, nil, fmt.Errorf("%w: context.%s: %w", ErrUnsigned, ContextKey, err)
 	}
 	if p.RecordJWS == "" {

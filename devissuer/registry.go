@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
@@ -59,7 +60,7 @@ func (i *Issuer) readRegistry() (*registry, error) {
 		return nil, fmt.Errorf("devissuer: %w", err)
 	}
 	r := newRegistry()
-	if err := json.Unmarshal(b, r); err != nil {
+	if err := ijson.Decode(b, r); err != nil {
 		return nil, fmt.Errorf("devissuer: parsing %s: %w", i.registryPath(), err)
 	}
 	i.reg, i.regStat = r, st
@@ -88,7 +89,7 @@ func (i *Issuer) updateRegistry(f func(*registry) error) error {
 	case err != nil:
 		return fmt.Errorf("devissuer: %w", err)
 	default:
-		if err := json.Unmarshal(b, r); err != nil {
+		if err := ijson.Decode(b, r); err != nil {
 			return fmt.Errorf("devissuer: parsing %s: %w", i.registryPath(), err)
 		}
 	}

@@ -1,8 +1,6 @@
 package oidc
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -47,13 +45,8 @@ func LoadConfigFile(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("oidc: %w", err)
 	}
-	if err := ijson.Check(b); err != nil {
-		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
-	}
 	var f file
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := ijson.Decode(b, &f); err != nil {
 		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
 	}
 	cfg := Config{}

@@ -13,6 +13,7 @@ package ijson
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,6 +70,20 @@ func check(doc []byte, track bool) error {
 		return err
 	}
 	return s.end()
+}
+
+// Decode is the one strict reader of a document whose format is ours (a
+// configuration file, a manifest, a proof): doc must be I-JSON ([Check]),
+// and every member must be a field of v — an unknown member is an error
+// naming it, not a silently ignored typo. Formats that must ignore unknown
+// members (the AuthZEN requests) are read with [Members] instead.
+func Decode(doc []byte, v any) error {
+	if err := Check(doc); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // Members checks doc as [Check] does, requires it to be an object, and

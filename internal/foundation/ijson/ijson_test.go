@@ -147,3 +147,27 @@ func FuzzMembers(f *testing.F) {
 		}
 	})
 }
+
+// TestDecode: the strict reader refuses what encoding/json lets through —
+// a member twice, an unknown member, invalid UTF-8 — naming the fault, and
+// decodes the rest.
+func TestDecode(t *testing.T) {
+	type doc struct {
+		Name  string   `json:"name"`
+		Items []string `json:"items"`
+	}
+	var d doc
+	if err := Decode([]byte(`{"name": "a", "items": ["x", "y"]}`), &d); err != nil || d.Name != "a" || len(d.Items) != 2 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	for in, want := range map[string]string{
+		`{"name": "a", "name": "b"}`:  `"name"`,
+		`{"name": "a", "nmae": "b"}`:  `unknown field "nmae"`,
+		"{\"name\": \"\xff\"}":        "UTF-8",
+		`{"name": "a"} {"name": "b"}`: "",
+	} {
+		if err := Decode([]byte(in), &doc{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want an error naming %q", in, err, want)
+		}
+	}
+}

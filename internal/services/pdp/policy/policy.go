@@ -137,9 +137,7 @@ func LoadPackage(dir string) (*Package, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec := json.NewDecoder(strings.NewReader(string(mb)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&manifest); err != nil {
+	if err := ijson.Decode(mb, &manifest); err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", filepath.Join(dir, "manifest.json"), err)
 	}
 	if manifest.PackageID == "" || manifest.PolicyVersion == "" {
