@@ -162,7 +162,7 @@ func TestDecode(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		`{"name": "a", "name": "b"}`:  `"name"`,
-		`{"name": "a", "nmae": "b"}`:  `unknown field "nmae"`,
+		`{"name": "a", "title": "b"}`: `unknown field "title"`,
 		"{\"name\": \"\xff\"}":        "UTF-8",
 		`{"name": "a"} {"name": "b"}`: "",
 	} {
