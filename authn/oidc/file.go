@@ -30,6 +30,21 @@ type file struct {
 	Leeway  string       `json:"leeway"`
 }
 
+// ParseLeeway reads the clock skew an issuers file allows on nbf and iat:
+// a duration of zero or more ("1m"); "" is the default (0 here, which
+// [Config] reads as its default). The one leeway parser of every issuers
+// file (the oidc backend's, the vmafx controller's tenants).
+func ParseLeeway(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("leeway %q: want a duration of zero or more, such as 1m", s)
+	}
+	return d, nil
+}
+
 // LoadConfigFile reads the trusted issuers from a JSON file:
 //
 //	{"issuers": [{"issuer": "https://idp.tenant-a.example", "audiences": ["vmafx-controller"],
@@ -50,10 +65,8 @@ func LoadConfigFile(path string) (Config, error) {
 		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
 	}
 	cfg := Config{}
-	if f.Leeway != "" {
-		if cfg.Leeway, err = time.ParseDuration(f.Leeway); err != nil || cfg.Leeway < 0 {
-			return Config{}, fmt.Errorf("oidc: %s: leeway %q: want a duration such as 1m", path, f.Leeway)
-		}
+	if cfg.Leeway, err = ParseLeeway(f.Leeway); err != nil {
+		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
 	}
 	for _, i := range f.Issuers {
 		cfg.Issuers = append(cfg.Issuers, IssuerConfig{Issuer: i.Issuer, DiscoveryURL: i.DiscoveryURL, JWKSURL: i.JWKSURL, Audiences: i.Audiences,

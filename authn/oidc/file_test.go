@@ -46,3 +46,17 @@ func TestLoadConfigFile(t *testing.T) {
 		})
 	}
 }
+
+// TestParseLeeway: the one leeway parser of the issuers files.
+func TestParseLeeway(t *testing.T) {
+	for in, want := range map[string]time.Duration{"": 0, "0s": 0, "1m": time.Minute, "90s": 90 * time.Second} {
+		if got, err := oidc.ParseLeeway(in); err != nil || got != want {
+			t.Errorf("ParseLeeway(%q) = %s, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"-1s", "soon", "1"} {
+		if _, err := oidc.ParseLeeway(in); err == nil || !strings.Contains(err.Error(), `leeway "`+in+`"`) {
+			t.Errorf("ParseLeeway(%q): %v", in, err)
+		}
+	}
+}

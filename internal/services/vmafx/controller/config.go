@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -62,10 +61,8 @@ func LoadTenants(path string) (*Tenants, error) {
 		return nil, fmt.Errorf("controller: %s: %w", path, err)
 	}
 	var errs []error
-	if t.Leeway != "" {
-		if d, err := time.ParseDuration(t.Leeway); err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("controller: %s: leeway %q: want a duration such as 1m", path, t.Leeway))
-		}
+	if _, err := oidc.ParseLeeway(t.Leeway); err != nil {
+		errs = append(errs, fmt.Errorf("controller: %s: %w", path, err))
 	}
 	if len(t.Tenants) == 0 {
 		errs = append(errs, fmt.Errorf("controller: %s: no tenants: nobody could call", path))
@@ -107,9 +104,7 @@ func loadIssuers(path string) (oidc.Config, error) {
 // tenant the one whose issuer signed the token.
 func (t *Tenants) OIDC() oidc.Config {
 	var cfg oidc.Config
-	if d, err := time.ParseDuration(t.Leeway); err == nil {
-		cfg.Leeway = d
-	}
+	cfg.Leeway, _ = oidc.ParseLeeway(t.Leeway) // checked by LoadTenants
 	for _, tn := range t.Tenants {
 		roles := tn.RolesClaim
 		if roles == "" {
