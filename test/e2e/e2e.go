@@ -12,11 +12,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/proc"
 )
 
 // Module is the import path of the callerauth module.
@@ -42,11 +41,7 @@ func Build(dir string, pkgs ...string) (map[string]string, error) {
 
 // Process is a service binary running under a test.
 type Process struct {
-	Name string
-	cmd  *exec.Cmd
-	out  *capture.Buffer
-	done chan struct{}
-	err  error // the exit, once done is closed
+	*proc.Process
 }
 
 // Start runs bin with args (and extra environment variables), its standard
@@ -55,14 +50,11 @@ type Process struct {
 // its output is logged.
 func Start(t testing.TB, bin string, args []string, env ...string) *Process {
 	t.Helper()
-	p := &Process{Name: filepath.Base(bin), out: &capture.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...) //nolint:gosec // a binary the test built, with the test's arguments.
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("e2e: starting %s: %v", bin, err)
+	pp, err := proc.Start(proc.Spec{Bin: bin, Args: args, Env: env})
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
 	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	p := &Process{pp}
 	t.Cleanup(func() {
 		_ = p.Stop()
 		if t.Failed() {
@@ -70,38 +62,6 @@ func Start(t testing.TB, bin string, args []string, env ...string) *Process {
 		}
 	})
 	return p
-}
-
-// Output is what the process has written so far.
-func (p *Process) Output() string { return p.out.String() }
-
-// Stop sends SIGTERM, waits up to 10 s, then kills, and returns the exit
-// error (nil for a clean exit).
-func (p *Process) Stop() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	return p.err
-}
-
-// Exited waits up to timeout for the process to exit by itself and returns
-// its exit code; ok is false when it is still running.
-func (p *Process) Exited(timeout time.Duration) (code int, ok bool) {
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode(), true
-	case <-time.After(timeout):
-		return 0, false
-	}
 }
 
 // LogValue waits (up to timeout) for a JSON log line whose msg is msg and
@@ -120,8 +80,8 @@ func (p *Process) LogValue(t testing.TB, msg, key string, timeout time.Duration)
 			}
 		}
 		select {
-		case <-p.done:
-			t.Fatalf("e2e: %s exited (%v) before logging %q", p.Name, p.err, msg)
+		case <-p.Done():
+			t.Fatalf("e2e: %s exited (%v) before logging %q", p.Name, p.Err(), msg)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -129,12 +89,6 @@ func (p *Process) LogValue(t testing.TB, msg, key string, timeout time.Duration)
 		}
 	}
 }
-
-// Signal sends sig to the process (SIGKILL: a node dying mid-job).
-func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
-
-// Pid is the process's id (to change its resource limits, say).
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Main is a test binary's TestMain: it builds pkgs into a temporary
 // directory (their paths by base name in *bins; bins may be nil when pkgs

@@ -17,15 +17,14 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/proc"
 )
 
 // Version is the Hydra release the harness builds and runs.
@@ -40,9 +39,8 @@ type Server struct {
 	TokenURL string
 	admin    string
 	client   *http.Client
-	cmd      *exec.Cmd
+	proc     *proc.Process
 	log      *capture.Buffer
-	done     chan struct{}
 }
 
 // Bin finds the hydra binary.
@@ -123,15 +121,10 @@ log:
 	}
 	s := &Server{Issuer: issuer, TokenURL: issuer + "oauth2/token", admin: fmt.Sprintf("https://127.0.0.1:%d", adm),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}},
-		log:    &capture.Buffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "serve", "all", "-c", cfgFile) //nolint:gosec // the harness runs the binary it built.
-	s.cmd.Env = append(os.Environ(), "DSN=memory")
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.Dir = dir
-	if err := s.cmd.Start(); err != nil {
+		log:    &capture.Buffer{}}
+	if s.proc, err = proc.Start(proc.Spec{Bin: bin, Args: []string{"serve", "all", "-c", cfgFile}, Env: []string{"DSN=memory"}, Dir: dir, Output: s.log}); err != nil {
 		return nil, fmt.Errorf("hydra: %w", err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		resp, err := s.client.Get(issuer + ".well-known/openid-configuration")
 		if err == nil {
@@ -141,7 +134,7 @@ log:
 			}
 		}
 		select {
-		case <-s.done:
+		case <-s.proc.Done():
 			return nil, fmt.Errorf("hydra exited:\n%s", s.log.String())
 		case <-ctx.Done():
 			s.Stop()
@@ -156,20 +149,7 @@ log:
 }
 
 // Stop ends Hydra.
-func (s *Server) Stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
+func (s *Server) Stop() { _ = s.proc.Stop() }
 
 // Client registers a client-credentials client allowed scopes and the
 // audience, and returns its id (the sub of its tokens) and secret.

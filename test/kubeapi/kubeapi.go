@@ -17,10 +17,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
@@ -32,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/proc"
 )
 
 // Version is the Kubernetes version the harness builds and runs.
@@ -56,7 +55,7 @@ type Server struct {
 	// Dir holds the data, keys and logs.
 	Dir string
 
-	procs []*exec.Cmd
+	procs []*proc.Process
 }
 
 // BinDir returns where the kube-apiserver and etcd binaries are expected.
@@ -193,30 +192,19 @@ func (s *Server) run(bin, logName string, args ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, args...) //nolint:gosec // the harness runs the binaries it built, with its own arguments.
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Output: logf, Group: true})
+	if err != nil {
 		_ = logf.Close()
-		return fmt.Errorf("kubeapi: starting %s: %w", bin, err)
+		return fmt.Errorf("kubeapi: %w", err)
 	}
-	s.procs = append(s.procs, cmd)
+	s.procs = append(s.procs, p)
 	return nil
 }
 
 // Stop stops the API server and etcd and removes the directory.
 func (s *Server) Stop() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		p := s.procs[i]
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		_ = s.procs[i].Stop()
 	}
 	s.procs = nil
 	if os.Getenv("CALLERAUTH_KEEP_KUBEAPI") == "" {

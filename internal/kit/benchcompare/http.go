@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -27,33 +26,32 @@ import (
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/kit/loadgen"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/proc"
 )
 
 // Server is a process serving on a loopback address.
 type Server struct {
 	Name string
 	URL  string // base URL
-	cmd  *exec.Cmd
-	out  bytes.Buffer
+	proc *proc.Process
 }
 
 // Stop ends the process.
 func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+	if s.proc != nil {
+		_ = s.proc.Stop()
 	}
 }
 
-// start runs bin with args and waits until GET base+ready answers 200.
+// start runs bin with args and waits until GET base+ready answers 200 (or
+// ctx ends).
 func start(ctx context.Context, name, bin, addr, ready string, args ...string) (*Server, error) {
 	s := &Server{Name: name, URL: "http://" + addr}
-	s.cmd = exec.CommandContext(ctx, bin, args...) //nolint:gosec // binaries this package was given, on loopback.
-	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("benchcompare: starting %s: %w", name, err)
+	var err error
+	if s.proc, err = proc.Start(proc.Spec{Bin: bin, Args: args}); err != nil {
+		return nil, fmt.Errorf("benchcompare: %w", err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get(s.URL + ready)
 		if err == nil {
 			_ = resp.Body.Close()
@@ -63,7 +61,7 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 		}
 	}
 	s.Stop()
-	return nil, fmt.Errorf("benchcompare: %s did not become ready: %s", name, s.out.String())
+	return nil, fmt.Errorf("benchcompare: %s did not become ready: %s", name, s.proc.Output())
 }
 
 // Peers are the servers of the HTTP comparison.

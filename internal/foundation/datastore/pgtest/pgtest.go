@@ -24,6 +24,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/proc"
 )
 
 // Server is a running PostgreSQL.
@@ -31,7 +32,7 @@ type Server struct {
 	Dir  string // data directory; the Unix socket is here too
 	Port int
 	User string
-	cmd  *exec.Cmd
+	proc *proc.Process
 	seq  atomic.Int64
 }
 
@@ -108,23 +109,15 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	// Durability is not under test here: fsync off keeps the runs short.
-	s.cmd = run("postgres", "-D", data, "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("pgtest: starting postgres: %v", err)
+	s.proc, err = proc.Start(proc.Spec{Bin: filepath.Join(bin, "postgres"), Dir: dir, Env: []string{"LC_ALL=C"}, Credential: cred, Output: logf,
+		StopSignal: syscall.SIGINT, StopTimeout: 30 * time.Second, // SIGINT: PostgreSQL's fast shutdown
+		Args: []string{"-D", data, "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = s.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-exited
-		}
+		_ = s.proc.Stop()
 		_ = logf.Close()
 	})
 	deadline := time.Now().Add(60 * time.Second)
@@ -138,9 +131,9 @@ func Start(t testing.TB) *Server {
 			return s
 		}
 		select {
-		case <-exited:
+		case <-s.proc.Done():
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("pgtest: postgres exited: %v\n%s", waitErr, log)
+			t.Fatalf("pgtest: postgres exited: %v\n%s", s.proc.Err(), log)
 		default:
 		}
 		if time.Now().After(deadline) {
