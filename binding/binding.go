@@ -10,6 +10,8 @@
 package binding
 
 import (
+	"slices"
+
 	"github.com/callerauth/callerauth/authn"
 )
 
@@ -109,19 +111,46 @@ type Decision struct {
 	NodeClaim string
 }
 
-// Rule judges one request. It returns nil when the subject may make it.
-type Rule func(s Subject, r Request, d *Decision) *Violation
+// Rule judges one request, and says every reason it can refuse with.
+type Rule interface {
+	// Check returns nil when the subject may make the request.
+	Check(s Subject, r Request, d *Decision) *Violation
+	// Reasons are the reasons Check can give (see [Reasons]).
+	Reasons() []string
+}
 
-// All combines rules: the first violation wins, in order.
+// NewRule makes a rule of a check and the reasons it can give.
+func NewRule(reasons []string, check func(s Subject, r Request, d *Decision) *Violation) Rule {
+	return ruleFunc{reasons: slices.Clone(reasons), check: check}
+}
+
+type ruleFunc struct {
+	reasons []string
+	check   func(Subject, Request, *Decision) *Violation
+}
+
+func (f ruleFunc) Check(s Subject, r Request, d *Decision) *Violation { return f.check(s, r, d) }
+func (f ruleFunc) Reasons() []string                                  { return slices.Clone(f.reasons) }
+
+// All combines rules: the first violation wins, in order; the reasons are
+// all of theirs.
 func All(rules ...Rule) Rule {
-	return func(s Subject, r Request, d *Decision) *Violation {
+	var reasons []string
+	for _, rule := range rules {
+		for _, r := range rule.Reasons() {
+			if !slices.Contains(reasons, r) {
+				reasons = append(reasons, r)
+			}
+		}
+	}
+	return NewRule(reasons, func(s Subject, r Request, d *Decision) *Violation {
 		for _, rule := range rules {
-			if v := rule(s, r, d); v != nil {
+			if v := rule.Check(s, r, d); v != nil {
 				return v
 			}
 		}
 		return nil
-	}
+	})
 }
 
 // Stamp returns nodes with every blank name replaced by d.StampNode. It

@@ -57,12 +57,14 @@ type NodeConfig struct {
 // allowlist is the only way to name others.
 func NodeBinding(cfg NodeConfig) Rule {
 	cross := slices.Clone(cfg.CrossNode)
-	return func(s Subject, r Request, d *Decision) *Violation {
-		if cfg.LocalNode == "" {
-			return deploymentNode(cross, s, r, d)
-		}
-		return socketNode(cfg.LocalNode, cross, s, r, d)
-	}
+	return NewRule([]string{ReasonNodeMismatch, ReasonNodeClaimMismatch, ReasonUnboundCrossNodeToken, ReasonCrossNodeClaimAbsent,
+		ReasonTokenMissing, ReasonUnboundToken, ReasonNodeClaimAbsent, ReasonMissingNodeName},
+		func(s Subject, r Request, d *Decision) *Violation {
+			if cfg.LocalNode == "" {
+				return deploymentNode(cross, s, r, d)
+			}
+			return socketNode(cfg.LocalNode, cross, s, r, d)
+		})
 }
 
 func socketNode(local string, cross []string, s Subject, r Request, d *Decision) *Violation {

@@ -31,7 +31,7 @@ func Roles(cfg RoleConfig) Rule {
 	for k, v := range cfg.Required {
 		req[k] = v
 	}
-	return func(s Subject, r Request, _ *Decision) *Violation {
+	return NewRule([]string{ReasonTokenMissing, ReasonRoleMissing, ReasonTenantMissing}, func(s Subject, r Request, _ *Decision) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}
@@ -55,5 +55,5 @@ func Roles(cfg RoleConfig) Rule {
 				Detail: fmt.Sprintf("%s states no tenant; reads could not be scoped", c.Username)}
 		}
 		return nil
-	}
+	})
 }

@@ -15,7 +15,7 @@ func SystemBinding(table map[string]string) Rule {
 	for k, v := range table {
 		t[k] = v
 	}
-	return func(s Subject, r Request, _ *Decision) *Violation {
+	return NewRule([]string{ReasonTokenMissing, ReasonPrincipalCannotRepresentSystem}, func(s Subject, r Request, _ *Decision) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}
@@ -32,5 +32,5 @@ func SystemBinding(table map[string]string) Rule {
 				Detail: fmt.Sprintf("%s cannot represent system %q (bound to %s)", s.Caller.Username, r.System, principal)}
 		}
 		return nil
-	}
+	})
 }

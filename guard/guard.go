@@ -195,7 +195,7 @@ func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 		if err != nil {
 			reason := authn.ReasonOf(err)
 			a.err = err
-			a.viol = &binding.Violation{Reason: string(reason), Code: codeOf(reason), Detail: err.Error()}
+			a.viol = &binding.Violation{Reason: string(reason), Code: binding.Describe(string(reason)).Code, Detail: err.Error()}
 		} else {
 			a.subject.Caller = caller
 		}
@@ -233,12 +233,12 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 		viol = nil
 	}
 	if viol == nil {
-		viol = g.cfg.Rule(a.subject, req, &v.Decision)
+		viol = g.cfg.Rule.Check(a.subject, req, &v.Decision)
 	} else if g.cfg.Mode == Audit {
 		// The credential failed before the rules could grant a scope. Under
 		// audit the request goes through, with the scope a caller with no
 		// token would get (pinned to the local node, where there is one).
-		_ = g.cfg.Rule(binding.Subject{}, req, &v.Decision)
+		_ = g.cfg.Rule.Check(binding.Subject{}, req, &v.Decision)
 		v.Decision.NodeClaim = ""
 	}
 	if v.Decision.NodeClaim != "" {
@@ -258,15 +258,6 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 	}
 	g.logDecision(ctx, v, req)
 	return v
-}
-
-func codeOf(r authn.Reason) binding.Code {
-	switch r {
-	case authn.TokenInvalid:
-		return binding.Unauthenticated
-	default:
-		return binding.Unavailable
-	}
 }
 
 func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request) {

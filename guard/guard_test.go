@@ -131,12 +131,12 @@ func TestLogLineIsBounded(t *testing.T) {
 // TestStreamInterceptor guards a streaming RPC at its start.
 func TestStreamInterceptor(t *testing.T) {
 	callers := map[string]*authn.Caller{"ok": {Username: "u"}}
-	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: func(s binding.Subject, _ binding.Request, _ *binding.Decision) *binding.Violation {
+	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.NewRule([]string{binding.ReasonTokenMissing}, func(s binding.Subject, _ binding.Request, _ *binding.Decision) *binding.Violation {
 		if s.Caller == nil {
 			return &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated}
 		}
 		return nil
-	}})
+	})})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

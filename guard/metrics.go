@@ -6,25 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 )
-
-// NodeBindingReasons are the reasons of the platform-connector's metrics table: what a
-// node-binding service can report.
-var NodeBindingReasons = []string{
-	binding.ReasonNodeMismatch, binding.ReasonNodeClaimMismatch, binding.ReasonUnboundCrossNodeToken,
-	binding.ReasonCrossNodeClaimAbsent, binding.ReasonTokenMissing, binding.ReasonUnboundToken,
-	binding.ReasonNodeClaimAbsent, binding.ReasonMissingNodeName,
-	string(authn.TokenInvalid), bearer.ReasonMalformed,
-	string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError),
-}
-
-// Reasons is every reason the pipeline can report, for pre-initialising
-// the violations counter so that a healthy service reports zeros.
-var Reasons = append(append([]string{}, NodeBindingReasons...),
-	binding.ReasonPrincipalCannotRepresentSystem, binding.ReasonRoleMissing, binding.ReasonTenantMissing)
 
 // Metrics are the guard's Prometheus counters:
 //
@@ -49,7 +32,8 @@ type MetricsConfig struct {
 	// Prefix of the metric names, e.g. "platform_connector". Required.
 	Prefix string
 	// Reasons are the violation reasons to initialise to zero, so that a
-	// healthy service reports zeros; nil means [Reasons].
+	// healthy service reports zeros: binding.Reasons of the service's rule.
+	// Nil: the authentication reasons only.
 	Reasons []string
 	// NodeBinding registers the scope and node-claim counters. A service
 	// without node binding leaves it false and exports neither.
@@ -68,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 	}
 	reasons := cfg.Reasons
 	if reasons == nil {
-		reasons = Reasons
+		reasons = binding.AuthenticationReasons
 	}
 	prefix := cfg.Prefix
 	m := &Metrics{

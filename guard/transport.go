@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -188,25 +187,8 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 // ReasonBadRequest is the reason of a request the service could not read.
 const ReasonBadRequest = "bad_request"
 
-// sentences say what a reason means, for a person reading a response body.
-var sentences = map[string]string{
-	binding.ReasonTokenMissing:                   "no bearer token: send Authorization: Bearer <token>",
-	bearer.ReasonMalformed:                       "the Authorization header is not exactly one Bearer credential",
-	"token_invalid":                              "the token was not accepted (signature, audience, expiry or issuer)",
-	"validator_unavailable":                      "the token validator is unavailable; retry",
-	"validator_timeout":                          "the token validator did not answer in time; retry",
-	"validator_error":                            "the token validator gave no identity; retry later",
-	binding.ReasonPrincipalCannotRepresentSystem: "principal cannot represent system",
-}
-
-// Sentence is the human form of a reason: a sentence for the reasons the
-// pipeline gives, the reason with spaces for others.
-func Sentence(reason string) string {
-	if s, ok := sentences[reason]; ok {
-		return s
-	}
-	return strings.ReplaceAll(reason, "_", " ")
-}
+// Sentence is the human form of a reason (binding.Describe).
+func Sentence(reason string) string { return binding.Describe(reason).Sentence }
 
 // WriteRefusal answers a refused verdict over HTTP: 401, 403 or 503, and
 // the JSON body {"reason": "<reason>", "error": "<sentence>"} — the stable

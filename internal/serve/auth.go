@@ -246,11 +246,11 @@ type GuardSpec struct {
 	Mode                  guard.Mode
 	FailOpenOnUnavailable bool
 	Rule                  binding.Rule
-	// Metrics: the registry, the name prefix, the reasons to initialise,
-	// and whether the service reports node-binding series.
+	// Metrics: the registry, the name prefix, and whether the service
+	// reports node-binding series. The reasons its violations counter
+	// starts at zero for are the rule's (binding.Reasons).
 	Registry      prometheus.Registerer
 	MetricsPrefix string
-	Reasons       []string
 	NodeBinding   bool
 	Logger        *slog.Logger
 	// WatchNode narrows --caller-watch-bound-objects' pod watch to the pods
@@ -290,7 +290,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 			return nil, err
 		}
 	}
-	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons, NodeBinding: spec.NodeBinding, Mode: spec.Mode})
+	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: binding.Reasons(spec.Rule), NodeBinding: spec.NodeBinding, Mode: spec.Mode})
 	if err != nil {
 		return nil, err
 	}

@@ -195,7 +195,7 @@ func New(o Options) (*Server, error) {
 		s.guard, err = m.Guard(serve.GuardSpec{
 			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
 			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
-			MetricsPrefix: "platform_connector", Reasons: guard.NodeBindingReasons, NodeBinding: true,
+			MetricsPrefix: "platform_connector", NodeBinding: true,
 			Authenticator: o.Authenticator, WatchNode: local,
 		})
 		if err != nil {

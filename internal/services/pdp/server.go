@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
@@ -248,11 +247,9 @@ func New(o Options) (*Server, error) {
 		return s, nil
 	}
 	mode, _ := callerAuthMode(o.CallerAuthMode) // validated above
-	reasons := []string{binding.ReasonTokenMissing, bearer.ReasonMalformed, string(authn.TokenInvalid),
-		string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonPrincipalCannotRepresentSystem}
 	s.guard, err = m.Guard(serve.GuardSpec{
 		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
-		MetricsPrefix: "pdp", Reasons: reasons, Authenticator: o.Authenticator,
+		MetricsPrefix: "pdp", Authenticator: o.Authenticator,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)

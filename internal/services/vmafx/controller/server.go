@@ -188,8 +188,7 @@ func New(o Options) (*Server, error) {
 	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	s.guard, err = m.Guard(serve.GuardSpec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
-		MetricsPrefix: "vmafx_controller", Reasons: []string{binding.ReasonTokenMissing, "malformed_credentials", string(authn.TokenInvalid),
-			string(authn.ValidatorUnavailable), string(authn.ValidatorTimeout), string(authn.ValidatorError), binding.ReasonRoleMissing, binding.ReasonTenantMissing},
+		MetricsPrefix: "vmafx_controller",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: caller authentication: %w", err)
