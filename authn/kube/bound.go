@@ -61,7 +61,8 @@ type watched struct {
 	resource string
 	inf      cache.SharedIndexInformer
 
-	now func() time.Time
+	now  func() time.Time
+	held atomic.Int64 // objects in the store, kept by the event handlers (no list per scrape)
 
 	mu       sync.Mutex
 	open     int       // watch connections open now (0 or 1)
@@ -198,12 +199,16 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 		return nil, fmt.Errorf("kube: watching %s: %w", gvr.Resource, err)
 	}
 	_, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { w.held.Add(1) },
 		UpdateFunc: func(old, cur any) {
 			if u := uidOf(old); u != uidOf(cur) {
 				w.bury(u, b.now())
 			}
 		},
-		DeleteFunc: func(obj any) { w.bury(uidOf(obj), b.now()) },
+		DeleteFunc: func(obj any) {
+			w.held.Add(-1)
+			w.bury(uidOf(obj), b.now())
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kube: watching %s: %w", gvr.Resource, err)
@@ -303,7 +308,7 @@ func (b *Bound) Stats() BoundStats {
 	return BoundStats{
 		Answered: b.stats.answered.Load(), Gone: b.stats.gone.Load(),
 		Unsynced: b.stats.unsynced.Load(), Broken: b.stats.broken.Load(), Unanswerable: b.stats.unanswerable.Load(), Unknown: b.stats.unknown.Load(),
-		Pods: len(b.pods.inf.GetStore().ListKeys()), ServiceAccounts: len(b.accounts.inf.GetStore().ListKeys()),
+		Pods: int(b.pods.held.Load()), ServiceAccounts: int(b.accounts.held.Load()),
 		Synced: b.synced(), Lag: b.lag(),
 	}
 }
