@@ -29,6 +29,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/eventsvc"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 )
 
 // The test service is eventsvc: Report takes a batch of node names and
@@ -216,20 +217,14 @@ func (h *httpTransport) send(t *testing.T, header []string, nodes []string) resu
 	return result{code: code, handler: true, nodes: out.Nodes}
 }
 
-// counters reads every guard counter as "metric{label}" → value.
+// counters reads every guard series as "metric{label}" → value.
 func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, err := scrape.Values(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			out[mf.GetName()+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetCounter().GetValue()
-		}
-	}
-	return out
+	return v
 }
 
 func deltas(before, after map[string]float64) map[string]float64 {

@@ -23,6 +23,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -325,44 +326,26 @@ func TestGuardWatchingBoundObjects(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		`test_caller_bound_answers_total{result="accepted"}`:   -1, // some
-		`test_caller_bound_answers_total{result="gone"}`:       -1,
-		`test_caller_bound_fallbacks_total{reason="unsynced"}`: -1,
-		`test_caller_bound_objects{resource="pods"}`:           0,
-		`test_caller_bound_synced`:                             1,
-		`test_caller_bound_watch_lag_seconds`:                  0,
+		`test_caller_bound_answers_total{accepted}`:   -1, // some
+		`test_caller_bound_answers_total{gone}`:       -1,
+		`test_caller_bound_fallbacks_total{unsynced}`: -1,
+		`test_caller_bound_objects{pods}`:             0,
+		`test_caller_bound_synced`:                    1,
+		`test_caller_bound_watch_lag_seconds`:         0,
 	}
-	got := gathered(t, reg)
+	got, err := scrape.Values(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for k, v := range want {
 		g, ok := got[k]
 		if !ok || (v >= 0 && g != v) || (v < 0 && g <= 0) {
 			t.Errorf("%s = %v (exported: %v); want %v", k, g, ok, v)
 		}
 	}
-	if _, ok := got["test_caller_jwks_fetches_total{result=\"ok\"}"]; !ok {
+	if _, ok := got["test_caller_jwks_fetches_total{ok}"]; !ok {
 		t.Errorf("the offline verifier's key metrics are not exported: %v", got)
 	}
-}
-
-// gathered reads reg as `name{label="value"}` (or `name`) → value, counters
-// and gauges alike.
-func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			k := mf.GetName()
-			if l := m.GetLabel(); len(l) > 0 {
-				k += fmt.Sprintf("{%s=%q}", l[0].GetName(), l[0].GetValue())
-			}
-			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return out
 }
 
 // TestCacheTTLZero: --caller-cache-ttl 0 reuses no verification — every

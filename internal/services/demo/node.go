@@ -25,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/kit/eventsvc"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -113,21 +114,11 @@ func (c *guardedServer) report(ctx context.Context, tok string, nodes ...string)
 	return "OK", "", eventsvc.Nodes(out), moved
 }
 
-// gather reads reg's counters and gauges as "name{first label's value}"
-// (or "name" without labels) → value.
+// gather reads reg's counters and gauges as "name{label values}" (or
+// "name" without labels) → value.
 func gather(reg *prometheus.Registry) map[string]float64 {
-	out := map[string]float64{}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			k := mf.GetName()
-			if len(m.GetLabel()) > 0 {
-				k += "{" + m.GetLabel()[0].GetValue() + "}"
-			}
-			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return out
+	v, _ := scrape.Values(reg)
+	return v
 }
 
 func (e *env) monitorToken(sa, pod, node string) (string, error) {
