@@ -1,15 +1,19 @@
 // Package binding decides what a caller may say: which system it may speak
 // for, which nodes it may report about, and which methods it may call.
 //
-// A [Rule] judges one request from one [Subject] — a verified caller, a
+// A [Rule] judges one [Request] from one [Subject] — a verified caller, a
 // caller that presented no token, or a caller whose verification failed
-// open — and returns nothing or a [*Violation] with a stable reason. Rules
-// that grant a scope (node binding) record it in the [Decision], which the
-// handler then applies with [Stamp]. A request is judged whole before
-// anything in it is changed.
+// open — and returns a [*Violation] with a stable reason, or nothing; and,
+// for a rule that grants more than "allowed", a [Grant] the handler reads
+// (node binding's [NodeGrant]: a scope and the node blank names are
+// stamped with). The core knows no rule's vocabulary: a request carries a
+// system, a method and the attributes a service's rules read, and a grant
+// is opaque until the handler that asked for it looks inside. A request is
+// judged whole before anything in it is changed.
 package binding
 
 import (
+	"log/slog"
 	"slices"
 
 	"github.com/callerauth/callerauth/authn"
@@ -26,9 +30,18 @@ const (
 	// PermissionDenied: a valid identity that may not say this (gRPC
 	// PermissionDenied, HTTP 403).
 	PermissionDenied
-	// Unavailable: the answer depends on a validator that did not give one;
-	// retry later (gRPC Unavailable, HTTP 503).
+	// Unavailable: the answer depends on a validator (or a store) that did
+	// not give one; retry later (gRPC Unavailable, HTTP 503).
 	Unavailable
+	// InvalidArgument: the request cannot be read or breaks a limit
+	// (gRPC InvalidArgument, HTTP 400).
+	InvalidArgument
+	// NotFound: what the request names does not exist for this caller
+	// (gRPC NotFound, HTTP 404).
+	NotFound
+	// FailedPrecondition: the request does not fit the state of what it
+	// names (gRPC FailedPrecondition, HTTP 409).
+	FailedPrecondition
 )
 
 func (c Code) String() string {
@@ -39,6 +52,12 @@ func (c Code) String() string {
 		return "PermissionDenied"
 	case Unavailable:
 		return "Unavailable"
+	case InvalidArgument:
+		return "InvalidArgument"
+	case NotFound:
+		return "NotFound"
+	case FailedPrecondition:
+		return "FailedPrecondition"
 	default:
 		return "OK"
 	}
@@ -84,56 +103,75 @@ type Request struct {
 	// "system").
 	System string
 	// Method is the RPC or operation ("/vmafx.v1.Controller/GetJob" or
-	// "GetJob").
+	// "GET /v1/jobs").
 	Method string
-	// Nodes are the node names of the events in a batch, "" for an event
-	// that left it blank.
-	Nodes []string
+	// Attributes are what else the request says that a service's rules
+	// read, by key (node binding reads [NodesAttribute]).
+	Attributes []Attribute
 }
 
-// Scope names for metrics.
-const (
-	ScopeNodeLocal = "node_local"
-	ScopeCrossNode = "cross_node"
-)
+// Attribute is one named list of values a request carries.
+type Attribute struct {
+	Key    string
+	Values []string
+}
 
-// Decision is what rules grant beyond "allowed": the scope and the node
-// blank node names are stamped with. Rules fill it in.
-type Decision struct {
-	// Scope granted: ScopeNodeLocal, ScopeCrossNode, or "" when no rule
-	// speaks of scope.
-	Scope string
-	// StampNode is the node a blank node name is stamped with; "" means
-	// blank names are not stamped.
-	StampNode string
-	// NodeClaim is "verified" or "absent" when a rule looked at the
-	// token's node claim.
-	NodeClaim string
+// Attribute returns the values of the attribute key and whether the
+// request carries it.
+func (r Request) Attribute(key string) ([]string, bool) {
+	for _, a := range r.Attributes {
+		if a.Key == key {
+			return a.Values, true
+		}
+	}
+	return nil, false
+}
+
+// Grant is what a rule grants beyond "allowed". The guard hands it to the
+// handler untouched (in its verdict) and, once it has decided, calls
+// Decided exactly once, so that the rule that made it can count what it
+// granted. A nil Grant grants nothing more.
+type Grant interface {
+	// Decided reports whether the request the grant was made for was let
+	// through (enforce: no violation; audit: also an audited one).
+	Decided(allowed bool)
+	// LogAttrs are the fields the grant adds to the decision's log line.
+	LogAttrs() []slog.Attr
 }
 
 // Rule judges one request, and says every reason it can refuse with.
 type Rule interface {
-	// Check returns nil when the subject may make the request.
-	Check(s Subject, r Request, d *Decision) *Violation
+	// Check returns nil when the subject may make the request, and what it
+	// grants. A refusal may come with a grant too: the scope the request
+	// gets if audit lets it through.
+	Check(s Subject, r Request) (Grant, *Violation)
 	// Reasons are the reasons Check can give (see [Reasons]).
 	Reasons() []string
 }
 
+// CheckFunc is the check of a rule made with [NewRule].
+type CheckFunc func(s Subject, r Request) (Grant, *Violation)
+
 // NewRule makes a rule of a check and the reasons it can give.
-func NewRule(reasons []string, check func(s Subject, r Request, d *Decision) *Violation) Rule {
+func NewRule(reasons []string, check CheckFunc) Rule {
 	return ruleFunc{reasons: slices.Clone(reasons), check: check}
+}
+
+// Deny makes a rule that grants nothing of a check that only refuses.
+func Deny(reasons []string, check func(s Subject, r Request) *Violation) Rule {
+	return NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) { return nil, check(s, r) })
 }
 
 type ruleFunc struct {
 	reasons []string
-	check   func(Subject, Request, *Decision) *Violation
+	check   CheckFunc
 }
 
-func (f ruleFunc) Check(s Subject, r Request, d *Decision) *Violation { return f.check(s, r, d) }
-func (f ruleFunc) Reasons() []string                                  { return slices.Clone(f.reasons) }
+func (f ruleFunc) Check(s Subject, r Request) (Grant, *Violation) { return f.check(s, r) }
+func (f ruleFunc) Reasons() []string                              { return slices.Clone(f.reasons) }
 
-// All combines rules: the first violation wins, in order; the reasons are
-// all of theirs.
+// All combines rules: the first violation wins, in order; the grant is the
+// first rule's that gives one; the reasons are all of theirs.
 func All(rules ...Rule) Rule {
 	var reasons []string
 	for _, rule := range rules {
@@ -143,30 +181,19 @@ func All(rules ...Rule) Rule {
 			}
 		}
 	}
-	return NewRule(reasons, func(s Subject, r Request, d *Decision) *Violation {
+	return NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) {
+		var grant Grant
 		for _, rule := range rules {
-			if v := rule.Check(s, r, d); v != nil {
-				return v
+			g, v := rule.Check(s, r)
+			if grant == nil {
+				grant = g
+			}
+			if v != nil {
+				return grant, v
 			}
 		}
-		return nil
+		return grant, nil
 	})
-}
-
-// Stamp returns nodes with every blank name replaced by d.StampNode. It
-// returns nodes unchanged when there is nothing to stamp.
-func Stamp(nodes []string, d Decision) []string {
-	if d.StampNode == "" {
-		return nodes
-	}
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		if n == "" {
-			n = d.StampNode
-		}
-		out[i] = n
-	}
-	return out
 }
 
 // degraded is the refusal of a degraded subject by a rule that needs a

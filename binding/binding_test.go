@@ -2,7 +2,9 @@ package binding_test
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/callerauth/callerauth/authn"
@@ -11,31 +13,58 @@ import (
 
 func TestStamp(t *testing.T) {
 	nodes := []string{"", "node-b", ""}
-	if got := binding.Stamp(nodes, binding.Decision{StampNode: "node-a"}); fmt.Sprint(got) != "[node-a node-b node-a]" {
+	if got := binding.StampNodes(nodes, "node-a"); fmt.Sprint(got) != "[node-a node-b node-a]" {
 		t.Fatalf("Stamp = %q", got)
 	}
 	if fmt.Sprint(nodes) != "[ node-b ]" {
 		t.Fatal("Stamp changed its input")
 	}
-	if got := binding.Stamp(nodes, binding.Decision{}); fmt.Sprint(got) != fmt.Sprint(nodes) {
+	if got := binding.StampNodes(nodes, ""); fmt.Sprint(got) != fmt.Sprint(nodes) {
 		t.Fatalf("Stamp without a node = %q", got)
+	}
+	if got := binding.NodeGrantOf(nil).Stamp(nodes); fmt.Sprint(got) != fmt.Sprint(nodes) {
+		t.Fatalf("Stamp with no grant = %q", got)
 	}
 }
 
+// TestNodeBindingReadsItsAttribute: node binding reads the node names
+// from the request's attribute and grants the scope its handler stamps
+// with; a request without the attribute names no node.
+func TestNodeBindingReadsItsAttribute(t *testing.T) {
+	rule := binding.NodeBinding(binding.NodeConfig{LocalNode: "node-a"})
+	caller := &authn.Caller{Username: "system:serviceaccount:ns:agent", PodName: "p", NodeName: "node-a"}
+	g, v := rule.Check(binding.Subject{Caller: caller}, binding.NodesRequest([]string{"", "node-a"}))
+	ng := binding.NodeGrantOf(g)
+	if v != nil || ng == nil || ng.Scope != binding.ScopeNodeLocal || ng.NodeClaim != "verified" || fmt.Sprint(ng.Stamp([]string{""})) != "[node-a]" {
+		t.Fatalf("grant %+v, violation %+v", ng, v)
+	}
+	if _, v := rule.Check(binding.Subject{Caller: caller}, binding.NodesRequest([]string{"node-b"})); v == nil || v.Reason != binding.ReasonNodeMismatch {
+		t.Fatalf("another node: %+v", v)
+	}
+	if _, v := rule.Check(binding.Subject{Caller: caller}, binding.Request{Method: "/x.Y/Z"}); v != nil {
+		t.Fatalf("no attribute: %+v", v)
+	}
+}
+
+type testGrant string
+
+func (testGrant) Decided(bool)          {}
+func (testGrant) LogAttrs() []slog.Attr { return nil }
+
 func TestAllStopsAtTheFirstViolation(t *testing.T) {
 	var ran []string
-	rule := func(name string, v *binding.Violation) binding.Rule {
-		return binding.NewRule([]string{name + "_reason", "shared"}, func(binding.Subject, binding.Request, *binding.Decision) *binding.Violation {
+	rule := func(name string, g binding.Grant, v *binding.Violation) binding.Rule {
+		return binding.NewRule([]string{name + "_reason", "shared"}, func(binding.Subject, binding.Request) (binding.Grant, *binding.Violation) {
 			ran = append(ran, name)
-			return v
+			return g, v
 		})
 	}
-	all := binding.All(rule("a", nil), rule("b", &binding.Violation{Reason: "b"}), rule("c", nil))
-	v := all.Check(binding.Subject{}, binding.Request{}, &binding.Decision{})
-	if v == nil || v.Reason != "b" || fmt.Sprint(ran) != "[a b]" {
-		t.Fatalf("violation %v, ran %v", v, ran)
+	all := binding.All(rule("a", nil, nil), rule("b", testGrant("b"), nil), rule("c", testGrant("c"), &binding.Violation{Reason: "c"}), rule("d", nil, nil))
+	g, v := all.Check(binding.Subject{}, binding.Request{})
+	if v == nil || v.Reason != "c" || g != testGrant("b") || fmt.Sprint(ran) != "[a b c]" {
+		t.Fatalf("grant %v, violation %v, ran %v", g, v, ran)
 	}
-	if got := fmt.Sprint(all.Reasons()); got != "[a_reason shared b_reason c_reason]" {
+	if got := fmt.Sprint(all.Reasons()); got != "[a_reason shared b_reason c_reason d_reason]" {
 		t.Fatalf("the combined reasons %s", got)
 	}
 }
@@ -52,12 +81,12 @@ func TestSystemBindingIsExact(t *testing.T) {
 		{"system:serviceaccount:secrets-engine:secrets-engine", "Secrets-Engine", false},
 		{"system:serviceaccount:secrets-engine:default", "secrets-engine", false},
 	} {
-		v := rule.Check(binding.Subject{Caller: &authn.Caller{Username: tt.user}}, binding.Request{System: tt.system}, &binding.Decision{})
+		_, v := rule.Check(binding.Subject{Caller: &authn.Caller{Username: tt.user}}, binding.Request{System: tt.system})
 		if (v == nil) != tt.ok || v != nil && (v.Reason != binding.ReasonPrincipalCannotRepresentSystem || v.Code != binding.PermissionDenied) {
 			t.Errorf("%q for %q: %+v", tt.user, tt.system, v)
 		}
 	}
-	if v := rule.Check(binding.Subject{Degraded: true, DegradedReason: authn.ValidatorTimeout}, binding.Request{System: "secrets-engine"}, &binding.Decision{}); v == nil || v.Code != binding.Unavailable || !v.Counted {
+	if _, v := rule.Check(binding.Subject{Degraded: true, DegradedReason: authn.ValidatorTimeout}, binding.Request{System: "secrets-engine"}); v == nil || v.Code != binding.Unavailable || !v.Counted {
 		t.Errorf("degraded: %+v", v)
 	}
 }
@@ -65,10 +94,10 @@ func TestSystemBindingIsExact(t *testing.T) {
 func TestRolesByFullOrShortMethod(t *testing.T) {
 	rule := binding.Roles(binding.RoleConfig{Required: map[string]string{"GetJob": "r", "/pkg.S/Put": "w"}})
 	c := &authn.Caller{Username: "u", Roles: []string{"r"}}
-	if v := rule.Check(binding.Subject{Caller: c}, binding.Request{Method: "/vmafx.v1.Controller/GetJob"}, &binding.Decision{}); v != nil {
+	if _, v := rule.Check(binding.Subject{Caller: c}, binding.Request{Method: "/vmafx.v1.Controller/GetJob"}); v != nil {
 		t.Errorf("short name: %+v", v)
 	}
-	if v := rule.Check(binding.Subject{Caller: c}, binding.Request{Method: "/pkg.S/Put"}, &binding.Decision{}); v == nil || v.Reason != binding.ReasonRoleMissing {
+	if _, v := rule.Check(binding.Subject{Caller: c}, binding.Request{Method: "/pkg.S/Put"}); v == nil || v.Reason != binding.ReasonRoleMissing {
 		t.Errorf("full name needing another role: %+v", v)
 	}
 }
@@ -100,5 +129,33 @@ func TestRulesDeclareTheirReasons(t *testing.T) {
 	}
 	if binding.Describe("token_invalid").Code != binding.Unauthenticated || binding.Describe("validator_timeout").Code != binding.Unavailable {
 		t.Fatal("authentication reasons' codes")
+	}
+}
+
+// TestDefine: a service's own reason joins the table with its code and
+// sentence; the same definition twice is harmless, another meaning for a
+// known reason or a reason that is not a stable word panics.
+func TestDefine(t *testing.T) {
+	r := binding.Define("test_thing_missing", binding.NotFound, "no such thing")
+	if r != "test_thing_missing" || !binding.Known(r) || binding.Describe(r) != (binding.ReasonInfo{Code: binding.NotFound, Sentence: "no such thing"}) {
+		t.Fatalf("defined %q: %+v", r, binding.Describe(r))
+	}
+	binding.Define("test_thing_missing", binding.NotFound, "no such thing")
+	for name, def := range map[string]func(){
+		"another meaning":      func() { binding.Define("test_thing_missing", binding.InvalidArgument, "no such thing") },
+		"a rule's reason":      func() { binding.Define(binding.ReasonNodeMismatch, binding.NotFound, "x") },
+		"not a word":           func() { binding.Define("Thing Missing", binding.NotFound, "x") },
+		"no code":              func() { binding.Define("test_no_code", 0, "x") },
+		"no sentence":          func() { binding.Define("test_no_sentence", binding.NotFound, "") },
+		"longer than 64 bytes": func() { binding.Define(strings.Repeat("a", 65), binding.NotFound, "x") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			def()
+		}()
 	}
 }

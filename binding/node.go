@@ -1,8 +1,12 @@
 package binding
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
 )
@@ -19,6 +23,138 @@ const (
 	ReasonMissingNodeName       = "missing_node_name"
 )
 
+// NodesAttribute is the request attribute node binding reads: the node
+// names of the events in a batch, "" for an event that left it blank.
+const NodesAttribute = "nodes"
+
+// NodesRequest is the request of a batch whose events name nodes.
+func NodesRequest(nodes []string) Request {
+	return Request{Attributes: []Attribute{{Key: NodesAttribute, Values: nodes}}}
+}
+
+// Scopes node binding grants, as its metrics and log lines name them.
+const (
+	ScopeNodeLocal = "node_local"
+	ScopeCrossNode = "cross_node"
+)
+
+// NodeGrant is what node binding grants a request: its scope and the node
+// its blank node names are stamped with. A handler reads it from the
+// guard's verdict (v.Grant.(*NodeGrant)) and applies it with Stamp. The
+// grants a rule gives most are made once and shared between requests:
+// read one, never change it.
+type NodeGrant struct {
+	// Scope granted: ScopeNodeLocal or ScopeCrossNode; "" for a refused
+	// request that was granted none.
+	Scope string
+	// StampNode is the node a blank node name is stamped with; "" means
+	// blank names are not stamped.
+	StampNode string
+	// NodeClaim is "verified" or "absent" when the rule looked at the
+	// token's node claim, else "".
+	NodeClaim string
+
+	metrics *NodeMetrics
+}
+
+// NodeGrantOf returns the node grant in g, nil when g is not one.
+func NodeGrantOf(g Grant) *NodeGrant {
+	ng, _ := g.(*NodeGrant)
+	return ng
+}
+
+// Stamp returns nodes with every blank name replaced by the granted node
+// (unchanged when there is none to stamp, or no grant).
+func (g *NodeGrant) Stamp(nodes []string) []string {
+	if g == nil {
+		return nodes
+	}
+	return StampNodes(nodes, g.StampNode)
+}
+
+// Decided counts the grant: the node claim looked at, and the scope of a
+// request let through.
+func (g *NodeGrant) Decided(allowed bool) {
+	m := g.metrics
+	if m == nil {
+		return
+	}
+	if g.NodeClaim != "" {
+		m.claims.WithLabelValues(g.NodeClaim).Inc()
+	}
+	if allowed && g.Scope != "" {
+		m.decisions.WithLabelValues(g.Scope).Inc()
+	}
+}
+
+// LogAttrs adds the scope to the decision's log line.
+func (g *NodeGrant) LogAttrs() []slog.Attr {
+	if g.Scope == "" {
+		return nil
+	}
+	return []slog.Attr{slog.String("scope", g.Scope)}
+}
+
+// StampNodes returns nodes with every blank name replaced by node. It
+// returns nodes unchanged when node is "".
+func StampNodes(nodes []string, node string) []string {
+	if node == "" {
+		return nodes
+	}
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		if n == "" {
+			n = node
+		}
+		out[i] = n
+	}
+	return out
+}
+
+// NodeMetrics are node binding's counters:
+//
+//	<prefix>_auth_decisions_total{decision="node_local"|"cross_node"}  scope granted to a request let through
+//	<prefix>_auth_node_claim_total{result="verified"|"absent"}         whether the token carried a node claim
+type NodeMetrics struct {
+	decisions *prometheus.CounterVec
+	claims    *prometheus.CounterVec
+}
+
+// NewNodeMetrics registers node binding's counters on reg, every label
+// value at zero.
+func NewNodeMetrics(reg prometheus.Registerer, prefix string) (*NodeMetrics, error) {
+	if prefix == "" {
+		return nil, errors.New("binding: node metrics need a prefix")
+	}
+	m := &NodeMetrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "_auth_decisions_total",
+			Help: "Scope granted to a batch.",
+		}, []string{"decision"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "_auth_node_claim_total",
+			Help: "Whether the token carried a node claim.",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.claims} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("binding: registering node metrics: %w", err)
+		}
+	}
+	for _, d := range []string{ScopeNodeLocal, ScopeCrossNode} {
+		m.decisions.WithLabelValues(d)
+	}
+	for _, r := range []string{claimVerified, claimAbsent} {
+		m.claims.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+const (
+	claimVerified = "verified"
+	claimAbsent   = "absent"
+)
+
 // NodeConfig configures [NodeBinding].
 type NodeConfig struct {
 	// LocalNode is the node this service runs on (the socket role). Empty
@@ -29,6 +165,8 @@ type NodeConfig struct {
 	// CrossNode lists the usernames, matched verbatim, that may report on
 	// nodes other than their own.
 	CrossNode []string
+	// Metrics count the grants; nil counts nothing.
+	Metrics *NodeMetrics
 }
 
 // NodeBinding is the platform-connector's per-caller node rule (docs/guard.md).
@@ -56,98 +194,126 @@ type NodeConfig struct {
 // the node in the token is the node the caller may report on, and the
 // allowlist is the only way to name others.
 func NodeBinding(cfg NodeConfig) Rule {
-	cross := slices.Clone(cfg.CrossNode)
+	n := &nodeRule{local: cfg.LocalNode, cross: slices.Clone(cfg.CrossNode), metrics: cfg.Metrics}
+	n.crossGrant = n.grant(ScopeCrossNode, "", claimVerified)
+	for i, claim := range []string{"", claimVerified, claimAbsent} {
+		n.localGrants[i] = n.grant(ScopeNodeLocal, cfg.LocalNode, claim)
+	}
 	return NewRule([]string{ReasonNodeMismatch, ReasonNodeClaimMismatch, ReasonUnboundCrossNodeToken, ReasonCrossNodeClaimAbsent,
 		ReasonTokenMissing, ReasonUnboundToken, ReasonNodeClaimAbsent, ReasonMissingNodeName},
-		func(s Subject, r Request, d *Decision) *Violation {
-			if cfg.LocalNode == "" {
-				return deploymentNode(cross, s, r, d)
+		func(s Subject, r Request) (Grant, *Violation) {
+			nodes, _ := r.Attribute(NodesAttribute)
+			if n.local == "" {
+				return n.deployment(s, nodes)
 			}
-			return socketNode(cfg.LocalNode, cross, s, r, d)
+			return n.socket(s, nodes)
 		})
 }
 
-func socketNode(local string, cross []string, s Subject, r Request, d *Decision) *Violation {
+// nodeRule is node binding with the grants it gives most made once: the
+// local node's (socket role), by node claim, and the cross-node grant.
+type nodeRule struct {
+	local       string
+	cross       []string
+	metrics     *NodeMetrics
+	localGrants [3]*NodeGrant // node claim "", verified, absent
+	crossGrant  *NodeGrant
+}
+
+func (n *nodeRule) grant(scope, stamp, claim string) *NodeGrant {
+	return &NodeGrant{Scope: scope, StampNode: stamp, NodeClaim: claim, metrics: n.metrics}
+}
+
+// localGrant pins a caller to the local node.
+func (n *nodeRule) localGrant(claim string) *NodeGrant {
+	switch claim {
+	case claimVerified:
+		return n.localGrants[1]
+	case claimAbsent:
+		return n.localGrants[2]
+	}
+	return n.localGrants[0]
+}
+
+func (n *nodeRule) socket(s Subject, nodes []string) (Grant, *Violation) {
 	// Whatever happens, a caller let through is stamped as node-local
 	// unless it earns cross-node scope below.
-	d.Scope, d.StampNode = ScopeNodeLocal, local
+	local := n.local
 	c := s.Caller
 	switch {
 	case s.Degraded:
-		if other := otherNode(r.Nodes, local); other != "" {
-			return &Violation{Reason: string(s.DegradedReason), Code: Unavailable, Counted: true,
+		if other := otherNode(nodes, local); other != "" {
+			return n.localGrant(""), &Violation{Reason: string(s.DegradedReason), Code: Unavailable, Counted: true,
 				Detail: fmt.Sprintf("validator gave no verdict; a degraded node-local caller named node %q", other)}
 		}
-		return nil
+		return n.localGrant(""), nil
 	case c == nil:
 		// No token on the node-local socket: pinned to this node.
-		if other := otherNode(r.Nodes, local); other != "" {
-			return &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+		if other := otherNode(nodes, local); other != "" {
+			return n.localGrant(""), &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
 				Detail: fmt.Sprintf("a caller with no token is pinned to node %q and named node %q", local, other)}
 		}
-		return nil
+		return n.localGrant(""), nil
 	}
-	d.NodeClaim = nodeClaim(c.NodeName)
+	g := n.localGrant(nodeClaim(c.NodeName))
 	if c.NodeName != "" && c.NodeName != local {
-		return &Violation{Reason: ReasonNodeClaimMismatch, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonNodeClaimMismatch, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s presented a token issued on node %q to the connector on node %q", c.Username, c.NodeName, local)}
 	}
-	if !slices.Contains(cross, c.Username) {
-		if other := otherNode(r.Nodes, local); other != "" {
-			return &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+	if !slices.Contains(n.cross, c.Username) {
+		if other := otherNode(nodes, local); other != "" {
+			return g, &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
 				Detail: fmt.Sprintf("%s is not on the cross-node list; pinned to node %q, it named node %q", c.Username, local, other)}
 		}
-		return nil
+		return g, nil
 	}
 	switch {
 	case c.PodName == "":
-		return &Violation{Reason: ReasonUnboundCrossNodeToken, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonUnboundCrossNodeToken, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s is on the cross-node list but its token is bound to no pod", c.Username)}
 	case c.NodeName == "":
-		return &Violation{Reason: ReasonCrossNodeClaimAbsent, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonCrossNodeClaimAbsent, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s is on the cross-node list but its pod %q was never scheduled", c.Username, c.PodName)}
 	}
-	return grantCrossNode(c, r, d)
+	return n.grantCrossNode(c, nodes)
 }
 
 // grantCrossNode gives a verified, allowlisted, pod-bound caller cross-node
 // scope: its events may name any node, and so must name one.
-func grantCrossNode(c *authn.Caller, r Request, d *Decision) *Violation {
-	d.Scope, d.StampNode = ScopeCrossNode, ""
-	if slices.Contains(r.Nodes, "") {
-		return &Violation{Reason: ReasonMissingNodeName, Code: PermissionDenied, Always: true,
+func (n *nodeRule) grantCrossNode(c *authn.Caller, nodes []string) (Grant, *Violation) {
+	if slices.Contains(nodes, "") {
+		return n.crossGrant, &Violation{Reason: ReasonMissingNodeName, Code: PermissionDenied, Always: true,
 			Detail: fmt.Sprintf("%s has cross-node scope and sent an event with no node name", c.Username)}
 	}
-	return nil
+	return n.crossGrant, nil
 }
 
-func deploymentNode(cross []string, s Subject, r Request, d *Decision) *Violation {
+func (n *nodeRule) deployment(s Subject, nodes []string) (Grant, *Violation) {
 	c := s.Caller
 	switch {
 	case s.Degraded:
 		// No local node to fall back on.
-		return degraded(s)
+		return nil, degraded(s)
 	case c == nil:
-		return &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "the deployment connector requires a token"}
+		return nil, &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "the deployment connector requires a token"}
 	}
-	d.NodeClaim = nodeClaim(c.NodeName)
 	switch {
 	case c.PodName == "":
-		return &Violation{Reason: ReasonUnboundToken, Code: PermissionDenied,
+		return n.grant("", "", nodeClaim(c.NodeName)), &Violation{Reason: ReasonUnboundToken, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s presented a token bound to no pod", c.Username)}
 	case c.NodeName == "":
-		return &Violation{Reason: ReasonNodeClaimAbsent, Code: PermissionDenied,
+		return n.grant("", "", claimAbsent), &Violation{Reason: ReasonNodeClaimAbsent, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s presented a token bound to pod %q, which was never scheduled", c.Username, c.PodName)}
 	}
-	if slices.Contains(cross, c.Username) {
-		return grantCrossNode(c, r, d)
+	if slices.Contains(n.cross, c.Username) {
+		return n.grantCrossNode(c, nodes)
 	}
-	d.Scope, d.StampNode = ScopeNodeLocal, c.NodeName
-	if other := otherNode(r.Nodes, c.NodeName); other != "" {
-		return &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+	g := n.grant(ScopeNodeLocal, c.NodeName, claimVerified)
+	if other := otherNode(nodes, c.NodeName); other != "" {
+		return g, &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
 			Detail: fmt.Sprintf("%s may report on node %q (its token's) and named node %q", c.Username, c.NodeName, other)}
 	}
-	return nil
+	return g, nil
 }
 
 // otherNode returns the first non-blank node name that is not node.
@@ -162,7 +328,7 @@ func otherNode(nodes []string, node string) string {
 
 func nodeClaim(node string) string {
 	if node == "" {
-		return "absent"
+		return claimAbsent
 	}
-	return "verified"
+	return claimVerified
 }

@@ -31,7 +31,7 @@ func Roles(cfg RoleConfig) Rule {
 	for k, v := range cfg.Required {
 		req[k] = v
 	}
-	return NewRule([]string{ReasonTokenMissing, ReasonRoleMissing, ReasonTenantMissing}, func(s Subject, r Request, _ *Decision) *Violation {
+	return Deny([]string{ReasonTokenMissing, ReasonRoleMissing, ReasonTenantMissing}, func(s Subject, r Request) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}

@@ -15,7 +15,7 @@ func SystemBinding(table map[string]string) Rule {
 	for k, v := range table {
 		t[k] = v
 	}
-	return NewRule([]string{ReasonTokenMissing, ReasonPrincipalCannotRepresentSystem}, func(s Subject, r Request, _ *Decision) *Violation {
+	return Deny([]string{ReasonTokenMissing, ReasonPrincipalCannotRepresentSystem}, func(s Subject, r Request) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}

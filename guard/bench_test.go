@@ -28,10 +28,9 @@ func benchGuard(b *testing.B) (*guard.Guard, string) {
 	inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
 	})
-	g, _ := newGuard(b, guard.Config{
+	g, _ := newNodeGuard(b, guard.Config{
 		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
-		Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}}),
-	})
+	}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
 	return g, tok
 }
 
@@ -83,7 +82,7 @@ func BenchmarkGRPC(b *testing.B) {
 func BenchmarkHTTP(b *testing.B) {
 	g, tok := benchGuard(b)
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	extract := func(*http.Request) (binding.Request, error) { return binding.Request{Nodes: []string{""}}, nil }
+	extract := func(*http.Request) (binding.Request, error) { return binding.NodesRequest([]string{""}), nil }
 	for _, guarded := range []bool{false, true} {
 		name := "no-auth"
 		var handler http.Handler = h
@@ -115,7 +114,7 @@ func BenchmarkCheck(b *testing.B) {
 	g, tok := benchGuard(b)
 	ctx := context.Background()
 	hdr := []string{"Bearer " + tok}
-	req := binding.Request{Nodes: []string{"", localNode}}
+	req := binding.NodesRequest([]string{"", localNode})
 	b.ReportAllocs()
 	for b.Loop() {
 		if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {

@@ -120,18 +120,15 @@ type Verdict struct {
 	Caller *authn.Caller
 	// Degraded is set when verification failed open.
 	Degraded bool
-	// Decision is the scope granted and the node to stamp blank names
-	// with.
-	Decision binding.Decision
+	// Grant is what the rule granted beyond "allowed" (node binding's
+	// *binding.NodeGrant), nil for none. Under audit a request let through
+	// despite a violation carries the grant it would have had.
+	Grant binding.Grant
 	// Cached is set when the verification came from the verdict cache.
 	Cached bool
 	// Mode the verdict was reached in.
 	Mode Mode
 }
-
-// Stamp applies the granted scope to node names: blank ones get the node
-// the caller is pinned to.
-func (v *Verdict) Stamp(nodes []string) []string { return binding.Stamp(nodes, v.Decision) }
 
 // Check judges one request: the credential as bearer read it, and what the
 // request asks to say. It is [Guard.Authenticate] followed by
@@ -233,16 +230,13 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 		viol = nil
 	}
 	if viol == nil {
-		viol = g.cfg.Rule.Check(a.subject, req, &v.Decision)
+		v.Grant, viol = g.cfg.Rule.Check(a.subject, req)
 	} else if g.cfg.Mode == Audit {
-		// The credential failed before the rules could grant a scope. Under
-		// audit the request goes through, with the scope a caller with no
-		// token would get (pinned to the local node, where there is one).
-		_ = g.cfg.Rule.Check(binding.Subject{}, req, &v.Decision)
-		v.Decision.NodeClaim = ""
-	}
-	if v.Decision.NodeClaim != "" {
-		g.cfg.Metrics.nodeClaim(v.Decision.NodeClaim)
+		// The credential failed before the rules could grant anything.
+		// Under audit the request goes through, with the grant a caller
+		// with no token would get (pinned to the local node, where there
+		// is one).
+		v.Grant, _ = g.cfg.Rule.Check(binding.Subject{}, req)
 	}
 	if viol != nil {
 		v.Reason, v.Code, v.Detail, v.Metadata = viol.Reason, viol.Code, viol.Detail, viol.Metadata
@@ -253,8 +247,8 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 	} else {
 		v.Allowed = true
 	}
-	if v.Allowed && v.Decision.Scope != "" {
-		g.cfg.Metrics.decision(v.Decision.Scope)
+	if v.Grant != nil {
+		v.Grant.Decided(v.Allowed)
 	}
 	g.logDecision(ctx, v, req)
 	return v
@@ -294,8 +288,8 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 	if v.Degraded {
 		attrs = append(attrs, slog.Bool("degraded", true))
 	}
-	if v.Decision.Scope != "" {
-		attrs = append(attrs, slog.String("scope", v.Decision.Scope))
+	if v.Grant != nil {
+		attrs = append(attrs, v.Grant.LogAttrs()...)
 	}
 	if req.Method != "" {
 		attrs = append(attrs, str("method", req.Method))

@@ -71,7 +71,7 @@ func TestLogLine(t *testing.T) {
 	ctx := context.Background()
 	cred := bearer.Parse([]string{"Bearer " + secret})
 	for range 2 {
-		g.Check(ctx, cred, binding.Request{Nodes: []string{""}})
+		g.Check(ctx, cred, binding.NodesRequest([]string{""}))
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 {
@@ -131,7 +131,7 @@ func TestLogLineIsBounded(t *testing.T) {
 // TestStreamInterceptor guards a streaming RPC at its start.
 func TestStreamInterceptor(t *testing.T) {
 	callers := map[string]*authn.Caller{"ok": {Username: "u"}}
-	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.NewRule([]string{binding.ReasonTokenMissing}, func(s binding.Subject, _ binding.Request, _ *binding.Decision) *binding.Violation {
+	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.Deny([]string{binding.ReasonTokenMissing}, func(s binding.Subject, _ binding.Request) *binding.Violation {
 		if s.Caller == nil {
 			return &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated}
 		}

@@ -63,10 +63,28 @@ func newGuard(t testing.TB, cfg guard.Config) (*guard.Guard, *prometheus.Registr
 	return newGuardPrefix(t, "platform_connector", cfg)
 }
 
-func newGuardPrefix(t testing.TB, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+// newNodeGuard is newGuard with node binding as the rule, its counters
+// on the guard's registry.
+func newNodeGuard(t testing.TB, cfg guard.Config, nc binding.NodeConfig) (*guard.Guard, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: prefix, NodeBinding: true})
+	nm, err := binding.NewNodeMetrics(reg, "platform_connector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Metrics = nm
+	cfg.Rule = binding.NodeBinding(nc)
+	return newGuardOn(t, reg, "platform_connector", cfg)
+}
+
+func newGuardPrefix(t testing.TB, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+	t.Helper()
+	return newGuardOn(t, prometheus.NewRegistry(), prefix, cfg)
+}
+
+func newGuardOn(t testing.TB, reg *prometheus.Registry, prefix string, cfg guard.Config) (*guard.Guard, *prometheus.Registry) {
+	t.Helper()
+	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +182,7 @@ func startHTTP(t *testing.T, g *guard.Guard) *httpTransport {
 		}
 		var body struct{ Nodes []string }
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		_ = json.NewEncoder(w).Encode(map[string][]string{"nodes": v.Stamp(body.Nodes)})
+		_ = json.NewEncoder(w).Encode(map[string][]string{"nodes": binding.NodeGrantOf(v.Grant).Stamp(body.Nodes)})
 	})
 	extract := func(r *http.Request) (binding.Request, error) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -176,7 +194,7 @@ func startHTTP(t *testing.T, g *guard.Guard) *httpTransport {
 		if err := json.Unmarshal(b, &body); err != nil {
 			return binding.Request{}, fmt.Errorf("body: %w", err)
 		}
-		return binding.Request{Nodes: body.Nodes}, nil
+		return binding.NodesRequest(body.Nodes), nil
 	}
 	srv := httptest.NewTLSServer(g.Middleware(extract)(handler))
 	t.Cleanup(srv.Close)

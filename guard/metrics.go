@@ -14,17 +14,10 @@ import (
 //	<prefix>_auth_violations_total{reason}                              requests that violated a rule, in every mode
 //	<prefix>_auth_mode{mode="enforce"|"audit"}                          1 for the mode the guard runs in, 0 for the other
 //
-// and, for a service with node binding (MetricsConfig.NodeBinding), the
-// node-binding series:
-//
-//	<prefix>_auth_decisions_total{decision="node_local"|"cross_node"}  scope granted to a request
-//	<prefix>_auth_node_claim_total{result="verified"|"absent"}         whether the token carried a node claim
-//
-// A nil *Metrics counts nothing.
+// A rule's own series (node binding's scope and node-claim counters,
+// binding.NewNodeMetrics) are the rule's, counted through its grant. A nil *Metrics counts nothing.
 type Metrics struct {
-	decisions  *prometheus.CounterVec
 	violations *prometheus.CounterVec
-	nodeClaims *prometheus.CounterVec
 }
 
 // MetricsConfig configures [NewMetrics].
@@ -35,9 +28,6 @@ type MetricsConfig struct {
 	// healthy service reports zeros: binding.Reasons of the service's rule.
 	// Nil: the authentication reasons only.
 	Reasons []string
-	// NodeBinding registers the scope and node-claim counters. A service
-	// without node binding leaves it false and exports neither.
-	NodeBinding bool
 	// Mode is the mode the guard runs in, exported as <prefix>_auth_mode
 	// so that an alert can tell audited violations (let through) from
 	// refused ones. Empty: the gauge is not exported.
@@ -76,17 +66,6 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 		}
 		collectors = append(collectors, mode)
 	}
-	if cfg.NodeBinding {
-		m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "_auth_decisions_total",
-			Help: "Scope granted to a batch.",
-		}, []string{"decision"})
-		m.nodeClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "_auth_node_claim_total",
-			Help: "Whether the token carried a node claim.",
-		}, []string{"result"})
-		collectors = append(collectors, m.decisions, m.nodeClaims)
-	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("guard: registering metrics: %w", err)
@@ -95,31 +74,11 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 	for _, r := range reasons {
 		m.violations.WithLabelValues(r)
 	}
-	if cfg.NodeBinding {
-		for _, d := range []string{binding.ScopeNodeLocal, binding.ScopeCrossNode} {
-			m.decisions.WithLabelValues(d)
-		}
-		for _, r := range []string{"verified", "absent"} {
-			m.nodeClaims.WithLabelValues(r)
-		}
-	}
 	return m, nil
-}
-
-func (m *Metrics) decision(scope string) {
-	if m != nil && m.decisions != nil {
-		m.decisions.WithLabelValues(scope).Inc()
-	}
 }
 
 func (m *Metrics) violation(reason string) {
 	if m != nil {
 		m.violations.WithLabelValues(reason).Inc()
-	}
-}
-
-func (m *Metrics) nodeClaim(result string) {
-	if m != nil && m.nodeClaims != nil {
-		m.nodeClaims.WithLabelValues(result).Inc()
 	}
 }

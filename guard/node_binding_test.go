@@ -193,11 +193,10 @@ func TestNodeBinding(t *testing.T) {
 						if role == "deployment" {
 							local = ""
 						}
-						g, reg := newGuard(t, guard.Config{
+						g, reg := newNodeGuard(t, guard.Config{
 							Mode: mode, FailOpenOnUnavailable: fo,
 							Authenticator: fakeAuth(nodeBindingCallers),
-							Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: []string{monitorSA}}),
-						})
+						}, binding.NodeConfig{LocalNode: local, CrossNode: []string{monitorSA}})
 						send := tr.start(t, g)
 						for _, r := range nodeBindingRows {
 							if r.role != role || (r.failOpen == on && !fo) || (r.failOpen == off && fo) {

@@ -27,6 +27,12 @@ func GRPCCode(c binding.Code) codes.Code {
 		return codes.PermissionDenied
 	case binding.Unavailable:
 		return codes.Unavailable
+	case binding.InvalidArgument:
+		return codes.InvalidArgument
+	case binding.NotFound:
+		return codes.NotFound
+	case binding.FailedPrecondition:
+		return codes.FailedPrecondition
 	default:
 		return codes.OK
 	}
@@ -41,6 +47,12 @@ func HTTPStatus(c binding.Code) int {
 		return http.StatusForbidden
 	case binding.Unavailable:
 		return http.StatusServiceUnavailable
+	case binding.InvalidArgument:
+		return http.StatusBadRequest
+	case binding.NotFound:
+		return http.StatusNotFound
+	case binding.FailedPrecondition:
+		return http.StatusConflict
 	default:
 		return http.StatusOK
 	}
@@ -185,7 +197,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 }
 
 // ReasonBadRequest is the reason of a request the service could not read.
-const ReasonBadRequest = "bad_request"
+var ReasonBadRequest = binding.Define("bad_request", binding.InvalidArgument, "the request could not be read")
 
 // Sentence is the human form of a reason (binding.Describe).
 func Sentence(reason string) string { return binding.Describe(reason).Sentence }

@@ -246,12 +246,12 @@ type GuardSpec struct {
 	Mode                  guard.Mode
 	FailOpenOnUnavailable bool
 	Rule                  binding.Rule
-	// Metrics: the registry, the name prefix, and whether the service
-	// reports node-binding series. The reasons its violations counter
-	// starts at zero for are the rule's (binding.Reasons).
+	// Metrics: the registry and the name prefix. The reasons the
+	// violations counter starts at zero for are the rule's
+	// (binding.Reasons); a rule's own series (node binding's) are
+	// registered with the rule.
 	Registry      prometheus.Registerer
 	MetricsPrefix string
-	NodeBinding   bool
 	Logger        *slog.Logger
 	// WatchNode narrows --caller-watch-bound-objects' pod watch to the pods
 	// of one node: a node agent's callers run there (tokens bound to pods
@@ -290,7 +290,7 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 			return nil, err
 		}
 	}
-	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: binding.Reasons(spec.Rule), NodeBinding: spec.NodeBinding, Mode: spec.Mode})
+	m, err := guard.NewMetrics(spec.Registry, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: binding.Reasons(spec.Rule), Mode: spec.Mode})
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func report(ctx context.Context, req any) (any, error) {
 	if !ok {
 		return nil, status.Error(codes.Internal, "no verdict in context")
 	}
-	return List(v.Stamp(Nodes(req.(*structpb.ListValue)))), nil
+	return List(binding.NodeGrantOf(v.Grant).Stamp(Nodes(req.(*structpb.ListValue)))), nil
 }
 
 // Extract is the guard's request extractor for Report.
@@ -52,7 +52,7 @@ func Extract(_ context.Context, _ string, msg any) (binding.Request, error) {
 	if !ok {
 		return binding.Request{}, status.Errorf(codes.InvalidArgument, "unexpected message %T", msg)
 	}
-	return binding.Request{Nodes: Nodes(l)}, nil
+	return binding.NodesRequest(Nodes(l)), nil
 }
 
 // Nodes reads a batch's node names.

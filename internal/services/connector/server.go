@@ -140,6 +140,9 @@ type Server struct {
 	failOpen bool
 }
 
+// metricsPrefix starts the connector's metric names.
+const metricsPrefix = "platform_connector"
+
 // New loads config.json, validates the options against it, opens the
 // datastore and builds the guard. Anything that cannot be honoured stops
 // here, before a socket is opened.
@@ -173,7 +176,7 @@ func New(o Options) (*Server, error) {
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_datastore_failures_total",
 		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
 	s.health.Registry.MustRegister(s.refused, s.stored, s.failed)
-	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, "platform_connector")
+	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, metricsPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -192,10 +195,14 @@ func New(o Options) (*Server, error) {
 		if o.Role == RoleDeployment {
 			local = ""
 		}
+		nm, err := binding.NewNodeMetrics(s.health.Registry, metricsPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("connector: %w", err)
+		}
 		s.guard, err = m.Guard(serve.GuardSpec{
 			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
-			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts}),
-			MetricsPrefix: "platform_connector", NodeBinding: true,
+			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts, Metrics: nm}),
+			MetricsPrefix: metricsPrefix,
 			Authenticator: o.Authenticator, WatchNode: local,
 		})
 		if err != nil {
@@ -253,11 +260,17 @@ func extract(_ context.Context, _ string, msg any) (binding.Request, error) {
 	if !ok {
 		return binding.Request{}, nil
 	}
+	return binding.NodesRequest(nodeNames(b)), nil
+}
+
+// nodeNames are the node names of a batch's events, "" where one left it
+// blank.
+func nodeNames(b *pcv1.HealthEvents) []string {
 	nodes := make([]string, len(b.GetEvents()))
 	for i, e := range b.GetEvents() {
 		nodes[i] = e.GetNodeName()
 	}
-	return binding.Request{Nodes: nodes}, nil
+	return nodes
 }
 
 // Registry returns the connector's metrics registry.
@@ -302,21 +315,21 @@ type service struct {
 // HealthEventOccurredV1 stores a batch whole, with node names stamped.
 func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEvents) (*emptypb.Empty, error) {
 	s := svc.s
-	req, _ := extract(ctx, "", in)
-	nodes := req.Nodes
+	nodes := nodeNames(in)
 	caller, scope := "", binding.ScopeNodeLocal
 	var stamped []string
 	if v, ok := guard.FromContext(ctx); ok {
-		stamped = v.Stamp(nodes)
+		grant := binding.NodeGrantOf(v.Grant)
+		stamped = grant.Stamp(nodes)
 		if v.Caller != nil {
 			caller = v.Caller.Username
 		}
-		if v.Decision.Scope != "" {
-			scope = v.Decision.Scope
+		if grant != nil && grant.Scope != "" {
+			scope = grant.Scope
 		}
 	} else {
 		// Node binding disabled: blank names still get this node.
-		stamped = binding.Stamp(nodes, binding.Decision{StampNode: s.opts.NodeName})
+		stamped = binding.StampNodes(nodes, s.opts.NodeName)
 		scope = "unauthenticated"
 	}
 	events := make([]*pcv1.HealthEvent, len(in.GetEvents()))

@@ -63,10 +63,14 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	nm, err := binding.NewNodeMetrics(reg, "platform_connector")
+	if err != nil {
+		return nil, err
+	}
 	g, err := serve.AuthOptions{}.Guard(serve.GuardSpec{
 		Mode: mode, FailOpenOnUnavailable: failOpen,
-		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}}),
-		Registry: reg, MetricsPrefix: "platform_connector", NodeBinding: true,
+		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}, Metrics: nm}),
+		Registry: reg, MetricsPrefix: "platform_connector",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Authenticator: auth,
 	})
 	if err != nil {

@@ -12,25 +12,27 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/services/vmafx/measure"
 )
 
 // Reasons of the JobService's own refusals (after the guard's), in the
-// ErrorInfo of the status and in the refusal's log line.
-const (
-	ReasonInvalidArgument      = "invalid_argument"
-	ReasonJobNotFound          = "job_not_found"
-	ReasonConflict             = "job_conflict"
-	ReasonDatastoreUnavailable = "datastore_unavailable"
-	// ReasonMeasurementFailed is the reason of a FAILED report that names
-	// none.
-	ReasonMeasurementFailed = "measurement_failed"
+// ErrorInfo of the status and in the refusal's log line; the table gives
+// each its code.
+var (
+	ReasonInvalidArgument      = binding.Define("invalid_argument", binding.InvalidArgument, "the request breaks a limit or names something malformed")
+	ReasonJobNotFound          = binding.Define("job_not_found", binding.NotFound, "no such job in your tenant")
+	ReasonConflict             = binding.Define("job_conflict", binding.FailedPrecondition, "the job is not in a state that allows this")
+	ReasonDatastoreUnavailable = binding.Define("datastore_unavailable", binding.Unavailable, "the datastore is unavailable; retry")
 )
+
+// ReasonMeasurementFailed is the reason of a FAILED report that names
+// none.
+const ReasonMeasurementFailed = "measurement_failed"
 
 // Limits of what a caller may send.
 const (
@@ -46,9 +48,10 @@ var reasonWord = regexp.MustCompile(`^[a-z][a-z_]{0,63}$`)
 // errBadReport is a report whose scores do not fit the job.
 var errBadReport = errors.New("scores")
 
-// refuse is a status with its reason in an ErrorInfo, as the guard's are.
-func refuse(code codes.Code, reason, msg string) error {
-	st := status.New(code, msg)
+// refuse is a status with its reason in an ErrorInfo, as the guard's are,
+// and the code the reason table gives it.
+func refuse(reason, msg string) error {
+	st := status.New(guard.GRPCCode(binding.Describe(reason).Code), msg)
 	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: guard.ErrorDomain}); err == nil {
 		st = d
 	}

@@ -315,18 +315,18 @@ func caller(ctx context.Context) (*authn.Caller, error) {
 func (s *Service) storeError(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return refuse(codes.NotFound, ReasonJobNotFound, "job not found")
+		return refuse(ReasonJobNotFound, "job not found")
 	case errors.Is(err, ErrConflict):
-		return refuse(codes.FailedPrecondition, ReasonConflict, strings.TrimPrefix(err.Error(), "controller: "))
+		return refuse(ReasonConflict, strings.TrimPrefix(err.Error(), "controller: "))
 	case errors.Is(err, ErrBadPageToken):
-		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+		return refuse(ReasonInvalidArgument, err.Error())
 	case errors.Is(err, errBadReport):
-		return refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+		return refuse(ReasonInvalidArgument, err.Error())
 	default:
 		if s.Log != nil {
 			s.Log.ErrorContext(ctx, "controller: datastore", "err", err)
 		}
-		return refuse(codes.Unavailable, ReasonDatastoreUnavailable, "datastore unavailable; retry")
+		return refuse(ReasonDatastoreUnavailable, "datastore unavailable; retry")
 	}
 }
 
@@ -338,10 +338,10 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	}
 	spec := in.GetSpec()
 	if err := CheckSpec(spec); err != nil {
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+		return nil, refuse(ReasonInvalidArgument, err.Error())
 	}
 	if len(in.GetRequestId()) > maxRequestID {
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("request_id: %d bytes; at most %d", len(in.GetRequestId()), maxRequestID))
+		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("request_id: %d bytes; at most %d", len(in.GetRequestId()), maxRequestID))
 	}
 	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec)
 	if err != nil {
@@ -375,12 +375,12 @@ func (s *Service) ListJobs(ctx context.Context, in *vmafxv1.ListJobsRequest) (*v
 	size := int(in.GetPageSize())
 	switch {
 	case size < 0 || size > maxPageSize:
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("page_size %d: want 0 to %d", size, maxPageSize))
+		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("page_size %d: want 0 to %d", size, maxPageSize))
 	case size == 0:
 		size = defaultPageSize
 	}
 	if len(in.GetPageToken()) > 128 {
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, ErrBadPageToken.Error())
+		return nil, refuse(ReasonInvalidArgument, ErrBadPageToken.Error())
 	}
 	jobs, next, err := s.Store.List(ctx, c.Tenant, in.GetState(), size, maxPageBytes, in.GetPageToken())
 	if err != nil {
@@ -405,7 +405,7 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 		node = c.Username
 	}
 	if len(node) > maxNodeName || !utf8.ValidString(node) {
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
+		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
 	}
 	j, lease, err := s.Store.Claim(ctx, c.Tenant, node, s.Lease)
 	if err != nil {
@@ -427,7 +427,7 @@ func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (
 		return nil, err
 	}
 	if err := CheckReport(in); err != nil {
-		return nil, refuse(codes.InvalidArgument, ReasonInvalidArgument, err.Error())
+		return nil, refuse(ReasonInvalidArgument, err.Error())
 	}
 	j, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
 	if err != nil {
@@ -459,7 +459,7 @@ func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (
 // a UUID.
 func checkID(id string) error {
 	if len(id) > 64 {
-		return refuse(codes.InvalidArgument, ReasonInvalidArgument, fmt.Sprintf("id: %d bytes; a job id is a UUID", len(id)))
+		return refuse(ReasonInvalidArgument, fmt.Sprintf("id: %d bytes; a job id is a UUID", len(id)))
 	}
 	return nil
 }
