@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -10,8 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -121,7 +121,7 @@ func Load(section string, opts ...LoadOption) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("credentials: %w", err)
 		}
-		if err := yaml.Unmarshal(b, &tree); err != nil {
+		if tree, err = readTree(b); err != nil {
 			return Config{}, fmt.Errorf("credentials: parsing %s: %w", l.file, err)
 		}
 	}
@@ -134,6 +134,22 @@ func Load(section string, opts ...LoadOption) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// readTree reads a YAML (or JSON) file strictly: a key written twice in
+// one mapping is refused (YAML would keep the last: a second "tls: false"
+// would switch TLS off unseen), and the document must then be I-JSON (the
+// one reader of every file callerauth reads, internal/foundation/ijson).
+func readTree(b []byte) (map[string]any, error) {
+	j, err := ijson.FromYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	var tree map[string]any
+	if err := json.Unmarshal(j, &tree); err != nil {
+		return nil, errors.New("the document is not a mapping")
+	}
+	return tree, nil
 }
 
 func (c *Config) fromTree(tree map[string]any, section, where string) error {

@@ -98,6 +98,11 @@ func TestLoadRefusesMalformedValues(t *testing.T) {
 		{"section not a mapping", "controller: yes\n", nil, []string{"controller", "want a mapping"}},
 		{"env tls maybe", "", map[string]string{"VMAFX_CONTROLLER_TLS": "maybe"}, []string{"VMAFX_CONTROLLER_TLS", `"maybe"`}},
 		{"not YAML", "controller: [\n", nil, []string{"parsing", "config.yaml"}},
+		// YAML keeps the last of two: the second would switch TLS off unseen.
+		{"a key written twice", "controller:\n  tls: true\n  tls: false\n", nil, []string{"parsing", `key "tls" already set`}},
+		{"a section written twice", "controller:\n  tls: true\ncontroller:\n  address: x\n", nil, []string{"parsing", `key "controller" already set`}},
+		{"a key written twice, JSON", `{"controller": {"tls": true, "tls": false}}`, nil, []string{"parsing", `key "tls" already set`}},
+		{"the document a list", "- controller\n", nil, []string{"parsing", "not a mapping"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,10 @@
-// Package ijson checks that a JSON text is I-JSON (RFC 7493), the profile
-// that every wire format in callerauth follows: the decision records and
-// their canonical form (RFC 8785 requires I-JSON), the PDP's check request,
-// and the platform-connector's config.json.
+// Package ijson is the one reader of every file and body callerauth reads.
+// It checks that a JSON text is I-JSON (RFC 7493), the profile that every
+// wire format in callerauth follows — the decision records and their
+// canonical form (RFC 8785 requires I-JSON), the PDP's requests, every
+// configuration file — and reads it: [Decode] for a format that is ours
+// (no unknown member, no null), [Members] and [Elements] to walk a
+// document member by member, [FromYAML] for a YAML file (no key twice).
 //
 // encoding/json is lenient where I-JSON is strict: it keeps the last of two
 // members with the same name, and it replaces invalid UTF-8 and unpaired
@@ -18,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"sigs.k8s.io/yaml"
 )
 
 // MaxDepth is how deeply arrays and objects may nest.
@@ -52,19 +57,22 @@ func (e *Error) Member() string {
 // Check returns nil when doc is one I-JSON value (RFC 8259 text, RFC 7493
 // §2: UTF-8 only, no unpaired surrogates, unique member names), surrounded
 // by white space at most, and an [*Error] naming the first fault otherwise.
-func Check(doc []byte) error {
-	if check(doc, false) == nil {
+func Check(doc []byte) error { return checkWith(doc, false) }
+
+func checkWith(doc []byte, noNull bool) error {
+	if check(doc, false, noNull) == nil {
 		return nil
 	}
-	return check(doc, true)
+	return check(doc, true, noNull)
 }
 
 // check scans doc; with track set it keeps the path to the value being
 // scanned, for the JSON Pointer of an error. The scan is deterministic, so
 // a document is scanned without it first and again with it only when it
-// fails: a valid document costs no path.
-func check(doc []byte, track bool) error {
-	s := scanner{b: doc, track: track}
+// fails: a valid document costs no path. With noNull set, a null anywhere
+// is a fault.
+func check(doc []byte, track, noNull bool) error {
+	s := scanner{b: doc, track: track, noNull: noNull}
 	s.space()
 	if err := s.value(); err != nil {
 		return err
@@ -74,16 +82,34 @@ func check(doc []byte, track bool) error {
 
 // Decode is the one strict reader of a document whose format is ours (a
 // configuration file, a manifest, a proof): doc must be I-JSON ([Check]),
-// and every member must be a field of v — an unknown member is an error
-// naming it, not a silently ignored typo. Formats that must ignore unknown
+// every member must be a field of v — an unknown member is an error
+// naming it, not a silently ignored typo — and no value may be null: where
+// a value is required null does not give one, and where it is not the
+// member is left out (encoding/json would leave the field as it was, or
+// set a map the caller made to nil). Formats that must ignore unknown
 // members (the AuthZEN requests) are read with [Members] instead.
 func Decode(doc []byte, v any) error {
-	if err := Check(doc); err != nil {
+	if err := checkWith(doc, true); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// FromYAML reads a YAML (or JSON) document as strict JSON: a key written
+// twice in one mapping is refused (YAML would keep the last), and the JSON
+// it becomes must be I-JSON. Decode the result with [Decode] for a format
+// that is ours.
+func FromYAML(doc []byte) ([]byte, error) {
+	j, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(j); err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // Members checks doc as [Check] does, requires it to be an object, and
@@ -101,13 +127,13 @@ func Members(doc []byte, fn func(name, value []byte) error) error {
 		return s.fail("not a JSON object")
 	}
 	if err := s.enter(); err != nil {
-		return check(doc, true)
+		return check(doc, true, false)
 	}
 	var o objectState
 	for {
 		name, value, ok, err := s.member(&o)
 		if err != nil {
-			return check(doc, true)
+			return check(doc, true, false)
 		}
 		if !ok {
 			break
@@ -117,7 +143,32 @@ func Members(doc []byte, fn func(name, value []byte) error) error {
 		}
 	}
 	if s.end() != nil {
-		return check(doc, true)
+		return check(doc, true, false)
+	}
+	return nil
+}
+
+// Elements checks doc as [Check] does, requires it to be an array, and
+// calls fn with each element as raw JSON text, in order (valid only during
+// the call unless doc outlives it). An error from fn stops the walk and is
+// returned as it is; every element fn was given has been checked.
+func Elements(doc []byte, fn func(value []byte) error) error {
+	s := scanner{b: doc}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
+		return s.fail("not a JSON array")
+	}
+	var stopped error
+	s.element = func(e []byte) error {
+		stopped = fn(e)
+		return stopped
+	}
+	err := s.array()
+	if stopped != nil {
+		return stopped
+	}
+	if err != nil || s.end() != nil {
+		return check(doc, true, false)
 	}
 	return nil
 }
@@ -173,25 +224,17 @@ func String(v []byte) (string, bool) {
 // and false when the text is anything else (an element that is not a
 // string included).
 func Strings(v []byte) ([]string, bool) {
-	s := &scanner{b: v}
-	s.space()
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
-		return nil, false
-	}
-	var out []string
-	s.element = func(e []byte) error {
+	out := []string{}
+	err := Elements(v, func(e []byte) error {
 		str, ok := String(e)
 		if !ok {
 			return errNotString
 		}
 		out = append(out, str)
 		return nil
-	}
-	if s.array() != nil || s.end() != nil {
+	})
+	if err != nil {
 		return nil, false
-	}
-	if out == nil {
-		out = []string{}
 	}
 	return out, true
 }
@@ -228,6 +271,8 @@ type scanner struct {
 	// loose skips the duplicate-name check (Lookup): nothing is kept per
 	// member, so a scan costs no allocation however many members there are.
 	loose bool
+	// noNull makes a null value a fault (Decode).
+	noNull bool
 }
 
 func (s *scanner) end() error {
@@ -285,6 +330,9 @@ func (s *scanner) value() error {
 	default:
 		for _, lit := range []string{"true", "false", "null"} {
 			if strings.HasPrefix(string(s.b[s.i:min(len(s.b), s.i+len(lit))]), lit) {
+				if lit == "null" && s.noNull {
+					return s.fail("null: leave the member out, or give it a value")
+				}
 				s.i += len(lit)
 				return nil
 			}

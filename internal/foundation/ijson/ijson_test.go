@@ -165,9 +165,77 @@ func TestDecode(t *testing.T) {
 		`{"name": "a", "title": "b"}`: `unknown field "title"`,
 		"{\"name\": \"\xff\"}":        "UTF-8",
 		`{"name": "a"} {"name": "b"}`: "",
+		// null gives no value: refused where encoding/json would leave the
+		// field as it was (or a map the caller made nil).
+		`{"name": null}`:         `null: leave the member out, or give it a value (at "/name"`,
+		`{"items": ["x", null]}`: `(at "/items/1"`,
+		`null`:                   `null`,
 	} {
 		if err := Decode([]byte(in), &doc{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v; want an error naming %q", in, err, want)
 		}
 	}
+}
+
+// TestElements: each element in order, as raw text; an error from the
+// callback stops the walk and comes back as it is; a document that is not
+// one array of valid elements is an *Error at the fault.
+func TestElements(t *testing.T) {
+	var got []string
+	if err := Elements([]byte(` [ {"a": [1]}, "x" ,null ] `), func(e []byte) error { got = append(got, string(e)); return nil }); err != nil || strings.Join(got, "|") != `{"a": [1]}|"x"|null` {
+		t.Fatalf("%q %v", got, err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := Elements([]byte(`[1, 2, 3]`), func([]byte) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+		t.Fatalf("stop: %v after %d", err, n)
+	}
+	for in, want := range map[string]string{
+		`{"a": 1}`:              "not a JSON array",
+		`[1, {"a": 1, "a": 2}]`: "/1/a",
+		`[1,]`:                  "/1",
+		`[1] 2`:                 "data after",
+	} {
+		var e *Error
+		if err := Elements([]byte(in), func([]byte) error { return nil }); !errors.As(err, &e) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an *Error naming %q", in, err, want)
+		}
+	}
+	if l, ok := Strings([]byte(`[]`)); !ok || l == nil || len(l) != 0 {
+		t.Fatalf("Strings([]) = %#v %t", l, ok)
+	}
+	if _, ok := Strings([]byte(`["a", 1]`)); ok {
+		t.Fatal("Strings accepted a number")
+	}
+}
+
+// FuzzElements: on any document, Elements accepts exactly the I-JSON
+// arrays and yields the elements encoding/json reads, each the same text.
+func FuzzElements(f *testing.F) {
+	for _, s := range []string{`[]`, `[1, "a", {"b": [2]}, [3], null]`, ` [ "]", {"x": "]}"} ] `, `[{"a":1,"a":2}]`, `{"a":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		var want []json.RawMessage
+		isArray := json.Unmarshal(doc, &want) == nil && want != nil
+		var got [][]byte
+		err := Elements(doc, func(e []byte) error {
+			got = append(got, e)
+			return nil
+		})
+		if Check(doc) != nil || !isArray {
+			if err == nil {
+				t.Fatalf("Elements accepted %q: Check refuses it or it is no array", doc)
+			}
+			return
+		}
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("Elements(%q): %d elements, %v; encoding/json %d", doc, len(got), err, len(want))
+		}
+		for i := range want {
+			if string(got[i]) != string(want[i]) {
+				t.Fatalf("element %d of %q: Elements %q, encoding/json %q", i, doc, got[i], want[i])
+			}
+		}
+	})
 }

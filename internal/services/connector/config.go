@@ -5,7 +5,6 @@ package connector
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -64,26 +63,25 @@ func LoadAuthConfig(path string) (AuthConfig, error) {
 // and keys written twice (RFC 7493 I-JSON) are refused. Every refusal names the key and the offending value; all of
 // them are reported at once.
 func ParseAuthConfig(b []byte) (AuthConfig, error) {
-	if err := ijson.Check(b); err != nil {
-		var e *ijson.Error
-		if errors.As(err, &e) && e.Member() != "" {
-			return AuthConfig{}, fmt.Errorf("connector: config.json: key %q: %s; write each key once", e.Member(), e.Problem)
-		}
-		return AuthConfig{}, fmt.Errorf("connector: config.json is not a JSON object: %w", err)
-	}
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&raw); err != nil {
-		return AuthConfig{}, fmt.Errorf("connector: config.json is not a JSON object: %w", err)
-	}
-	if raw == nil {
-		return AuthConfig{}, errors.New("connector: config.json is null; want a JSON object")
-	}
+	raw := map[string][]byte{}
 	var errs []error
-	for k := range raw {
+	err := ijson.Members(b, func(name, value []byte) error {
+		k := string(name)
 		if !slices.Contains(knownKeys, k) {
 			errs = append(errs, fmt.Errorf("connector: config.json: unknown key %q (known: %s)", k, strings.Join(knownKeys, ", ")))
 		}
+		raw[k] = value
+		return nil
+	})
+	if err != nil {
+		var e *ijson.Error
+		switch {
+		case errors.As(err, &e) && e.Member() != "":
+			return AuthConfig{}, fmt.Errorf("connector: config.json: key %q: %s; write each key once", e.Member(), e.Problem)
+		case isNull(b):
+			return AuthConfig{}, errors.New("connector: config.json is null; want a JSON object")
+		}
+		return AuthConfig{}, fmt.Errorf("connector: config.json is not a JSON object: %w", err)
 	}
 	cfg := AuthConfig{Mode: guard.Enforce}
 	enable, ok := raw[KeyEnable]
@@ -98,17 +96,15 @@ func ParseAuthConfig(b []byte) (AuthConfig, error) {
 		}
 	}
 	if v, ok := raw[KeyMode]; ok {
-		var s string
-		err := json.Unmarshal(v, &s)
-		if err == nil {
-			cfg.Mode, err = guard.ParseMode(s)
-		}
-		if err != nil {
+		s, isString := ijson.String(v)
+		var err error
+		if cfg.Mode, err = guard.ParseMode(s); !isString || err != nil {
 			errs = append(errs, fmt.Errorf("connector: config.json: %s is %s; want \"enforce\" or \"audit\"", KeyMode, v))
 		}
 	}
 	if v, ok := raw[KeyAudience]; ok {
-		if err := json.Unmarshal(v, &cfg.Audience); err != nil || isNull(v) {
+		var isString bool
+		if cfg.Audience, isString = ijson.String(v); !isString {
 			errs = append(errs, fmt.Errorf("connector: config.json: %s is %s; want a string", KeyAudience, v))
 		}
 	}
@@ -116,10 +112,11 @@ func ParseAuthConfig(b []byte) (AuthConfig, error) {
 	if crossSet {
 		if isNull(cross) {
 			errs = append(errs, fmt.Errorf("connector: config.json: %s is null; null and \"none\" are not the same statement: write [] for none", KeyCross))
-		} else if err := json.Unmarshal(cross, &cfg.CrossNodeServiceAccounts); err != nil {
+		} else if list, ok := ijson.Strings(cross); !ok {
 			errs = append(errs, fmt.Errorf("connector: config.json: %s is %s; want a list of strings", KeyCross, cross))
 		} else {
-			for i, u := range cfg.CrossNodeServiceAccounts {
+			cfg.CrossNodeServiceAccounts = list
+			for i, u := range list {
 				if err := binding.ValidateServiceAccountUsername(u); err != nil {
 					errs = append(errs, fmt.Errorf("connector: config.json: %s[%d] %q: %w", KeyCross, i, u, err))
 				}
@@ -142,7 +139,7 @@ func ParseAuthConfig(b []byte) (AuthConfig, error) {
 
 // realBool accepts only the JSON literals true and false: a quoted "false",
 // null and 0 are refused rather than guessed at.
-func realBool(key string, v json.RawMessage, dst *bool) error {
+func realBool(key string, v []byte, dst *bool) error {
 	switch string(bytes.TrimSpace(v)) {
 	case "true":
 		*dst = true
@@ -154,4 +151,4 @@ func realBool(key string, v json.RawMessage, dst *bool) error {
 	return nil
 }
 
-func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
+func isNull(v []byte) bool { return string(bytes.TrimSpace(v)) == "null" }

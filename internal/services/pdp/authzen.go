@@ -43,6 +43,8 @@ const (
 // MaxEvaluations bounds a batch.
 const MaxEvaluations = 1000
 
+var errTooMany = errors.New("too many evaluations")
+
 // evaluationsRequest is a decoded AuthZEN request: one evaluation (no
 // Items) or a batch, defaults already applied to each item.
 type evaluationsRequest struct {
@@ -165,17 +167,21 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		return req, nil
 	}
 	var list []json.RawMessage
-	if raw[0] == '[' {
-		list, err = elements(raw)
+	err = ijson.Elements(raw, func(e []byte) error {
+		if len(list) == MaxEvaluations {
+			return errTooMany
+		}
+		list = append(list, e)
+		return nil
+	})
+	if errors.Is(err, errTooMany) {
+		return nil, badField("evaluations", "more than %d evaluations is over the limit: split the batch", MaxEvaluations)
 	}
-	if raw[0] != '[' || err != nil {
+	if err != nil {
 		return nil, badField("evaluations", "evaluations must be an array of objects")
 	}
 	if len(list) == 0 {
 		return nil, badField("evaluations", "evaluations is empty")
-	}
-	if len(list) > MaxEvaluations {
-		return nil, badField("evaluations", "%d evaluations is over the limit of %d: split the batch", len(list), MaxEvaluations)
 	}
 	defaults := map[string]json.RawMessage{}
 	for _, k := range []string{"subject", "action", "resource", "context"} {
@@ -291,137 +297,15 @@ func object(v json.RawMessage, path string, allowed ...string) (map[string]json.
 	return m, nil
 }
 
-// members splits a JSON object into its members in one pass, the values
-// left as slices of v. v is part of a body ijson.Check has accepted (valid
-// JSON, no member twice), so the scan only finds boundaries; a name with
-// an escape is decoded.
+// members splits a JSON object into its members, the values left as
+// slices of v, through the one I-JSON reader.
 func members(v []byte) (map[string]json.RawMessage, error) {
 	m := map[string]json.RawMessage{}
-	i := skipSpace(v, 1)
-	if i < len(v) && v[i] == '}' {
-		return m, nil
-	}
-	for i < len(v) {
-		if v[i] != '"' {
-			return nil, errors.New("a member name must be a string")
-		}
-		end := stringEnd(v, i)
-		if end < 0 {
-			return nil, errors.New("unterminated string")
-		}
-		name := string(v[i+1 : end])
-		if bytes.IndexByte(v[i:end], '\\') >= 0 {
-			if err := json.Unmarshal(v[i:end+1], &name); err != nil {
-				return nil, err
-			}
-		}
-		i = skipSpace(v, end+1)
-		if i >= len(v) || v[i] != ':' {
-			return nil, errors.New("missing ':'")
-		}
-		i = skipSpace(v, i+1)
-		j := valueEnd(v, i)
-		if j <= i {
-			return nil, errors.New("missing value")
-		}
-		m[name] = v[i:j]
-		i = skipSpace(v, j)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-			continue
-		}
-		if i < len(v) && v[i] == '}' {
-			return m, nil
-		}
-		return nil, errors.New("missing ',' or '}'")
-	}
-	return nil, errors.New("unterminated object")
-}
-
-// elements splits a JSON array into its elements, as members does objects.
-func elements(v []byte) ([]json.RawMessage, error) {
-	var out []json.RawMessage
-	i := skipSpace(v, 1)
-	if i < len(v) && v[i] == ']' {
-		return out, nil
-	}
-	for i < len(v) {
-		j := valueEnd(v, i)
-		if j <= i {
-			return nil, errors.New("missing value")
-		}
-		out = append(out, v[i:j])
-		i = skipSpace(v, j)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-			continue
-		}
-		if i < len(v) && v[i] == ']' {
-			return out, nil
-		}
-		return nil, errors.New("missing ',' or ']'")
-	}
-	return nil, errors.New("unterminated array")
-}
-
-func skipSpace(v []byte, i int) int {
-	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd is the index of the quote closing the string opening at i.
-func stringEnd(v []byte, i int) int {
-	for j := i + 1; j < len(v); j++ {
-		switch v[j] {
-		case '\\':
-			j++
-		case '"':
-			return j
-		}
-	}
-	return -1
-}
-
-// valueEnd is the index just past the value starting at i.
-func valueEnd(v []byte, i int) int {
-	if i >= len(v) {
-		return -1
-	}
-	switch v[i] {
-	case '"':
-		if e := stringEnd(v, i); e >= 0 {
-			return e + 1
-		}
-		return -1
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(v); j++ {
-			switch v[j] {
-			case '"':
-				e := stringEnd(v, j)
-				if e < 0 {
-					return -1
-				}
-				j = e
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	default:
-		j := i
-		for j < len(v) && v[j] != ',' && v[j] != '}' && v[j] != ']' && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' {
-			j++
-		}
-		return j
-	}
+	err := ijson.Members(v, func(name, value []byte) error {
+		m[string(name)] = value
+		return nil
+	})
+	return m, err
 }
 
 func str(v json.RawMessage, path string) (string, error) {

@@ -12,9 +12,9 @@ import (
 	"os"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // Tenant is one tenant of the tenants file.
@@ -57,7 +57,11 @@ func LoadTenants(path string) (*Tenants, error) {
 		return nil, fmt.Errorf("controller: --tenants: %w", err)
 	}
 	var t Tenants
-	if err := yaml.UnmarshalStrict(b, &t); err != nil { // unknown keys and keys written twice are errors
+	j, err := ijson.FromYAML(b) // a key written twice is an error
+	if err == nil {
+		err = ijson.Decode(j, &t) // so are an unknown key and a null
+	}
+	if err != nil {
 		return nil, fmt.Errorf("controller: %s: %w", path, err)
 	}
 	var errs []error

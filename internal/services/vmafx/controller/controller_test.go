@@ -389,6 +389,9 @@ func TestTenantsFileRefusals(t *testing.T) {
 		{"bad name", "tenants:\n  - name: Tenant_A\n    issuer: https://a\n    audiences: [x]\n", `name "Tenant_A"`},
 		{"no audiences", "tenants:\n  - name: a\n    issuer: https://a\n", "audience"},
 		{"none", "tenants: []\n", "no tenants"},
+		// YAML "audiences:" with nothing after it is null, not "none".
+		{"a null", "tenants:\n  - name: a\n    issuer: https://a\n    audiences:\n", `null: leave the member out, or give it a value (at "/tenants/0/audiences"`},
+		{"invalid UTF-8", "tenants:\n  - name: a\n    issuer: https://a\xff\n    audiences: [x]\n", "UTF-8"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "tenants.yaml")
