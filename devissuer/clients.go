@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
@@ -73,6 +74,9 @@ func (i *Issuer) AddClient(c Client, lifetime time.Duration) (string, error) {
 	secret := hex.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(secret))
 	c.SecretSHA256, c.LifetimeSeconds = hex.EncodeToString(sum[:]), int64(lifetime/time.Second)
+	if c.Scopes == nil {
+		c.Scopes = []string{} // written as [], never null: the file is read strictly
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	clients, err := i.loadClients()
@@ -96,7 +100,7 @@ func (i *Issuer) loadClients() (map[string]Client, error) {
 		return nil, fmt.Errorf("devissuer: %w", err)
 	}
 	clients := map[string]Client{}
-	if err := json.Unmarshal(b, &clients); err != nil {
+	if err := ijson.Decode(b, &clients); err != nil {
 		return nil, fmt.Errorf("devissuer: %s: %w", fileClients, err)
 	}
 	return clients, nil

@@ -82,6 +82,14 @@ func TestOpenKeepsStateAcrossRestarts(t *testing.T) {
 			}
 		}
 	}
+	// A client registered without scopes is read back by the other (the
+	// file is read strictly: its scopes are [], never null).
+	if _, err := a.AddClient(devissuer.Client{ID: "c1", Subject: "s", Audiences: []string{"aud"}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AddClient(devissuer.Client{ID: "c2", Subject: "s", Audiences: []string{"aud"}, Scopes: []string{"x"}}, 0); err != nil {
+		t.Fatalf("the clients file one instance wrote, read by the other: %v", err)
+	}
 	// A token minted by one instance is accepted by the other.
 	tok := mint(t, a, devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "sa", Audiences: []string{"aud"}, Pod: "p", Node: "n"})
 	if st := b.Review(tok.Token, []string{"aud"}); !st.Authenticated {

@@ -560,18 +560,25 @@ func decodeRequest(body []byte) (*policy.Request, error) {
 			return nil, badField(f.name, "field %q may not be empty", f.name)
 		}
 	}
-	var list []json.RawMessage
-	if v, ok := raw["fields"]; !ok || string(v) == "null" {
+	v, ok := raw["fields"]
+	if !ok || string(v) == "null" {
 		return nil, badField("fields", `field "fields" is required`)
-	} else if v[0] != '[' || json.Unmarshal(v, &list) != nil {
-		return nil, badField("fields", `field "fields" must be a list of strings`)
 	}
-	req.Fields = make([]string, len(list))
-	for i, e := range list {
+	req.Fields = []string{}
+	var notString error
+	if err := ijson.Elements(v, func(e []byte) error {
 		// A null element would otherwise become "" in the record.
-		if e[0] != '"' || json.Unmarshal(e, &req.Fields[i]) != nil {
-			return nil, badField("fields", `field "fields": element %d must be a string, not %s`, i, guard.LogValue(string(e)))
+		f, ok := ijson.String(e)
+		if !ok {
+			notString = badField("fields", `field "fields": element %d must be a string, not %s`, len(req.Fields), guard.LogValue(string(e)))
+			return notString
 		}
+		req.Fields = append(req.Fields, f)
+		return nil
+	}); notString != nil {
+		return nil, notString
+	} else if err != nil {
+		return nil, badField("fields", `field "fields" must be a list of strings`)
 	}
 	for k := range raw {
 		if !known[k] {
