@@ -178,9 +178,16 @@ func TestVerdictStatusCarriesOnlyTheReason(t *testing.T) {
 	if st.Code() != codes.Unauthenticated || st.Message() != "token_invalid" || strings.Contains(st.String(), "secret detail") {
 		t.Fatalf("status %v", st)
 	}
-	for c, want := range map[binding.Code]int{binding.Unauthenticated: 401, binding.PermissionDenied: 403, binding.Unavailable: 503} {
-		if got := guard.HTTPStatus(c); got != want {
-			t.Errorf("HTTPStatus(%v) = %d", c, got)
+	for c, want := range map[binding.Code]struct {
+		grpc codes.Code
+		http int
+	}{
+		binding.Unauthenticated: {codes.Unauthenticated, 401}, binding.PermissionDenied: {codes.PermissionDenied, 403},
+		binding.Unavailable: {codes.Unavailable, 503}, binding.InvalidArgument: {codes.InvalidArgument, 400},
+		binding.NotFound: {codes.NotFound, 404}, binding.FailedPrecondition: {codes.FailedPrecondition, 409}, 0: {codes.OK, 200},
+	} {
+		if g, h := guard.GRPCCode(c), guard.HTTPStatus(c); g != want.grpc || h != want.http {
+			t.Errorf("%v travels as %v and %d; want %v and %d", c, g, h, want.grpc, want.http)
 		}
 	}
 }

@@ -18,44 +18,34 @@ import (
 // ErrorDomain is the ErrorInfo domain of callerauth refusals.
 const ErrorDomain = "callerauth.dev"
 
-// GRPCCode maps a refusal code to a gRPC code.
-func GRPCCode(c binding.Code) codes.Code {
-	switch c {
-	case binding.Unauthenticated:
-		return codes.Unauthenticated
-	case binding.PermissionDenied:
-		return codes.PermissionDenied
-	case binding.Unavailable:
-		return codes.Unavailable
-	case binding.InvalidArgument:
-		return codes.InvalidArgument
-	case binding.NotFound:
-		return codes.NotFound
-	case binding.FailedPrecondition:
-		return codes.FailedPrecondition
-	default:
-		return codes.OK
-	}
+// transports is how each refusal code travels: its gRPC code and HTTP
+// status.
+var transports = map[binding.Code]struct {
+	grpc codes.Code
+	http int
+}{
+	binding.Unauthenticated:    {codes.Unauthenticated, http.StatusUnauthorized},
+	binding.PermissionDenied:   {codes.PermissionDenied, http.StatusForbidden},
+	binding.Unavailable:        {codes.Unavailable, http.StatusServiceUnavailable},
+	binding.InvalidArgument:    {codes.InvalidArgument, http.StatusBadRequest},
+	binding.NotFound:           {codes.NotFound, http.StatusNotFound},
+	binding.FailedPrecondition: {codes.FailedPrecondition, http.StatusConflict},
 }
 
-// HTTPStatus maps a refusal code to an HTTP status.
-func HTTPStatus(c binding.Code) int {
-	switch c {
-	case binding.Unauthenticated:
-		return http.StatusUnauthorized
-	case binding.PermissionDenied:
-		return http.StatusForbidden
-	case binding.Unavailable:
-		return http.StatusServiceUnavailable
-	case binding.InvalidArgument:
-		return http.StatusBadRequest
-	case binding.NotFound:
-		return http.StatusNotFound
-	case binding.FailedPrecondition:
-		return http.StatusConflict
-	default:
-		return http.StatusOK
+// GRPCCode maps a refusal code to a gRPC code (OK for no refusal).
+func GRPCCode(c binding.Code) codes.Code {
+	if t, ok := transports[c]; ok {
+		return t.grpc
 	}
+	return codes.OK
+}
+
+// HTTPStatus maps a refusal code to an HTTP status (200 for no refusal).
+func HTTPStatus(c binding.Code) int {
+	if t, ok := transports[c]; ok {
+		return t.http
+	}
+	return http.StatusOK
 }
 
 // Status returns the gRPC status of a refused verdict: the code, the reason
