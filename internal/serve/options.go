@@ -162,6 +162,34 @@ func NewLogger(level string, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 }
 
+// Service is what a service's New returns: it runs until its context ends
+// or a part of it fails. One that is also an io.Closer is closed after.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// Command makes cmd a service's command line, the same for every service:
+// no arguments; usage and errors left to [Execute], which prints the error
+// once; and a RunE that points the logs at stderr (o.LogOutput), builds
+// the service with build — which reads what the flags imply and calls the
+// service's New, where validation runs once — and runs it until the
+// command's context ends.
+func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *cobra.Command) (Service, error)) *cobra.Command {
+	cmd.Args, cmd.SilenceUsage, cmd.SilenceErrors = cobra.NoArgs, true, true
+	cmd.RunE = func(cmd *cobra.Command, _ []string) (err error) {
+		o.LogOutput = stderr
+		s, err := build(cmd)
+		if err != nil {
+			return err
+		}
+		if c, ok := s.(io.Closer); ok {
+			defer func() { err = errors.Join(err, c.Close()) }()
+		}
+		return s.Run(cmd.Context())
+	}
+	return cmd
+}
+
 // Execute runs a service's command with args and returns the process exit
 // code: 0, or 1 after printing the error after the service's name.
 func Execute(ctx context.Context, cmd *cobra.Command, args []string, stderr io.Writer) int {

@@ -29,25 +29,17 @@ runs on each node (a DaemonSet), listens on a Unix socket and pins callers
 to its node; in the deployment role it listens on TCP with TLS and every
 caller needs a pod-bound token. config.json (the ConfigMap) holds the
 node-binding settings; see docs/platform-connector.md.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Serve.LogOutput = stderr
-			o.Role = Role(role)
-			if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
-				o.Socket = "" // the default socket path belongs to the socket role
-			}
-			if o.NodeName == "" {
-				o.NodeName = getenv("NODE_NAME")
-			}
-			s, err := New(o)
-			if err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
-		},
 	}
+	serve.Command(cmd, &o.Serve, stderr, func(cmd *cobra.Command) (serve.Service, error) {
+		o.Role = Role(role)
+		if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
+			o.Socket = "" // the default socket path belongs to the socket role
+		}
+		if o.NodeName == "" {
+			o.NodeName = getenv("NODE_NAME")
+		}
+		return New(o)
+	})
 	f := cmd.Flags()
 	f.StringVar(&role, "role", string(RoleSocket), "socket (node-local DaemonSet) or deployment")
 	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")

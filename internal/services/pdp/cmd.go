@@ -23,18 +23,8 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 /.well-known/jwks.json). Callers authenticate with a Kubernetes service-account
 token for --caller-audience, verified by TokenReview, and must be the principal
 bound to the system they name (--caller-binding). See docs/pdp.md.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Serve.LogOutput = stderr
-			s, err := New(o)
-			if err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
-		},
 	}
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
 	addFlags(cmd.Flags(), &o)
 	return cmd
 }

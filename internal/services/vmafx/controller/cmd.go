@@ -20,20 +20,10 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
 		Long: `vmafx-controller serves JobService over gRPC with TLS. Every call is verified
 offline against the identity provider of the caller's tenant (--tenants) and
-role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob),
-vmafx:submitter (SubmitJob, CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Serve.LogOutput = stderr
-			s, err := New(o)
-			if err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
-		},
+role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob,
+CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	}
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
 	f := cmd.Flags()
 	o.Serve.AddFlags(f)
 	f.StringVar(&o.Tenants, "tenants", "/etc/vmafx/tenants.yaml", "YAML file of the tenants and their identity providers")

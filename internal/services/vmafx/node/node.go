@@ -355,19 +355,8 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 and SSIM between two Y4M 8-bit 4:2:0 clips) and reports. Its controller
 connection is the "controller" section of --config and the VMAFX_CONTROLLER_*
 environment variables (docs/vmafx.md); the token file is read on every call.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Serve.LogOutput = stderr
-			n, err := New(o)
-			if err != nil {
-				return err
-			}
-			defer n.Close()
-			return n.Run(cmd.Context())
-		},
 	}
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
 	f := cmd.Flags()
 	f.StringVar(&o.Config, "config", "", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
 	f.DurationVar(&o.Poll, "poll", 2*time.Second, "wait between claims when nothing is pending")

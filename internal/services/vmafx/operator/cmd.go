@@ -64,17 +64,46 @@ func Load(o Options) (credentials.Config, error) {
 	return cfg, nil
 }
 
-// Run starts the manager with the VmafxJob reconciler until ctx ends.
-func Run(ctx context.Context, o Options) error {
+// Validate reports every setting that cannot be honoured, naming its flag.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Poll <= 0 {
+		errs = append(errs, fmt.Errorf("operator: --poll %s: want a positive duration", o.Poll))
+	}
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Operator is the VmafxJob operator, built: the controller connection and
+// controller-runtime's manager, run as one of the skeleton's runnables.
+type Operator struct {
+	m    *serve.Manager
+	conn io.Closer
+}
+
+// New validates the options, dials the controller and builds
+// controller-runtime's manager with the VmafxJob reconciler. Anything that
+// cannot be honoured stops here.
+func New(o Options) (_ *Operator, err error) {
+	o.Serve.Defaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	cfg, err := Load(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, jobs, err := connection.Dial(cfg)
 	if err != nil {
-		return fmt.Errorf("operator: %w", err)
+		return nil, fmt.Errorf("operator: %w", err)
 	}
-	defer conn.Close()
+	defer func() {
+		if err != nil {
+			_ = conn.Close()
+		}
+	}()
 	var rc *rest.Config
 	if o.Kubeconfig != "" {
 		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
@@ -82,22 +111,18 @@ func Run(ctx context.Context, o Options) error {
 		rc, err = ctrl.GetConfig()
 	}
 	if err != nil {
-		return fmt.Errorf("operator: --kubeconfig: %w", err)
+		return nil, fmt.Errorf("operator: --kubeconfig: %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := jobsv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	o.Serve.Defaults()
-	if err := o.Serve.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	m, err := serve.New("operator", o.Serve, serve.AuthOptions{}, o.Logger)
 	if err != nil {
-		return fmt.Errorf("operator: %w", err)
+		return nil, fmt.Errorf("operator: %w", err)
 	}
 	log := m.Logger()
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
@@ -109,7 +134,7 @@ func Run(ctx context.Context, o Options) error {
 		Metrics:                 metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	if err != nil {
-		return fmt.Errorf("operator: %w", err)
+		return nil, fmt.Errorf("operator: %w", err)
 	}
 	m.Health().AddGatherer(withoutRuntime{ctrlmetrics.Registry})
 	m.Health().AddReadyCheck("informers", func(ctx context.Context) error {
@@ -123,12 +148,19 @@ func Run(ctx context.Context, o Options) error {
 	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: o.Poll,
 		Events: mgr.GetEventRecorder("vmafx-operator"), Log: log}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&jobsv1.VmafxJob{}).Named("vmafxjob").Complete(r); err != nil {
-		return fmt.Errorf("operator: %w", err)
+		return nil, fmt.Errorf("operator: %w", err)
 	}
 	m.Add(serve.Named("controller-runtime manager", mgr))
 	m.Set("controller", cfg.Address, "controller_tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", o.Poll.String(), "leader_elect", o.LeaderElect)
-	return m.Run(ctx)
+	return &Operator{m: m, conn: conn}, nil
 }
+
+// Run serves until ctx ends: the metrics listener and controller-runtime's
+// manager, through the skeleton.
+func (op *Operator) Run(ctx context.Context) error { return op.m.Run(ctx) }
+
+// Close closes the controller connection.
+func (op *Operator) Close() error { return op.conn.Close() }
 
 // withoutRuntime is controller-runtime's registry without the Go and
 // process collectors the skeleton's registry already has.
@@ -157,20 +189,13 @@ GetJob until it finishes, writing phase, scores and conditions into its status.
 Its controller connection is the "controller" section of --config and the
 VMAFX_CONTROLLER_* variables, as for vmafx-node; the token file is read on
 every call. See docs/vmafx.md.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Poll <= 0 {
-				return fmt.Errorf("operator: --poll %s: want a positive duration", o.Poll)
-			}
-			if err := probeAlias(cmd.Flags(), &o, probeAddr); err != nil {
-				return err
-			}
-			o.Serve.LogOutput = stderr
-			return Run(cmd.Context(), o)
-		},
 	}
+	serve.Command(cmd, &o.Serve, stderr, func(cmd *cobra.Command) (serve.Service, error) {
+		if err := probeAlias(cmd.Flags(), &o, probeAddr); err != nil {
+			return nil, err
+		}
+		return New(o)
+	})
 	f := cmd.Flags()
 	f.StringVar(&o.Config, "config", "/etc/vmafx/operator.yaml", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: in-cluster, or $KUBECONFIG)")
