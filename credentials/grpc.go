@@ -13,6 +13,20 @@ import (
 	"github.com/callerauth/callerauth/token"
 )
 
+// Dial validates the configuration and connects (lazily, as
+// grpc.NewClient does) to its address with [Config.DialOptions].
+func (c Config) Dial(extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts, err := c.DialOptions()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(c.Address, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %s %q: %w", c.name(keyAddress), c.Address, err)
+	}
+	return conn, nil
+}
+
 // DialOptions validates the configuration and returns the gRPC dial options
 // that carry it: transport credentials (TLS with the configured CA pool and
 // server name; local credentials for a Unix socket without TLS; plaintext

@@ -408,3 +408,21 @@ func TestTLSConfigIsModern(t *testing.T) {
 		t.Fatal("TLS 1.1 accepted")
 	}
 }
+
+// TestDialValidatesFirst: Dial is DialOptions and grpc.NewClient, so a
+// configuration that cannot be honoured (a token over plaintext TCP) is
+// refused before any connection exists, naming the keys.
+func TestDialValidatesFirst(t *testing.T) {
+	cfg, err := credentials.Load("controller", credentials.FromTree(map[string]any{"controller": map[string]any{"address": "127.0.0.1:1", "token": "t"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := cfg.Dial(); err == nil || conn != nil || !strings.Contains(err.Error(), "controller.tls") {
+		t.Fatalf("Dial = %v, %v; want a refusal naming controller.tls", conn, err)
+	}
+	conn, err := credentials.Config{Address: "127.0.0.1:1"}.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+}

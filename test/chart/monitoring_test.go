@@ -3,7 +3,6 @@ package chart_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,8 +20,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
-	"google.golang.org/grpc"
-	grpccreds "google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
@@ -34,9 +31,9 @@ import (
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/token"
 )
 
 var (
@@ -360,9 +357,7 @@ func TestMonitoringVmafx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(p.LogValue(t, "controller: serving", "address", time.Second),
-		grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12})),
-		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok.Token))))
+	conn, err := loopback.DialTLS(p.LogValue(t, "controller: serving", "address", time.Second), ca.Pool(), tok.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

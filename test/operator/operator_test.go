@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -279,11 +278,7 @@ func submitAs(t *testing.T, addr string, ca *pki.CA, tokenFile, ref, dist string
 		t.Fatal(err)
 	}
 	cfg.CAFile = caFile
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := cfg.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ package vmafx_test
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -24,19 +23,16 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/token"
 )
 
 var bins map[string]string
@@ -137,8 +133,7 @@ func (w *world) client(tok string) vmafxv1.JobServiceClient { return w.clientOf(
 
 // clientOf is a client of the controller at addr.
 func (w *world) clientOf(addr, tok string) vmafxv1.JobServiceClient {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
-		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	conn, err := loopback.DialTLS(addr, w.ca.Pool(), tok)
 	if err != nil {
 		w.t.Fatal(err)
 	}

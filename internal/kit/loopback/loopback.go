@@ -1,4 +1,5 @@
-// Package loopback picks free ports on 127.0.0.1, for the tests, the
+// Package loopback picks free ports on 127.0.0.1 and dials TLS gRPC
+// servers there with a token sent as is ([DialTLS]), for the tests, the
 // demo and the benchmarks that must pass an address to a process that
 // cannot listen on port 0 and report what it bound (etcd, Hydra,
 // PostgreSQL, the peers of the benchmark comparison).

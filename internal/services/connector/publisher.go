@@ -29,11 +29,7 @@ func NewPublisher(cfg credentials.Config) (*Publisher, error) {
 	if cfg.Address == "" {
 		return nil, errors.New("connector: the publisher needs an address (unix:///path/to.sock or host:port)")
 	}
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		return nil, err
-	}
-	conn, err := grpc.NewClient(cfg.Address, opts...)
+	conn, err := cfg.Dial()
 	if err != nil {
 		return nil, fmt.Errorf("connector: %w", err)
 	}

@@ -152,11 +152,7 @@ func (e *env) mint(issuedAt time.Time) (devissuer.Token, error) {
 
 func (e *env) client() (healthpb.HealthClient, func(), error) {
 	cfg := credentials.Config{Address: e.addr, TLS: true, CAFile: e.caFile, ServerName: "localhost", TokenFile: e.vol.Path()}
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	conn, err := grpc.NewClient(cfg.Address, opts...)
+	conn, err := cfg.Dial()
 	if err != nil {
 		return nil, nil, err
 	}

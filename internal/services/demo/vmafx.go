@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,12 +27,12 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
 	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
-	"github.com/callerauth/callerauth/token"
 )
 
 // The vmafx controller and node in-process, with two dev issuers as the
@@ -121,8 +118,7 @@ func (w *vmafxWorld) mint(tenant, subject string, issued time.Time, roles ...str
 }
 
 func (w *vmafxWorld) client(tok string) (vmafxv1.JobServiceClient, func(), error) {
-	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: w.ca.Pool(), MinVersion: tls.VersionTLS12})),
-		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	conn, err := loopback.DialTLS(w.addr, w.ca.Pool(), tok)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -341,11 +337,7 @@ var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxSco
 
 func (w *vmafxWorld) reconciler(tokenFile string, job *jobsv1.VmafxJob) (*operator.Reconciler, client.Client, func(), error) {
 	cfg := credentials.Config{Address: w.addr, TLS: true, CAFile: w.caFile, ServerName: "127.0.0.1", TokenFile: tokenFile}
-	opts, err := cfg.DialOptions()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	conn, err := grpc.NewClient(cfg.Address, opts...)
+	conn, err := cfg.Dial()
 	if err != nil {
 		return nil, nil, nil, err
 	}

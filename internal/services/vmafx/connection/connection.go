@@ -6,7 +6,6 @@ package connection
 
 import (
 	"errors"
-	"fmt"
 	"os"
 
 	"google.golang.org/grpc"
@@ -39,13 +38,9 @@ func Load(configFile string, lookupEnv func(string) (string, bool)) (credentials
 // Dial connects (lazily) to the controller's JobService with cfg: TLS, the
 // token read on every call, an expired JWT never sent.
 func Dial(cfg credentials.Config) (*grpc.ClientConn, vmafxv1.JobServiceClient, error) {
-	opts, err := cfg.DialOptions()
+	conn, err := cfg.Dial()
 	if err != nil {
 		return nil, nil, err
-	}
-	conn, err := grpc.NewClient(cfg.Address, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("controller.address %q: %w", cfg.Address, err)
 	}
 	return conn, vmafxv1.NewJobServiceClient(conn), nil
 }

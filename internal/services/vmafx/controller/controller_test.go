@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -15,20 +14,17 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
-	"github.com/callerauth/callerauth/token"
 )
 
 // env is a controller serving two tenants, each with its own identity
@@ -121,9 +117,8 @@ func (e *env) client(t *testing.T, tenant, subject string, roles ...string) vmaf
 
 func (e *env) clientWith(t *testing.T, tok string) vmafxv1.JobServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(grpccreds.NewTLS(&tls.Config{RootCAs: e.ca.Pool(), MinVersion: tls.VersionTLS12})),
-		// Static, not expiry-checked: these tests send expired tokens on purpose.
-		grpc.WithPerRPCCredentials(credentials.PerRPC(token.Static(tok))))
+	// Not expiry-checked: these tests send expired tokens on purpose.
+	conn, err := loopback.DialTLS(e.addr, e.ca.Pool(), tok)
 	if err != nil {
 		t.Fatal(err)
 	}
