@@ -46,6 +46,10 @@ type Caller struct {
 	// Tenant and Roles, when the issuer states them.
 	Tenant string
 	Roles  []string
+	// Extra is what else the authenticator says of the identity, by key
+	// (an AuthenticationConfiguration's extra mappings; the credential ID
+	// under authentication.kubernetes.io/credential-id).
+	Extra map[string][]string
 	// Issuer is the token's iss.
 	Issuer string
 	// IssuedAt and Expiry are the token's iat and exp.

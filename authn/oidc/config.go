@@ -40,6 +40,10 @@ type IssuerConfig struct {
 	// https://kubernetes.default.svc.cluster.local. The discovery document
 	// must still name Issuer.
 	DiscoveryURL string
+	// DiscoveryDocumentURL is the exact URL of the discovery document, as
+	// an AuthenticationConfiguration's discoveryURL gives it (nothing is
+	// appended). Exclusive with DiscoveryURL.
+	DiscoveryDocumentURL string
 	// JWKSURL, when set, is used directly and discovery is skipped.
 	JWKSURL string
 	// Audiences a token must carry at least one of. Required.
@@ -64,6 +68,9 @@ type IssuerConfig struct {
 	// CAFile is a PEM bundle trusted for discovery and JWKS fetches.
 	// Default: the system roots.
 	CAFile string
+	// CertificateAuthority is the same bundle given inline (PEM), as an
+	// AuthenticationConfiguration gives it. Exclusive with CAFile.
+	CertificateAuthority string
 	// BearerTokenFile, when set, is read on every fetch and sent as a
 	// bearer token to the discovery and JWKS endpoints (a Kubernetes API
 	// server that does not serve them anonymously).
@@ -73,6 +80,14 @@ type IssuerConfig struct {
 	// Kubernetes client's, for the API server's own keys). Programmatic
 	// only.
 	HTTPClient *http.Client `json:"-"`
+
+	// rules are an AuthenticationConfiguration's claim validation rules,
+	// claim mappings and user validation rules for this issuer, compiled
+	// (LoadAuthenticationConfiguration). When set, they alone make the
+	// caller's username, uid, groups and extra, and the tenant and roles
+	// come from the extra keys ExtraTenant and ExtraRoles; Tenant,
+	// TenantClaim, RolesClaim and GroupsClaim are then unused.
+	rules *rules
 }
 
 // Config configures [New].
@@ -146,7 +161,10 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("oidc: %s is configured twice", name))
 		}
 		seen[ic.Issuer] = true
-		for _, u := range []struct{ key, val string }{{"discoveryURL", ic.DiscoveryURL}, {"jwksURL", ic.JWKSURL}} {
+		if ic.DiscoveryURL != "" && ic.DiscoveryDocumentURL != "" {
+			errs = append(errs, fmt.Errorf("oidc: %s: discoveryURL and discoveryDocumentURL: give one", name))
+		}
+		for _, u := range []struct{ key, val string }{{"discoveryURL", ic.DiscoveryURL}, {"discoveryDocumentURL", ic.DiscoveryDocumentURL}, {"jwksURL", ic.JWKSURL}} {
 			if u.val != "" {
 				if err := httpsURL(u.val); err != nil {
 					errs = append(errs, fmt.Errorf("oidc: %s: %s: %w", name, u.key, err))
@@ -170,6 +188,13 @@ func (c *Config) validate() error {
 		if ic.CAFile != "" {
 			if _, err := loadPool(ic.CAFile); err != nil {
 				errs = append(errs, fmt.Errorf("oidc: %s: caFile: %w", name, err))
+			}
+		}
+		if ic.CertificateAuthority != "" {
+			if ic.CAFile != "" {
+				errs = append(errs, fmt.Errorf("oidc: %s: caFile and certificateAuthority: give one", name))
+			} else if _, err := poolOf([]byte(ic.CertificateAuthority), "certificateAuthority"); err != nil {
+				errs = append(errs, fmt.Errorf("oidc: %s: %w", name, err))
 			}
 		}
 	}
@@ -218,9 +243,13 @@ func loadPool(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return poolOf(b, path)
+}
+
+func poolOf(pem []byte, where string) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", where)
 	}
 	return pool, nil
 }
@@ -228,12 +257,17 @@ func loadPool(path string) (*x509.CertPool, error) {
 func httpClient(ic *IssuerConfig) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	if ic.CAFile != "" {
-		pool, err := loadPool(ic.CAFile)
-		if err != nil {
-			return nil, err
-		}
-		tr.TLSClientConfig.RootCAs = pool
+	var pool *x509.CertPool
+	var err error
+	switch {
+	case ic.CAFile != "":
+		pool, err = loadPool(ic.CAFile)
+	case ic.CertificateAuthority != "":
+		pool, err = poolOf([]byte(ic.CertificateAuthority), "certificateAuthority")
 	}
+	if err != nil {
+		return nil, err
+	}
+	tr.TLSClientConfig.RootCAs = pool
 	return &http.Client{Transport: tr}, nil
 }

@@ -181,11 +181,15 @@ func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 		if base == "" {
 			base = k.ic.Issuer
 		}
+		discovery := strings.TrimSuffix(base, "/") + "/.well-known/openid-configuration"
+		if k.ic.DiscoveryDocumentURL != "" {
+			base, discovery = k.ic.DiscoveryDocumentURL, k.ic.DiscoveryDocumentURL
+		}
 		var doc struct {
 			Issuer  string `json:"issuer"`
 			JWKSURI string `json:"jwks_uri"`
 		}
-		if err := k.getJSON(ctx, strings.TrimSuffix(base, "/")+"/.well-known/openid-configuration", &doc); err != nil {
+		if err := k.getJSON(ctx, discovery, &doc); err != nil {
 			return nil, err
 		}
 		if doc.Issuer != k.ic.Issuer {

@@ -1,0 +1,155 @@
+package oidc_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+)
+
+// indent indents every line of s by n spaces (a PEM block in YAML).
+func indent(s string, n int) string {
+	pad := strings.Repeat(" ", n)
+	return pad + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n"+pad)
+}
+
+// tenantConfig is an AuthenticationConfiguration of one dev issuer in
+// tenant mode, as a platform team writes it for its API server, with the
+// tenant and the roles as extra keys.
+func tenantConfig(t *testing.T, iss *devissuer.Issuer, discovery string) string {
+	t.Helper()
+	ca, err := os.ReadFile(iss.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AuthenticationConfiguration
+jwt:
+- issuer:
+    url: %s
+    discoveryURL: %s/.well-known/openid-configuration
+    certificateAuthority: |
+%s
+    audiences: [vmafx-controller, other-service]
+    audienceMatchPolicy: MatchAny
+  claimValidationRules:
+  - expression: 'claims.sub != "mallory"'
+    message: mallory is not welcome
+  - claim: hd
+    requiredValue: tenant-a.example
+  claimMappings:
+    username:
+      expression: '"tenant-a:" + claims.sub'
+    groups:
+      claim: groups
+      prefix: "tenant-a:"
+    uid:
+      claim: sub
+    extra:
+    - key: callerauth.dev/tenant
+      valueExpression: '"tenant-a"'
+    - key: callerauth.dev/roles
+      valueExpression: 'has(claims.scp) ? claims.scp.split(" ").map(r, r) : []'
+    - key: example.com/team
+      valueExpression: 'has(claims.team__dot__name) ? claims.team__dot__name : ""'
+  userValidationRules:
+  - expression: "!user.username.startsWith('tenant-a:system:')"
+    message: no system users
+`, iss.Issuer(), discovery, indent(string(ca), 6))
+}
+
+func TestAuthenticationConfiguration(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	p := filepath.Join(t.TempDir(), "authn.yaml")
+	if err := os.WriteFile(p, []byte(tenantConfig(t, iss, srv.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := oidc.LoadAuthenticationConfiguration(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := newAuth(t, cfg)
+	mint := func(sub string, aud string, claims map[string]any) string {
+		t.Helper()
+		if claims == nil {
+			claims = map[string]any{}
+		}
+		if _, ok := claims["hd"]; !ok {
+			claims["hd"] = "tenant-a.example"
+		}
+		tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: sub, Audiences: []string{aud}, Claims: claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	c, err := auth.Authenticate(context.Background(), mint("alice", "vmafx-controller", map[string]any{
+		"scp": "vmafx:reader vmafx:submitter", "groups": []string{"dev", "ops"}, "team.name": "video"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Username != "tenant-a:alice" || c.UID != "alice" || fmt.Sprint(c.Groups) != "[tenant-a:dev tenant-a:ops]" ||
+		c.Tenant != "tenant-a" || fmt.Sprint(c.Roles) != "[vmafx:reader vmafx:submitter]" ||
+		fmt.Sprint(c.Extra["example.com/team"]) != "[video]" || !strings.HasPrefix(c.Extra["authentication.kubernetes.io/credential-id"][0], "JTI=") {
+		t.Fatalf("caller %+v", c)
+	}
+	// A string groups claim is one group; a second audience under MatchAny.
+	c, err = auth.Authenticate(context.Background(), mint("bob", "other-service", map[string]any{"groups": "dev"}))
+	if err != nil || fmt.Sprint(c.Groups) != "[tenant-a:dev]" || c.Roles != nil || c.Extra["example.com/team"] != nil {
+		t.Fatalf("bob: %+v %v", c, err)
+	}
+	for name, tok := range map[string]string{
+		"a claim validation rule":         mint("mallory", "vmafx-controller", nil),
+		"a required claim's value":        mint("carol", "vmafx-controller", map[string]any{"hd": "evil.example"}),
+		"a user validation rule":          mint("system:admin", "vmafx-controller", nil),
+		"another audience":                mint("alice", "someone-else", nil),
+		"groups neither string nor list":  mint("alice", "vmafx-controller", map[string]any{"groups": 7}),
+		"an extra expression's bad value": mint("alice", "vmafx-controller", map[string]any{"team.name": 7}),
+	} {
+		if c, err := auth.Authenticate(context.Background(), tok); err == nil || authn.ReasonOf(err) != authn.TokenInvalid {
+			t.Errorf("%s: %+v %v; want token_invalid", name, c, err)
+		}
+	}
+}
+
+// TestAuthenticationConfigurationRefusals: the API server's own validation
+// (an http issuer, a username claim without prefix, a CEL expression that
+// does not compile, a key written twice), and what the API server accepts
+// but callerauth cannot honour, each named by its field.
+func TestAuthenticationConfigurationRefusals(t *testing.T) {
+	head := "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n"
+	ok := "jwt:\n- issuer:\n    url: https://a.example\n    audiences: [x]\n  claimMappings:\n    username:\n      expression: claims.sub\n"
+	for name, c := range map[string]struct{ doc, want string }{
+		"http issuer":         {strings.Replace(ok, "https://", "http://", 1), "jwt[0].issuer.url"},
+		"claim without prefx": {strings.Replace(ok, "expression: claims.sub", "claim: sub", 1), "jwt[0].claimMappings.username.prefix"},
+		"CEL not compiling":   {strings.Replace(ok, "claims.sub", "claims.sub +", 1), "jwt[0].claimMappings.username.expression"},
+		"no audiences":        {strings.Replace(ok, "audiences: [x]", "audiences: []", 1), "jwt[0].issuer.audiences"},
+		"egress selector":     {strings.Replace(ok, "audiences: [x]", "audiences: [x]\n    egressSelectorType: cluster", 1), "jwt[0].issuer.egressSelectorType"},
+		"anonymous":           {ok + "anonymous:\n  enabled: true\n  conditions:\n  - path: /livez\n", "anonymous"},
+		"unknown field":       {strings.Replace(ok, "audiences: [x]", "audiences: [x]\n    audience: y", 1), `unknown field "jwt[0].issuer.audience"`},
+		"key twice":           {strings.Replace(ok, "audiences: [x]", "audiences: [x]\n    audiences: [y]", 1), `"audiences" already set`},
+		"no issuer":           {"jwt: []\n", "jwt"},
+		"not the kind":        {"apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers: []\n", "AuthenticationConfiguration"},
+	} {
+		doc := c.doc
+		if !strings.HasPrefix(doc, "apiVersion") {
+			doc = head + doc
+		}
+		if _, err := oidc.ParseAuthenticationConfiguration([]byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
+		}
+	}
+	if !oidc.IsAuthenticationConfiguration([]byte(head+ok)) || oidc.IsAuthenticationConfiguration([]byte(`{"issuers": []}`)) {
+		t.Fatal("IsAuthenticationConfiguration")
+	}
+	if _, err := oidc.ParseAuthenticationConfiguration([]byte(head + ok)); err != nil {
+		t.Fatal(err)
+	}
+}
