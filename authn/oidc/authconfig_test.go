@@ -8,10 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 )
 
 // indent indents every line of s by n spaces (a PEM block in YAML).
@@ -151,5 +154,67 @@ func TestAuthenticationConfigurationRefusals(t *testing.T) {
 	}
 	if _, err := oidc.ParseAuthenticationConfiguration([]byte(head + ok)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReloadKeepsTheLastGoodConfiguration: a changed file takes over from
+// the next verification; a broken one is refused and counted, and the last
+// good one stays in force; a cached caller of an issuer a reload removed
+// is revoked.
+func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	p := filepath.Join(t.TempDir(), "authn.yaml")
+	good := tenantConfig(t, iss, srv.URL)
+	write := func(s string) {
+		t.Helper()
+		// A new inode, as a ConfigMap update or an editor's rename gives.
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(good)
+	r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r.Collectors("svc")...)
+	tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: "alice", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"hd": "tenant-a.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func() error {
+		_, err := r.Authenticate(context.Background(), tok.Token)
+		return err
+	}
+	if err := verify(); err != nil {
+		t.Fatal(err)
+	}
+	first := r.Hash()
+	write("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt: [{issuer: {url: http://plaintext.example}}]\n")
+	r.Reload()
+	if err := verify(); err != nil || r.Hash() != first {
+		t.Fatalf("a broken file replaced the good one: %v (hash %s)", err, r.Hash())
+	}
+	// The file fixed, its audience changed: the old token is refused.
+	write(strings.Replace(good, "[vmafx-controller, other-service]", "[other-service]", 1))
+	r.Reload()
+	if err := verify(); authn.ReasonOf(err) != authn.TokenInvalid || r.Hash() == first {
+		t.Fatalf("after a good reload: %v (hash %s)", err, r.Hash())
+	}
+	got, err := scrape.Values(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[`svc_caller_config_reloads_total{failure}`] != 1 || got[`svc_caller_config_reloads_total{success}`] != 1 || got[`svc_caller_config_info{`+r.Hash()+`}`] != 1 {
+		t.Fatalf("metrics %v", got)
+	}
+	// An issuer removed: its callers' cached verdicts are revoked.
+	if r.Revoked(&authn.Caller{Issuer: "https://idp.tenant-a.example"}) != nil || r.Revoked(&authn.Caller{Issuer: "https://gone.example"}) == nil {
+		t.Fatal("Revoked")
 	}
 }

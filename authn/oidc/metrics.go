@@ -6,8 +6,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // that verifies offline (the oidc backend, --caller-review-interval,
 // --caller-watch-bound-objects, the vmafx controller's tenants) registers them.
 func (o *Authenticator) Collectors(prefix string) []prometheus.Collector {
+	return keySetCollectors(prefix, o.Stats)
+}
+
+func keySetCollectors(prefix string, stats func() Stats) []prometheus.Collector {
 	counter := func(name, help string, f func(Stats) uint64, labels prometheus.Labels) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + name, Help: help, ConstLabels: labels}, func() float64 { return float64(f(o.Stats())) })
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + name, Help: help, ConstLabels: labels}, func() float64 { return float64(f(stats())) })
 	}
 	fetchHelp := "JWKS (and discovery) fetches of the trusted issuers, by result."
 	return []prometheus.Collector{
@@ -20,4 +24,10 @@ func (o *Authenticator) Collectors(prefix string) []prometheus.Collector {
 		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys, answered validator_unavailable (retryable) until the keys may be fetched again.",
 			func(s Stats) uint64 { return s.UnknownKid }, nil),
 	}
+}
+
+// add sums two counts.
+func (s Stats) add(o Stats) Stats {
+	return Stats{Fetches: s.Fetches + o.Fetches, FetchFailures: s.FetchFailures + o.FetchFailures, KeysIgnored: s.KeysIgnored + o.KeysIgnored,
+		StaleRefusals: s.StaleRefusals + o.StaleRefusals, UnknownKid: s.UnknownKid + o.UnknownKid}
 }

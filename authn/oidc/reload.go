@@ -1,0 +1,213 @@
+package oidc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/callerauth/callerauth/authn"
+)
+
+// DefaultReloadInterval is how often a [Reloading] authenticator looks at
+// its file.
+const DefaultReloadInterval = 10 * time.Second
+
+// ReloadingConfig configures [NewReloading].
+type ReloadingConfig struct {
+	// Path of the AuthenticationConfiguration file. Required.
+	Path string
+	// Interval between two looks at the file. Default
+	// DefaultReloadInterval.
+	Interval time.Duration
+	// Base holds the settings the file does not (Leeway, Timeout,
+	// MaxStaleKeys, Logger, Now); its Issuers are ignored.
+	Base Config
+	// Check is the service's own requirement of the issuers, applied to
+	// the first file and to every new one (the vmafx controller: one
+	// constant tenant per issuer). Optional.
+	Check func(Config) error
+	// Logger reports reloads and refused files. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Reloading is an [Authenticator] over an AuthenticationConfiguration
+// file that follows the file: a changed file is read, validated and
+// compiled like the first, and takes over from the next verification; a
+// file that does not load is refused, logged and counted, and the last
+// good one stays in force — as the API server does with its
+// --authentication-config. Run it (Run) for as long as it serves.
+type Reloading struct {
+	cfg     ReloadingConfig
+	current atomic.Pointer[loaded]
+
+	mu      sync.Mutex // serializes loads and guards retired
+	retired Stats      // the key-set counts of the authenticators replaced
+
+	reloadsOK, reloadsFailed atomic.Uint64
+}
+
+type loaded struct {
+	auth    *Authenticator
+	hash    string
+	issuers map[string]bool
+	stat    os.FileInfo
+}
+
+var (
+	_ authn.Authenticator = (*Reloading)(nil)
+	_ authn.Revocable     = (*Reloading)(nil)
+)
+
+// NewReloading loads the file: one that cannot be honoured is an error,
+// for the service to stop on at start-up.
+func NewReloading(cfg ReloadingConfig) (*Reloading, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultReloadInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Reloading{cfg: cfg}
+	l, err := r.load()
+	if err != nil {
+		return nil, err
+	}
+	r.current.Store(l)
+	return r, nil
+}
+
+// load reads, validates and compiles the file and builds its
+// authenticator.
+func (r *Reloading) load() (*loaded, error) {
+	st, err := os.Stat(r.cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	b, err := os.ReadFile(r.cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	c, err := ParseAuthenticationConfiguration(b)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
+	}
+	if r.cfg.Check != nil {
+		if err := r.cfg.Check(c); err != nil {
+			return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
+		}
+	}
+	full := r.cfg.Base
+	full.Issuers = c.Issuers
+	auth, err := New(full)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
+	}
+	l := &loaded{auth: auth, hash: hex.EncodeToString(sum[:]), issuers: map[string]bool{}, stat: st}
+	for _, ic := range c.Issuers {
+		l.issuers[ic.Issuer] = true
+	}
+	return l, nil
+}
+
+// Authenticate verifies tok under the configuration in force.
+func (r *Reloading) Authenticate(ctx context.Context, tok string) (*authn.Caller, error) {
+	return r.current.Load().auth.Authenticate(ctx, tok)
+}
+
+// Revoked refuses a cached caller whose issuer a reload removed; a caller
+// of an issuer still configured keeps its cached verdict (for the cache's
+// TTL at most).
+func (r *Reloading) Revoked(c *authn.Caller) error {
+	if c.Issuer != "" && !r.current.Load().issuers[c.Issuer] {
+		return authn.Fail(authn.TokenInvalid, "issuer %q is no longer in the authentication configuration", c.Issuer)
+	}
+	return nil
+}
+
+// Hash is the SHA-256 (hex) of the file in force.
+func (r *Reloading) Hash() string { return r.current.Load().hash }
+
+// Stats are the key-set counts of every configuration loaded so far.
+func (r *Reloading) Stats() Stats {
+	r.mu.Lock()
+	s := r.retired
+	r.mu.Unlock()
+	return s.add(r.current.Load().auth.Stats())
+}
+
+// Start looks at the file every Interval until ctx ends; a serve.Runnable.
+func (r *Reloading) Start(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			r.Reload()
+		}
+	}
+}
+
+// Reload loads the file now if it changed since the last load (a new
+// inode, size or modification time, then a new hash).
+func (r *Reloading) Reload() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.current.Load()
+	st, err := os.Stat(r.cfg.Path)
+	if err == nil && os.SameFile(st, cur.stat) && st.Size() == cur.stat.Size() && st.ModTime().Equal(cur.stat.ModTime()) {
+		return
+	}
+	l, err := r.load()
+	if err == nil && l.hash == cur.hash {
+		cur.stat = l.stat
+		return
+	}
+	if err != nil {
+		r.reloadsFailed.Add(1)
+		r.cfg.Logger.Error("oidc: the changed authentication configuration was refused; the last good one stays in force",
+			"path", r.cfg.Path, "in_force_hash", cur.hash, "error", err)
+		return
+	}
+	r.retired = r.retired.add(cur.auth.Stats())
+	r.current.Store(l)
+	r.reloadsOK.Add(1)
+	r.cfg.Logger.Info("oidc: authentication configuration reloaded", "path", r.cfg.Path, "hash", l.hash, "issuers", len(l.issuers))
+}
+
+// Collectors export the reloads, the configuration in force and the key
+// sets' counts (across reloads).
+//
+//	<prefix>_caller_config_reloads_total{result="success"|"failure"}
+//	<prefix>_caller_config_info{hash}  1 for the file in force
+func (r *Reloading) Collectors(prefix string) []prometheus.Collector {
+	reloadsHelp := "Reloads of the AuthenticationConfiguration file after it changed, by result: success (in force from the next verification) or failure (refused; the last good file stays in force)."
+	reloads := func(result string, n *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_config_reloads_total", Help: reloadsHelp,
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(n.Load()) })
+	}
+	out := []prometheus.Collector{reloads("success", &r.reloadsOK), reloads("failure", &r.reloadsFailed),
+		configInfo{r, prometheus.NewDesc(prefix+"_caller_config_info", "1 for the AuthenticationConfiguration in force, labelled with the SHA-256 of its file.", []string{"hash"}, nil)}}
+	return append(out, keySetCollectors(prefix, r.Stats)...)
+}
+
+// configInfo is the info gauge of the file in force.
+type configInfo struct {
+	r    *Reloading
+	desc *prometheus.Desc
+}
+
+func (c configInfo) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c configInfo) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, c.r.Hash())
+}
