@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	celast "github.com/google/cel-go/common/ast"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -129,4 +130,32 @@ func ParseAuthenticationConfiguration(doc []byte) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// ConstantExtra returns the value an AuthenticationConfiguration issuer
+// maps the extra key to when that mapping is one string literal (the
+// same for every token it signs), and false when the issuer has no such
+// mapping (none, or one that reads the claims). A service whose isolation
+// rests on the issuer alone (the vmafx controller: one tenant per issuer)
+// requires it.
+func (ic IssuerConfig) ConstantExtra(key string) (string, bool) {
+	if ic.rules == nil {
+		return "", false
+	}
+	for _, e := range ic.rules.spec.ClaimMappings.Extra {
+		if e.Key != key {
+			continue
+		}
+		res, err := authenticationcel.NewDefaultCompiler().CompileClaimsExpression(&authenticationcel.ExtraMappingExpression{Key: e.Key, Expression: e.ValueExpression})
+		if err != nil || res.AST == nil {
+			return "", false
+		}
+		x := res.AST.NativeRep().Expr()
+		if x.Kind() != celast.LiteralKind {
+			return "", false
+		}
+		s, ok := x.AsLiteral().Value().(string)
+		return s, ok && s != ""
+	}
+	return "", false
 }

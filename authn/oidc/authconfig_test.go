@@ -218,3 +218,57 @@ func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
 		t.Fatal("Revoked")
 	}
 }
+
+// TestConvertMeansTheSame: an issuers configuration of the older form and
+// its AuthenticationConfiguration give every token the same caller (the
+// tenant claim's one announced difference aside).
+func TestConvertMeansTheSame(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	old := oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"vmafx-controller"},
+		Tenant: "tenant-a", TenantClaim: "tenant.id", RolesClaim: "scp"}}}
+	doc, warnings, err := oidc.AuthenticationConfigurationOf(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "tenant_claim tenant.id") {
+		t.Fatalf("warnings %q", warnings)
+	}
+	converted, err := oidc.ParseAuthenticationConfiguration(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := newAuth(t, old), newAuth(t, converted)
+	for name, claims := range map[string]map[string]any{
+		"roles as a string": {"tenant.id": "tenant-a", "scp": "vmafx:reader  vmafx:submitter", "groups": []string{"g1", "g2"}},
+		"roles as a list":   {"tenant.id": "tenant-a", "scp": []string{"vmafx:node"}, "groups": "g"},
+		"no roles":          {"tenant.id": "tenant-a"},
+	} {
+		tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: "alice", Audiences: []string{"vmafx-controller"}, Claims: claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err1 := before.Authenticate(context.Background(), tok.Token)
+		a, err2 := after.Authenticate(context.Background(), tok.Token)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v / %v", name, err1, err2)
+		}
+		if b.Username != a.Username || b.Tenant != a.Tenant || fmt.Sprint(b.Roles) != fmt.Sprint(a.Roles) || fmt.Sprint(b.Groups) != fmt.Sprint(a.Groups) {
+			t.Errorf("%s: before %+v\nafter %+v", name, b, a)
+		}
+	}
+	// The difference announced: a token without the tenant claim.
+	tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: "alice", Audiences: []string{"vmafx-controller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := before.Authenticate(context.Background(), tok.Token); err != nil || c.Tenant != "" {
+		t.Fatalf("before: %+v %v", c, err)
+	}
+	if _, err := after.Authenticate(context.Background(), tok.Token); authn.ReasonOf(err) != authn.TokenInvalid {
+		t.Fatalf("after: %v", err)
+	}
+	// What the newer form cannot say.
+	if _, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://a.example", JWKSURL: "https://a.example/keys", Audiences: []string{"x"}}}}); err == nil || !strings.Contains(err.Error(), "jwks_url") {
+		t.Fatalf("jwks_url: %v", err)
+	}
+}

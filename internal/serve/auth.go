@@ -41,9 +41,20 @@ type AuthOptions struct {
 	// not JWTs of one of them are refused without a TokenReview. Empty:
 	// every token is reviewed.
 	Issuers []string
-	// OIDCIssuers is the issuers file of the oidc backend, read by
-	// LoadIssuers.
+	// AuthenticationConfig is the oidc backend's Kubernetes
+	// AuthenticationConfiguration file (the one an API server's
+	// --authentication-config reads), followed on change
+	// (oidc.Reloading).
+	AuthenticationConfig string
+	// CheckIssuers is a service's own requirement of the issuers of
+	// AuthenticationConfig, at start-up and at every reload (the vmafx
+	// controller: one constant tenant per issuer). Optional.
+	CheckIssuers func(oidc.Config) error
+	// OIDCIssuers is the older issuers file of the oidc backend, read by
+	// LoadIssuers; deprecated for AuthenticationConfig. IssuersFlag names
+	// its flag in messages (default --caller-oidc-issuers).
 	OIDCIssuers string
+	IssuersFlag string
 	// LoadIssuers reads OIDCIssuers. Default oidc.LoadConfigFile; a service
 	// with a file of its own (the vmafx controller's tenants) sets it.
 	LoadIssuers func(path string) (oidc.Config, error)
@@ -116,7 +127,8 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against --caller-oidc-issuers)")
 	f.StringVar(&a.Kubeconfig, "kubeconfig", a.Kubeconfig, "tokenreview: kubeconfig of the API server that reviews tokens (default: in-cluster)")
 	f.StringArrayVar(&a.Issuers, "caller-issuer", a.Issuers, "tokenreview: the API server's service-account issuer (repeatable); other tokens are refused without a review")
-	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc: JSON file of the trusted issuers, one per tenant")
+	f.StringVar(&a.AuthenticationConfig, "caller-authentication-config", a.AuthenticationConfig, "oidc: the trusted issuers, a Kubernetes AuthenticationConfiguration file (apiserver.config.k8s.io/v1, the file an API server's --authentication-config reads): issuers, audiences, CEL claim validation rules, claim mappings and user validation rules; the tenant and roles are the extra keys callerauth.dev/tenant and callerauth.dev/roles. Reloaded on change; a file that does not load is refused and the last good one stays")
+	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc (deprecated: use --caller-authentication-config; callerauth config convert writes it): JSON file of the trusted issuers, one per tenant")
 	f.Var((*cacheTTL)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
 	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
 	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
@@ -136,6 +148,9 @@ func (a AuthOptions) settings() []any {
 	a.Defaults()
 	kv := []any{"caller_backend", a.Backend, "caller_cache_ttl", max(a.CacheTTL, 0).String(), "caller_review_timeout", a.ReviewTimeout.String()}
 	if a.Backend == BackendOIDC {
+		if a.AuthenticationConfig != "" {
+			return append(kv, "caller_authentication_config", a.AuthenticationConfig)
+		}
 		return append(kv, "caller_oidc_issuers", a.OIDCIssuers)
 	}
 	return append(kv, "caller_issuers", a.Issuers, "caller_review_interval", a.ReviewInterval.String(), "caller_watch_bound_objects", a.WatchBoundObjects,
@@ -177,20 +192,26 @@ func (a AuthOptions) Validate() error {
 		if a.OIDCIssuers != "" {
 			errs = append(errs, errors.New("serve: --caller-oidc-issuers belongs to --caller-backend oidc"))
 		}
+		if a.AuthenticationConfig != "" {
+			errs = append(errs, errors.New("serve: --caller-authentication-config belongs to --caller-backend oidc"))
+		}
 		for _, iss := range a.Issuers {
 			if !strings.HasPrefix(iss, "https://") {
 				errs = append(errs, fmt.Errorf("serve: --caller-issuer %q: want the https:// issuer of the API server's service-account tokens", iss))
 			}
 		}
 	case BackendOIDC:
-		if a.OIDCIssuers == "" {
-			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-oidc-issuers"))
+		switch {
+		case a.OIDCIssuers == "" && a.AuthenticationConfig == "":
+			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-authentication-config"))
+		case a.OIDCIssuers != "" && a.AuthenticationConfig != "":
+			errs = append(errs, errors.New("serve: --caller-authentication-config and --caller-oidc-issuers: give one (the second is the older form of the first)"))
 		}
 		if a.Kubeconfig != "" {
 			errs = append(errs, errors.New("serve: --kubeconfig belongs to --caller-backend tokenreview"))
 		}
 		if len(a.Issuers) > 0 {
-			errs = append(errs, errors.New("serve: --caller-issuer belongs to --caller-backend tokenreview (the oidc backend's issuers are in --caller-oidc-issuers)"))
+			errs = append(errs, errors.New("serve: --caller-issuer belongs to --caller-backend tokenreview (the oidc backend's issuers are in --caller-authentication-config)"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("serve: --caller-backend %q: want tokenreview or oidc", a.Backend))
@@ -309,7 +330,20 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 }
 
 func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (authn.Authenticator, []Runnable, error) {
+	if a.Backend == BackendOIDC && a.AuthenticationConfig != "" {
+		r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: a.AuthenticationConfig, Check: a.CheckIssuers, Logger: log,
+			Base: oidc.Config{Timeout: a.ReviewTimeout, MaxStaleKeys: a.KeysMaxStale, Logger: log}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("serve: --caller-authentication-config: %w", err)
+		}
+		return r, []Runnable{Named("authentication configuration reload", r)}, nil
+	}
 	if a.Backend == BackendOIDC {
+		if log != nil {
+			flag := cmp.Or(a.IssuersFlag, "--caller-oidc-issuers")
+			log.Warn("serve: "+flag+" is deprecated: give the issuers as a Kubernetes AuthenticationConfiguration with --caller-authentication-config (callerauth config convert writes it from this file)",
+				"file", a.OIDCIssuers)
+		}
 		load := a.LoadIssuers
 		if load == nil {
 			load = func(path string) (oidc.Config, error) {

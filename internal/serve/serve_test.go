@@ -131,7 +131,7 @@ func TestOptionsValidate(t *testing.T) {
 		a    serve.AuthOptions
 		want string
 	}{
-		{serve.AuthOptions{Backend: "oidc"}, "needs --caller-oidc-issuers"},
+		{serve.AuthOptions{Backend: "oidc"}, "needs --caller-authentication-config"},
 		{serve.AuthOptions{Backend: "tokenreview", OIDCIssuers: "f"}, "belongs to --caller-backend oidc"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "x509"}, `--caller-backend "x509"`},

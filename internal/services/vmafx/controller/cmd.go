@@ -19,14 +19,15 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 		Use:   "vmafx-controller",
 		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
 		Long: `vmafx-controller serves JobService over gRPC with TLS. Every call is verified
-offline against the identity provider of the caller's tenant (--tenants) and
+offline against the identity provider of the caller's tenant
+(--caller-authentication-config, a Kubernetes AuthenticationConfiguration) and
 role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob,
 CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	}
 	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
 	f := cmd.Flags()
 	o.Serve.AddFlags(f)
-	f.StringVar(&o.Tenants, "tenants", "/etc/vmafx/tenants.yaml", "YAML file of the tenants and their identity providers")
+	f.StringVar(&o.Tenants, "tenants", "", "deprecated: use --caller-authentication-config (callerauth config convert writes it from this file). YAML file of the tenants and their identity providers")
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")

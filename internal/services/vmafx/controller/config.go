@@ -121,3 +121,30 @@ func (t *Tenants) OIDC() oidc.Config {
 	}
 	return cfg
 }
+
+// CheckTenantPerIssuer is what the controller requires of an
+// AuthenticationConfiguration: every issuer maps the extra key
+// callerauth.dev/tenant to one constant tenant (a string literal, such as
+// '"tenant-a"'), a DNS label, and no two issuers to the same tenant — the
+// issuer that signed a token decides its tenant, so one tenant's identity
+// provider can never speak for another's.
+func CheckTenantPerIssuer(cfg oidc.Config) error {
+	var errs []error
+	byTenant := map[string]string{}
+	for i, ic := range cfg.Issuers {
+		where := fmt.Sprintf("controller: jwt[%d] (%s)", i, ic.Issuer)
+		tenant, ok := ic.ConstantExtra(oidc.ExtraTenant)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: claimMappings.extra needs key %s with a constant valueExpression such as '\"tenant-a\"': the issuer decides the tenant", where, oidc.ExtraTenant))
+			continue
+		case len(validation.IsDNS1123Label(tenant)) > 0:
+			errs = append(errs, fmt.Errorf("%s: tenant %q: want a DNS label (lowercase letters, digits, '-')", where, tenant))
+		}
+		if other, dup := byTenant[tenant]; dup {
+			errs = append(errs, fmt.Errorf("%s: tenant %q is already the tenant of %s: a tenant has one identity provider", where, tenant, other))
+		}
+		byTenant[tenant] = ic.Issuer
+	}
+	return errors.Join(errs...)
+}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -83,8 +84,10 @@ func TestCallerAuthValidated(t *testing.T) {
 		{func(o *controller.Options) { o.Auth.KeysMaxStale = -time.Second }, "--caller-keys-max-stale -1s"},
 		{func(o *controller.Options) { o.Auth.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
 		{func(o *controller.Options) { o.Auth.Backend = serve.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
-		{func(o *controller.Options) { o.Auth.OIDCIssuers = "issuers.json" }, "--caller-oidc-issuers: the controller's issuers are its tenants' (--tenants)"},
+		{func(o *controller.Options) { o.Auth.OIDCIssuers = "issuers.json" }, "--caller-oidc-issuers: the controller's issuers are in --caller-authentication-config"},
 		{func(o *controller.Options) { o.Auth.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
+		{func(o *controller.Options) { o.Tenants = "" }, "--caller-authentication-config is required"},
+		{func(o *controller.Options) { o.Auth.AuthenticationConfig = "authn.yaml" }, "--caller-authentication-config and --tenants: give one"},
 	} {
 		o := base
 		c.set(&o)
@@ -94,5 +97,34 @@ func TestCallerAuthValidated(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil {
 		t.Fatalf("the base options: %v", err)
+	}
+}
+
+// TestCheckTenantPerIssuer: under an AuthenticationConfiguration the
+// issuer still decides the tenant: each maps callerauth.dev/tenant to a
+// constant of its own.
+func TestCheckTenantPerIssuer(t *testing.T) {
+	issuer := func(url, extra string) string {
+		return "- issuer: {url: " + url + ", audiences: [vmafx-controller]}\n  claimMappings:\n    username: {expression: claims.sub}\n" + extra
+	}
+	tenant := func(expr string) string {
+		return "    extra:\n    - key: callerauth.dev/tenant\n      valueExpression: '" + expr + "'\n"
+	}
+	for name, c := range map[string]struct{ jwt, want string }{
+		"one each":          {issuer("https://a.example", tenant(`"tenant-a"`)) + issuer("https://b.example", tenant(`"tenant-b"`)), ""},
+		"no tenant mapping": {issuer("https://a.example", ""), "needs key callerauth.dev/tenant with a constant valueExpression"},
+		"read from a claim": {issuer("https://a.example", tenant("claims.tenant")), "needs key callerauth.dev/tenant with a constant valueExpression"},
+		"not a DNS label":   {issuer("https://a.example", tenant(`"Tenant_A"`)), `tenant "Tenant_A": want a DNS label`},
+		"two issuers, one tenant": {issuer("https://a.example", tenant(`"tenant-a"`)) + issuer("https://b.example", tenant(`"tenant-a"`)),
+			`tenant "tenant-a" is already the tenant of https://a.example`},
+	} {
+		cfg, err := oidc.ParseAuthenticationConfiguration([]byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n" + c.jwt))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err = controller.CheckTenantPerIssuer(cfg)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v; want %q", name, err, c.want)
+		}
 	}
 }
