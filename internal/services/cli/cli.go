@@ -79,7 +79,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newDemoCmd(o))
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), newDemoCmd(o))
 	return root
 }
 
