@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
@@ -337,8 +337,13 @@ func TestMonitoringVmafx(t *testing.T) {
 	names := metricNames(t, renderMonitoring(t, out))
 	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
 	dir := t.TempDir()
-	tenants := filepath.Join(dir, "tenants.yaml")
-	if err := os.WriteFile(tenants, fmt.Appendf(nil, "tenants:\n  - name: tenant-a\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", iss.Issuer(), srv.URL, iss.CAFile()), 0o600); err != nil {
+	authnConfig := filepath.Join(dir, "authn.yaml")
+	doc, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(),
+		Audiences: []string{"vmafx-controller"}, Tenant: "tenant-a", RolesClaim: "scp"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(authnConfig, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := pki.NewCA("monitoring")
@@ -350,7 +355,7 @@ func TestMonitoringVmafx(t *testing.T) {
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	p := e2e.Start(t, binaries(t)["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--tls-cert-file", cert, "--tls-key-file", key, "--tenants", tenants, "--datastore", filepath.Join(dir, "jobs.db")})
+		"--tls-cert-file", cert, "--tls-key-file", key, "--caller-authentication-config", authnConfig, "--datastore", filepath.Join(dir, "jobs.db")})
 	metrics := p.LogValue(t, "controller: serving", "metrics", 60*time.Second)
 	// One RPC, so that the per-method series exist.
 	tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: "dash", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"scp": "vmafx:reader"}})

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
@@ -106,8 +107,7 @@ func TestOperator(t *testing.T) {
 	// Two tenants, each with its own Hydra; tokens live 12 s, so that a
 	// stopped refresher shows within the test.
 	idp := map[string]*hydra.Server{}
-	var tenants strings.Builder
-	tenants.WriteString("tenants:\n")
+	var issuers oidc.Config
 	for _, name := range []string{"tenant-a", "tenant-b"} {
 		d := filepath.Join(dir, name)
 		_ = os.MkdirAll(d, 0o700)
@@ -117,13 +117,17 @@ func TestOperator(t *testing.T) {
 		}
 		t.Cleanup(h.Stop)
 		idp[name] = h
-		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, h.Issuer, caFile)
+		issuers.Issuers = append(issuers.Issuers, oidc.IssuerConfig{Issuer: h.Issuer, Audiences: []string{"vmafx-controller"}, CAFile: caFile, Tenant: name, RolesClaim: "scp"})
+	}
+	authnConfig, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The controller.
 	certPEM, keyPEM, _ := ca.Issue("127.0.0.1", "127.0.0.1")
 	cert, key := write(t, filepath.Join(dir, "ctl.crt"), string(certPEM)), write(t, filepath.Join(dir, "ctl.key"), string(keyPEM))
 	ctl := e2e.Start(t, bins["vmafx-controller"], []string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--tls-cert-file", cert, "--tls-key-file", key,
-		"--tenants", write(t, filepath.Join(dir, "tenants.yaml"), tenants.String()), "--datastore", filepath.Join(dir, "jobs.db"), "--lease", "3s"})
+		"--caller-authentication-config", write(t, filepath.Join(dir, "authn.yaml"), string(authnConfig)), "--datastore", filepath.Join(dir, "jobs.db"), "--lease", "3s"})
 	addr := ctl.LogValue(t, "controller: serving", "address", 60*time.Second)
 	// A refresher keeps each token file current from its tenant's Hydra.
 	refresher := func(tenantName, client string, scopes ...string) (string, func() *e2e.Process) {

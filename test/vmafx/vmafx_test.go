@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -42,17 +43,17 @@ func TestMain(m *testing.M) {
 }
 
 type world struct {
-	t       *testing.T
-	dir     string
-	idp     map[string]*devissuer.Issuer
-	ca      *pki.CA
-	caFile  string
-	tenants string
-	ctl     *e2e.Process
-	addr    string
-	datadir string
-	cert    string
-	key     string
+	t           *testing.T
+	dir         string
+	idp         map[string]*devissuer.Issuer
+	ca          *pki.CA
+	caFile      string
+	authnConfig string
+	ctl         *e2e.Process
+	addr        string
+	datadir     string
+	cert        string
+	key         string
 }
 
 func newWorld(t *testing.T) *world { return newWorldOn(t, "") }
@@ -61,25 +62,29 @@ func newWorld(t *testing.T) *world { return newWorldOn(t, "") }
 // in the world's directory when datastore is "".
 func newWorldOn(t *testing.T, datastore string) *world {
 	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}}
-	var tenants strings.Builder
-	tenants.WriteString("tenants:\n")
+	// The tenants' identity providers, as an AuthenticationConfiguration
+	// (each issuer its constant tenant, scp its roles).
+	var issuers oidc.Config
 	for _, name := range []string{"tenant-a", "tenant-b", "tenant-c"} {
 		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
 		w.idp[name] = iss
-		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    roles_claim: scp\n    ca_file: %s\n",
-			name, iss.Issuer(), srv.URL, iss.CAFile())
+		ic := oidc.IssuerConfig{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"vmafx-controller"}, Tenant: name, RolesClaim: "scp"}
 		if name == "tenant-c" {
-			tenants.WriteString("    tenant_claim: tenant\n") // its tokens must state the tenant
+			ic.TenantClaim = "tenant" // its tokens must state the tenant
 		}
+		issuers.Issuers = append(issuers.Issuers, ic)
 		// One clip volume for every tenant, a directory each (as on a
 		// node's disk).
 		if err := os.MkdirAll(filepath.Join(w.dir, "clips", name), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w.tenants = filepath.Join(w.dir, "tenants.yaml")
-	write(t, w.tenants, tenants.String())
-	var err error
+	doc, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.authnConfig = filepath.Join(w.dir, "authn.yaml")
+	write(t, w.authnConfig, string(doc))
 	if w.ca, err = pki.NewCA("vmafx e2e"); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,7 @@ func (w *world) startController() {
 // flags) and returns it with its address.
 func (w *world) startReplica(extra ...string) (*e2e.Process, string) {
 	p := e2e.Start(w.t, bins["vmafx-controller"], append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--tenants", w.tenants, "--datastore", w.datadir, "--lease", "2s"}, extra...))
+		"--tls-cert-file", w.cert, "--tls-key-file", w.key, "--caller-authentication-config", w.authnConfig, "--datastore", w.datadir, "--lease", "2s"}, extra...))
 	return p, p.LogValue(w.t, "controller: serving", "address", 60*time.Second)
 }
 

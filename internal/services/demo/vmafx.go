@@ -23,6 +23,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -59,8 +60,7 @@ func (e *env) startVmafx() (*vmafxWorld, error) {
 			stops[i]()
 		}
 	}
-	var tenants strings.Builder
-	tenants.WriteString("tenants:\n")
+	var issuers oidc.Config
 	for _, name := range []string{"tenant-a", "tenant-b"} {
 		iss, err := devissuer.Open(filepath.Join(dir, name), devissuer.Config{Issuer: "https://idp." + name + ".example"})
 		if err != nil {
@@ -74,10 +74,18 @@ func (e *env) startVmafx() (*vmafxWorld, error) {
 		}
 		stops = append(stops, func() { _ = srv.Close() })
 		w.idp[name] = iss
-		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+		issuers.Issuers = append(issuers.Issuers, oidc.IssuerConfig{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(),
+			Audiences: []string{"vmafx-controller"}, Tenant: name, RolesClaim: "scp"})
 	}
-	tenantsFile := filepath.Join(dir, "tenants.yaml")
-	if err := os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600); err != nil {
+	// The tenants' identity providers as the API server's
+	// AuthenticationConfiguration: one constant tenant per issuer.
+	doc, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	if err != nil {
+		w.stop()
+		return nil, err
+	}
+	authnFile := filepath.Join(dir, "authn.yaml")
+	if err := os.WriteFile(authnFile, doc, 0o600); err != nil {
 		w.stop()
 		return nil, err
 	}
@@ -91,7 +99,7 @@ func (e *env) startVmafx() (*vmafxWorld, error) {
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	w.caFile, _ = w.ca.WriteCA(filepath.Join(dir, "ca.crt"))
 	ctl, err := controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Tenants: tenantsFile, Datastore: filepath.Join(dir, "jobs.db"), Lease: 5 * time.Second,
+		Auth: serve.AuthOptions{AuthenticationConfig: authnFile}, Datastore: filepath.Join(dir, "jobs.db"), Lease: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		w.stop()
