@@ -36,7 +36,7 @@ callerauth.dev/tenant, its roles callerauth.dev/roles. Where the two forms
 differ, a warning on standard error says how. The result is read back as
 the services read it before it is written.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(_ *cobra.Command, args []string) error {
 			cfg, err := olderIssuers(args[0])
 			if err != nil {
 				return err
@@ -97,7 +97,7 @@ func newConfigCheckCmd(o *Options) *cobra.Command {
 		Use:   "check FILE",
 		Short: "Read an AuthenticationConfiguration as the services read it, and say what each issuer gives",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(_ *cobra.Command, args []string) error {
 			cfg, err := oidc.LoadAuthenticationConfiguration(args[0])
 			if err != nil {
 				return fmt.Errorf("config check: %w", err)
