@@ -82,8 +82,9 @@ func BinDir() (string, error) {
 }
 
 // Start starts etcd and the API server and waits until the API server is
-// ready. Stop them with Stop.
-func Start(ctx context.Context) (_ *Server, err error) {
+// ready. Stop them with Stop. extra are more API server flags
+// (--authentication-config=FILE, say).
+func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func Start(ctx context.Context) (_ *Server, err error) {
 	if err := waitFor(ctx, 30*time.Second, func() error { return get(http.DefaultClient, clientURL+"/health", "") }); err != nil {
 		return nil, fmt.Errorf("kubeapi: etcd did not become healthy: %w\n%s", err, s.logTail("etcd.log"))
 	}
-	if err := s.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log",
+	if err := s.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log", append([]string{
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir="+filepath.Join(dir, "certs"),
 		"--etcd-servers="+clientURL, "--service-cluster-ip-range=10.0.0.0/24",
@@ -134,7 +135,7 @@ func Start(ctx context.Context) (_ *Server, err error) {
 		"--api-audiences="+Issuer,
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
-		"--endpoint-reconciler-type=none"); err != nil {
+		"--endpoint-reconciler-type=none"}, extra...)...); err != nil {
 		return nil, err
 	}
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", secure)
@@ -211,6 +212,9 @@ func (s *Server) Stop() {
 		_ = os.RemoveAll(s.Dir)
 	}
 }
+
+// Log is the tail of the API server's log.
+func (s *Server) Log() string { return s.logTail("kube-apiserver.log") }
 
 func (s *Server) logTail(name string) string {
 	b, _ := os.ReadFile(filepath.Join(s.Dir, name))

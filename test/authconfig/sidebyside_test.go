@@ -1,0 +1,423 @@
+// Package authconfig_test gives one AuthenticationConfiguration to a real
+// kube-apiserver (--authentication-config) and to callerauth
+// (oidc.LoadAuthenticationConfiguration), and compares their verdicts on a
+// matrix of tokens from three issuers: two dev issuers in tenant mode and
+// an Ory Hydra.
+package authconfig_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	authv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/forge"
+	"github.com/callerauth/callerauth/test/hydra"
+	"github.com/callerauth/callerauth/test/kubeapi"
+)
+
+// config is the file both read: issuer A (a dev issuer) with CEL username,
+// groups, extra and validation rules; issuer B (a dev issuer) with claim
+// mappings on email; issuer D (a dev issuer) with a prefixed username
+// claim and unprefixed groups; issuer C (Hydra) with its scopes as roles.
+const config = `apiVersion: apiserver.config.k8s.io/v1
+kind: AuthenticationConfiguration
+jwt:
+- issuer:
+    url: %[1]s
+    discoveryURL: %[2]s/.well-known/openid-configuration
+    certificateAuthority: |
+%[3]s
+    audiences: [vmafx-controller, other-service]
+    audienceMatchPolicy: MatchAny
+  claimValidationRules:
+  - expression: 'claims.sub != "mallory"'
+    message: mallory is not welcome
+  - claim: hd
+    requiredValue: tenant-a.example
+  claimMappings:
+    username:
+      expression: '"tenant-a:" + claims.sub'
+    groups:
+      expression: 'has(claims.groups) ? claims.groups : []'
+    uid:
+      claim: sub
+    extra:
+    - key: callerauth.dev/tenant
+      valueExpression: '"tenant-a"'
+    - key: callerauth.dev/roles
+      valueExpression: 'has(claims.scp) ? claims.scp.split(" ").map(r, r) : []'
+    - key: example.com/team
+      valueExpression: 'has(claims.team__dot__name) ? claims.team__dot__name : ""'
+  userValidationRules:
+  - expression: "!user.username.startsWith('tenant-a:system:')"
+    message: no system users
+- issuer:
+    url: %[4]s
+    discoveryURL: %[5]s/.well-known/openid-configuration
+    certificateAuthority: |
+%[6]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: email
+      prefix: ""
+    groups:
+      claim: groups
+      prefix: "b:"
+    uid:
+      expression: 'claims.sub'
+    extra:
+    - key: callerauth.dev/tenant
+      valueExpression: '"tenant-b"'
+- issuer:
+    url: %[9]s
+    discoveryURL: %[10]s/.well-known/openid-configuration
+    certificateAuthority: |
+%[11]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: sub
+      prefix: "d:"
+    groups:
+      claim: roles
+      prefix: ""
+- issuer:
+    url: %[7]s
+    certificateAuthority: |
+%[8]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      expression: '"hydra:" + claims.sub'
+    extra:
+    - key: callerauth.dev/tenant
+      valueExpression: '"tenant-c"'
+    - key: callerauth.dev/roles
+      valueExpression: 'has(claims.scp) ? claims.scp : []'
+`
+
+// verdict is what one side said of a token.
+type verdict struct {
+	OK       bool
+	Username string
+	UID      string
+	Groups   []string
+	Extra    map[string][]string
+}
+
+func (v verdict) String() string {
+	if !v.OK {
+		return "refused"
+	}
+	return fmt.Sprintf("%s uid=%q groups=%q extra=%v", v.Username, v.UID, v.Groups, v.Extra)
+}
+
+func indent(s string, n int) string {
+	pad := strings.Repeat(" ", n)
+	return pad + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n"+pad)
+}
+
+// TestSideBySideWithTheAPIServer: the same file, the same tokens, the same
+// outcome and identity — apart from the differences docs/authn.md lists,
+// each asserted here as exactly that difference.
+func TestSideBySideWithTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+
+	// Two dev issuers in tenant mode, and a Hydra.
+	devIssuer := func(name string) (*devissuer.Issuer, string, string) {
+		iss, err := devissuer.Open(filepath.Join(dir, name), devissuer.Config{Issuer: "https://idp." + name + ".example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := iss.Serve("127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		ca, err := os.ReadFile(iss.CAFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return iss, srv.URL, string(ca)
+	}
+	issA, urlA, caA := devIssuer("tenant-a")
+	issB, urlB, caB := devIssuer("tenant-b")
+	issD, urlD, caD := devIssuer("tenant-d")
+	hydraCA, err := pki.NewCA("hydra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.MkdirAll(filepath.Join(dir, "hydra"), 0o700)
+	h, err := hydra.Start(ctx, filepath.Join(dir, "hydra"), hydraCA, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	caFile, err := hydraCA.WriteCA(filepath.Join(dir, "hydra-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caC, _ := os.ReadFile(caFile)
+
+	file := filepath.Join(dir, "authentication-config.yaml")
+	doc := fmt.Sprintf(config, issA.Issuer(), urlA, indent(caA, 6), issB.Issuer(), urlB, indent(caB, 6), h.Issuer, indent(string(caC), 6), issD.Issuer(), urlD, indent(caD, 6))
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// callerauth, on the file.
+	cfg, err := oidc.LoadAuthenticationConfiguration(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := oidc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server, on the same file.
+	api, err := kubeapi.Start(ctx, "--authentication-config="+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Stop)
+	theirs := func(tok string) verdict {
+		r, err := api.Client.AuthenticationV1().TokenReviews().Create(ctx, &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: tok}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("TokenReview: %v", err)
+		}
+		if !r.Status.Authenticated {
+			return verdict{}
+		}
+		v := verdict{OK: true, Username: r.Status.User.Username, UID: r.Status.User.UID, Groups: r.Status.User.Groups, Extra: map[string][]string{}}
+		for k, e := range r.Status.User.Extra {
+			v.Extra[k] = e
+		}
+		return v
+	}
+	mine := func(tok string) verdict {
+		c, err := ours.Authenticate(ctx, tok)
+		if err != nil {
+			if authn.ReasonOf(err) != authn.TokenInvalid {
+				t.Fatalf("callerauth: %v", err)
+			}
+			return verdict{}
+		}
+		v := verdict{OK: true, Username: c.Username, UID: c.UID, Groups: c.Groups, Extra: map[string][]string{}}
+		for k, e := range c.Extra {
+			v.Extra[k] = e
+		}
+		return v
+	}
+
+	mint := func(iss *devissuer.Issuer, sub, aud string, claims map[string]any, issued time.Time) string {
+		t.Helper()
+		tok, err := iss.MintIdentity(devissuer.IdentityRequest{Subject: sub, Audiences: []string{aud}, Claims: claims, IssuedAt: issued, Lifetime: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	a := func(sub string, claims map[string]any) string {
+		if claims == nil {
+			claims = map[string]any{}
+		}
+		if _, ok := claims["hd"]; !ok {
+			claims["hd"] = "tenant-a.example"
+		}
+		return mint(issA, sub, "vmafx-controller", claims, time.Time{})
+	}
+	b := func(claims map[string]any) string { return mint(issB, "bob", "vmafx-controller", claims, time.Time{}) }
+	// signed is a payload signed with issuer A's own key as it is: what the
+	// issuer's minting will not write (a claim twice, distributed claims).
+	keyA := signer(t, issA)
+	signed := func(iss *devissuer.Issuer, key crypto.Signer, payload string) string {
+		now := time.Now().Unix()
+		p := strings.NewReplacer("ISS", iss.Issuer(), "NOW", fmt.Sprint(now), "LATER", fmt.Sprint(now+3600), "EXP", fmt.Sprint(now+7200)).Replace(payload)
+		return forge.SignRaw([]byte(p), key, jose.ES256, iss.KeyID())
+	}
+	keyB := signer(t, issB)
+
+	// The API server initializes its issuers in the background: wait until
+	// it accepts a good token of each.
+	d := func(sub string, claims map[string]any) string { return mint(issD, sub, "vmafx-controller", claims, time.Time{}) }
+	warm := map[string]string{"A": a("warm", nil), "B": b(map[string]any{"email": "warm@b.example"}), "C": hydraToken(t, h, hydraCA, "warm", []string{"vmafx:reader"}), "D": d("warm", nil)}
+	for name, tok := range warm {
+		deadline := time.Now().Add(90 * time.Second)
+		for !theirs(tok).OK {
+			if time.Now().After(deadline) {
+				t.Fatalf("the API server never accepted issuer %s's token:\n%s", name, api.Log())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+
+	type row struct {
+		name string
+		tok  string
+		// differs names the intended difference this row shows (the
+		// API server's verdict, then callerauth's); "" for none.
+		differs string
+	}
+	rows := []row{
+		{"A: accepted, CEL username, groups, uid claim, extra", a("alice", map[string]any{"scp": "vmafx:reader vmafx:submitter", "groups": []string{"dev", "ops"}, "team.name": "video"}), ""},
+		{"A: the second audience under MatchAny", mint(issA, "alice", "other-service", map[string]any{"hd": "tenant-a.example"}, time.Time{}), ""},
+		{"A: another audience", mint(issA, "alice", "someone-else", map[string]any{"hd": "tenant-a.example"}, time.Time{}), ""},
+		{"A: expired", mint(issA, "alice", "vmafx-controller", map[string]any{"hd": "tenant-a.example"}, time.Now().Add(-2*time.Hour)), ""},
+		{"A: a claim validation expression false", a("mallory", nil), ""},
+		{"A: a required claim with another value", a("carol", map[string]any{"hd": "evil.example"}), ""},
+		{"A: a required claim absent", mint(issA, "carol", "vmafx-controller", nil, time.Time{}), ""},
+		{"A: a user validation rule refusing", a("system:admin", nil), ""},
+		{"A: groups a string (the expression returns it)", a("dan", map[string]any{"groups": "dev"}), ""},
+		{"A: groups a number (not a string or list)", a("dan", map[string]any{"groups": 7}), ""},
+		{"A: groups with an empty member", a("dan", map[string]any{"groups": []string{"dev", ""}}), ""},
+		{"A: an extra expression's value not a string", a("erin", map[string]any{"team.name": 7}), ""},
+		{"A: scp with two spaces", a("frank", map[string]any{"scp": "vmafx:reader  vmafx:node"}), ""},
+		{"B: email, email_verified true", b(map[string]any{"email": "bob@b.example", "email_verified": true, "groups": []string{"dev"}}), ""},
+		{"B: email, email_verified false", b(map[string]any{"email": "bob@b.example", "email_verified": false}), ""},
+		{"B: email, no email_verified", b(map[string]any{"email": "bob@b.example", "groups": "dev"}), ""},
+		{"B: email_verified a string", b(map[string]any{"email": "bob@b.example", "email_verified": "true"}), ""},
+		{"B: no email", b(map[string]any{"groups": []string{"dev"}}), ""},
+		{"B: email not a string", b(map[string]any{"email": 5}), ""},
+		{"D: username claim with a prefix, groups claim without", d("dora", map[string]any{"roles": []string{"vmafx:reader", "ops"}}), ""},
+		{"D: groups claim a string", d("dora", map[string]any{"roles": "ops"}), ""},
+		{"D: no groups claim", d("dora", nil), ""},
+		{"C: Hydra, client credentials, scopes as roles", hydraToken(t, h, hydraCA, "ci-c", []string{"vmafx:reader", "vmafx:submitter"}), ""},
+		{"an issuer not in the file", mint(devIssuerToken(t, dir), "alice", "vmafx-controller", nil, time.Time{}), ""},
+		// The intended differences.
+		{"A: iat an hour in the future (no nbf)", signed(issA, keyA, `{"iss":"ISS","sub":"gina","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":LATER,"exp":EXP}`), "iat"},
+		{"B: an empty email", b(map[string]any{"email": ""}), "empty username"},
+		{"A: a claim named twice", signed(issA, keyA, `{"iss":"ISS","sub":"harry","sub":"root","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`), "I-JSON"},
+		{"B: groups as a distributed claim", signed(issB, keyB, `{"iss":"ISS","sub":"ivan","email":"ivan@b.example","aud":["vmafx-controller"],"iat":NOW,"exp":EXP,`+
+			`"_claim_names":{"groups":"src1"},"_claim_sources":{"src1":{"endpoint":"https://127.0.0.1:1/claims","access_token":"x"}}}`), "distributed claims"},
+	}
+	agree := 0
+	for _, r := range rows {
+		th, me := theirs(r.tok), mine(r.tok)
+		// The API server adds system:authenticated to every user it
+		// authenticates; the token says nothing of it (a difference listed
+		// too, asserted on every accepted row).
+		if th.OK {
+			if !slices.Contains(th.Groups, "system:authenticated") {
+				t.Errorf("%s: the API server's groups %q lack system:authenticated", r.name, th.Groups)
+			}
+			th.Groups = slices.DeleteFunc(slices.Clone(th.Groups), func(g string) bool { return g == "system:authenticated" })
+			if len(th.Groups) == 0 {
+				th.Groups = nil
+			}
+		}
+		same := th.String() == me.String()
+		t.Logf("%-52s API server: %s", r.name, th)
+		if !same {
+			t.Logf("%-52s callerauth: %s", "", me)
+		}
+		switch r.differs {
+		case "":
+			if same {
+				agree++
+			} else {
+				t.Errorf("%s:\n  API server: %s\n  callerauth: %s", r.name, th, me)
+			}
+		case "iat", "I-JSON":
+			if !th.OK || me.OK {
+				t.Errorf("%s: want the API server to accept (%s) and callerauth to refuse (%s)", r.name, th, me)
+			}
+		case "empty username":
+			if !th.OK || th.Username != "" || me.OK {
+				t.Errorf("%s: want the API server to accept the user \"\" (%s) and callerauth to refuse (%s)", r.name, th, me)
+			}
+		case "distributed claims":
+			if th.OK || !me.OK || me.Groups != nil {
+				t.Errorf("%s: want the API server to refuse (it fetches the claim source, which fails: %s) and callerauth to accept without groups (%s)", r.name, th, me)
+			}
+		}
+	}
+	differ := 0
+	for _, r := range rows {
+		if r.differs != "" {
+			differ++
+		}
+	}
+	if agree != len(rows)-differ {
+		t.Errorf("callerauth and the kube-apiserver agree on %d of the %d tokens that should agree", agree, len(rows)-differ)
+	}
+	t.Logf("callerauth and the kube-apiserver agree on %d/%d tokens; %d more show exactly the intended differences (docs/authn.md)", agree, len(rows)-differ, differ)
+}
+
+// signer is a dev issuer's signing key.
+func signer(t *testing.T, iss *devissuer.Issuer) crypto.Signer {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(iss.StateDir(), "signing-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := pki.ParsePrivateKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		t.Fatalf("%T is not a signer", k)
+	}
+	return s
+}
+
+// devIssuerToken is a third dev issuer, in no configuration.
+func devIssuerToken(t *testing.T, dir string) *devissuer.Issuer {
+	iss, err := devissuer.Open(filepath.Join(dir, "stranger"), devissuer.Config{Issuer: "https://idp.stranger.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss
+}
+
+// hydraToken is a client-credentials access token of a new Hydra client
+// with scopes, for the audience vmafx-controller.
+func hydraToken(t *testing.T, h *hydra.Server, ca *pki.CA, id string, scopes []string) string {
+	t.Helper()
+	id += "-" + fmt.Sprint(time.Now().UnixNano())
+	secret, err := h.Client(id, scopes, "vmafx-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"grant_type": {"client_credentials"}, "scope": {strings.Join(scopes, " ")}, "audience": {"vmafx-controller"}}
+	req, err := http.NewRequest(http.MethodPost, h.TokenURL, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.AccessToken == "" {
+		t.Fatalf("hydra token: %s %v", resp.Status, err)
+	}
+	return out.AccessToken
+}
