@@ -260,7 +260,9 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 
 	// The API server initializes its issuers in the background: wait until
 	// it accepts a good token of each.
-	d := func(sub string, claims map[string]any) string { return mint(issD, sub, "vmafx-controller", claims, time.Time{}) }
+	d := func(sub string, claims map[string]any) string {
+		return mint(issD, sub, "vmafx-controller", claims, time.Time{})
+	}
 	warm := map[string]string{"A": a("warm", nil), "B": b(map[string]any{"email": "warm@b.example"}), "C": hydraToken(t, h, hydraCA, "warm", []string{"vmafx:reader"}), "D": d("warm", nil)}
 	for name, tok := range warm {
 		deadline := time.Now().Add(90 * time.Second)

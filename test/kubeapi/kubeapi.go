@@ -127,13 +127,13 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	}
 	if err := s.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log", append([]string{
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir="+filepath.Join(dir, "certs"),
-		"--etcd-servers="+clientURL, "--service-cluster-ip-range=10.0.0.0/24",
-		"--service-account-issuer="+Issuer,
-		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
-		"--api-audiences="+Issuer,
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir=" + filepath.Join(dir, "certs"),
+		"--etcd-servers=" + clientURL, "--service-cluster-ip-range=10.0.0.0/24",
+		"--service-account-issuer=" + Issuer,
+		"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
+		"--api-audiences=" + Issuer,
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
 		"--endpoint-reconciler-type=none"}, extra...)...); err != nil {
 		return nil, err
