@@ -131,9 +131,10 @@ func (v verdict) String() string {
 	return fmt.Sprintf("%s uid=%q groups=%q extra=%v", v.Username, v.UID, v.Groups, v.Extra)
 }
 
-func indent(s string, n int) string {
-	pad := strings.Repeat(" ", n)
-	return pad + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n"+pad)
+// block is a PEM bundle as a YAML block scalar's lines (six spaces in).
+func block(pem string) string {
+	const pad = "      "
+	return pad + strings.ReplaceAll(strings.TrimSpace(pem), "\n", "\n"+pad)
 }
 
 // TestSideBySideWithTheAPIServer: the same file, the same tokens, the same
@@ -181,7 +182,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 	caC, _ := os.ReadFile(caFile)
 
 	file := filepath.Join(dir, "authentication-config.yaml")
-	doc := fmt.Sprintf(config, issA.Issuer(), urlA, indent(caA, 6), issB.Issuer(), urlB, indent(caB, 6), h.Issuer, indent(string(caC), 6), issD.Issuer(), urlD, indent(caD, 6))
+	doc := fmt.Sprintf(config, issA.Issuer(), urlA, block(caA), issB.Issuer(), urlB, block(caB), h.Issuer, block(string(caC)), issD.Issuer(), urlD, block(caD))
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
