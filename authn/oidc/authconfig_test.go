@@ -2,11 +2,13 @@ package oidc_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -212,6 +214,14 @@ func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
 	}
 	if got[`svc_caller_config_reloads_total{failure}`] != 1 || got[`svc_caller_config_reloads_total{success}`] != 1 || got[`svc_caller_config_info{`+r.Hash()+`}`] != 1 {
 		t.Fatalf("metrics %v", got)
+	}
+	// The issuer's series, in the API server's shape: a verification
+	// before the reload and one after, each failing or not; the keys
+	// fetched once by each configuration.
+	hash := fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(iss.Issuer())))
+	if got[`svc_caller_jwt_authenticator_latency_seconds{`+hash+`,success}`] != 2 || got[`svc_caller_jwt_authenticator_latency_seconds{`+hash+`,failure}`] != 1 ||
+		got[`svc_caller_jwt_authenticator_jwks_fetch_last_timestamp_seconds{`+hash+`,success}`] < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Fatalf("per-issuer metrics %v", got)
 	}
 	// An issuer removed: its callers' cached verdicts are revoked.
 	if r.Revoked(&authn.Caller{Issuer: "https://idp.tenant-a.example"}) != nil || r.Revoked(&authn.Caller{Issuer: "https://gone.example"}) == nil {

@@ -59,6 +59,8 @@ type keySet struct {
 	client   *http.Client
 	bearer   token.Source
 	stats    *counters
+	metrics  *atomic.Pointer[issuerMetrics] // the authenticator's
+	hash     string                         // issuerHash
 	group    singleflight.Group
 	mu       sync.RWMutex
 	jwksURL  string
@@ -157,6 +159,9 @@ func (k *keySet) refresh(ctx context.Context) error {
 		defer k.mu.Unlock()
 		k.attempt = k.cfg.Now()
 		k.fetchErr = err
+		if m := k.metrics.Load(); m != nil {
+			m.fetched(k.hash, err == nil, k.attempt)
+		}
 		if err == nil {
 			k.keys, k.fetched = keys, k.attempt
 		} else {

@@ -1,12 +1,25 @@
 package oidc
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"crypto/sha256"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Collectors export what the key sets did, read when scraped: a service
 // that verifies offline (the oidc backend, --caller-review-interval,
 // --caller-watch-bound-objects, the vmafx controller's tenants) registers them.
+//
+// and the per-issuer series in the API server's shape:
+//
+//	<prefix>_caller_jwt_authenticator_latency_seconds{result, jwt_issuer_hash}
+//	<prefix>_caller_jwt_authenticator_jwks_fetch_last_timestamp_seconds{result, jwt_issuer_hash}
 func (o *Authenticator) Collectors(prefix string) []prometheus.Collector {
-	return keySetCollectors(prefix, o.Stats)
+	m := newIssuerMetrics(prefix)
+	o.useMetrics(m)
+	return append(keySetCollectors(prefix, o.Stats), m.collectors()...)
 }
 
 func keySetCollectors(prefix string, stats func() Stats) []prometheus.Collector {
@@ -30,4 +43,57 @@ func keySetCollectors(prefix string, stats func() Stats) []prometheus.Collector 
 func (s Stats) add(o Stats) Stats {
 	return Stats{Fetches: s.Fetches + o.Fetches, FetchFailures: s.FetchFailures + o.FetchFailures, KeysIgnored: s.KeysIgnored + o.KeysIgnored,
 		StaleRefusals: s.StaleRefusals + o.StaleRefusals, UnknownKid: s.UnknownKid + o.UnknownKid}
+}
+
+// issuerMetrics are the per-issuer series, in the API server's shape
+// (apiserver_authentication_jwt_authenticator_*): the issuer named by the
+// SHA-256 of its URL, as the API server names it.
+type issuerMetrics struct {
+	latency *prometheus.HistogramVec
+	fetch   *prometheus.GaugeVec
+}
+
+func newIssuerMetrics(prefix string) *issuerMetrics {
+	return &issuerMetrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: prefix + "_caller_jwt_authenticator_latency_seconds",
+			Help:    "Time to verify one token of a configured issuer, by result (success or failure) and issuer (jwt_issuer_hash: sha256 of its URL). Verdict-cache hits are not verifications.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result", "jwt_issuer_hash"}),
+		fetch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: prefix + "_caller_jwt_authenticator_jwks_fetch_last_timestamp_seconds",
+			Help: "When the keys of an issuer were last fetched (discovery and JWKS), by result (success or failure) and issuer (jwt_issuer_hash)."}, []string{"result", "jwt_issuer_hash"}),
+	}
+}
+
+func (m *issuerMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.latency, m.fetch}
+}
+
+// series are one issuer's children of the latency histogram, resolved
+// once.
+type series struct {
+	success, failure prometheus.Observer
+}
+
+func (m *issuerMetrics) seriesOf(hash string) *series {
+	return &series{success: m.latency.WithLabelValues("success", hash), failure: m.latency.WithLabelValues("failure", hash)}
+}
+
+func (m *issuerMetrics) fetched(hash string, ok bool, at time.Time) {
+	result := "success"
+	if !ok {
+		result = "failure"
+	}
+	m.fetch.WithLabelValues(result, hash).Set(float64(at.UnixNano()) / 1e9)
+}
+
+// forget drops an issuer's series (a reload removed it).
+func (m *issuerMetrics) forget(hash string) {
+	for _, result := range []string{"success", "failure"} {
+		m.latency.DeleteLabelValues(result, hash)
+		m.fetch.DeleteLabelValues(result, hash)
+	}
+}
+
+// issuerHash names an issuer in metric labels as the API server does.
+func issuerHash(issuer string) string {
+	return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(issuer)))
 }

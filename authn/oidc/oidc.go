@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -20,6 +22,7 @@ type Authenticator struct {
 	cfg     Config
 	issuers map[string]*issuer
 	stats   counters
+	metrics atomic.Pointer[issuerMetrics] // set by Collectors
 }
 
 // Stats returns what the key sets did so far.
@@ -29,9 +32,19 @@ func (a *Authenticator) Stats() Stats {
 }
 
 type issuer struct {
-	cfg  *IssuerConfig
-	algs []string
-	keys *keySet
+	cfg    *IssuerConfig
+	algs   []string
+	keys   *keySet
+	hash   string                 // issuerHash, the metric label
+	series atomic.Pointer[series] // set by useMetrics
+}
+
+// useMetrics starts observing the per-issuer series in m.
+func (a *Authenticator) useMetrics(m *issuerMetrics) {
+	for _, iss := range a.issuers {
+		iss.series.Store(m.seriesOf(iss.hash))
+	}
+	a.metrics.Store(m)
 }
 
 var _ authn.Authenticator = (*Authenticator)(nil)
@@ -55,11 +68,11 @@ func New(cfg Config) (*Authenticator, error) {
 				return nil, fmt.Errorf("oidc: issuer %q: %w", ic.Issuer, err)
 			}
 		}
-		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL, stats: &a.stats}
+		ks := &keySet{ic: ic, cfg: &a.cfg, client: client, jwksURL: ic.JWKSURL, stats: &a.stats, metrics: &a.metrics, hash: issuerHash(ic.Issuer)}
 		if ic.BearerTokenFile != "" {
 			ks.bearer = token.File(ic.BearerTokenFile)
 		}
-		iss := &issuer{cfg: ic, keys: ks}
+		iss := &issuer{cfg: ic, keys: ks, hash: ks.hash}
 		iss.algs = ic.Algorithms
 		a.issuers[ic.Issuer] = iss
 	}
@@ -129,6 +142,23 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	if !ok {
 		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", issName)
 	}
+	s := iss.series.Load()
+	if s == nil {
+		return a.verify(ctx, iss, tok, raw)
+	}
+	start := time.Now()
+	c, err := a.verify(ctx, iss, tok, raw)
+	if err != nil {
+		s.failure.Observe(time.Since(start).Seconds())
+	} else {
+		s.success.Observe(time.Since(start).Seconds())
+	}
+	return c, err
+}
+
+// verify checks the token of a known issuer: its signature, then its
+// claims.
+func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw []byte) (*authn.Caller, error) {
 	jws, err := parseCompact(tok, iss.algs)
 	if err != nil {
 		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, strings.Join(iss.algs, ", "), err)

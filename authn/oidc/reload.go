@@ -52,6 +52,7 @@ type Reloading struct {
 	retired Stats      // the key-set counts of the authenticators replaced
 
 	reloadsOK, reloadsFailed atomic.Uint64
+	metrics                  *issuerMetrics // set by Collectors, under mu
 }
 
 type loaded struct {
@@ -180,6 +181,14 @@ func (r *Reloading) Reload() {
 		return
 	}
 	r.retired = r.retired.add(cur.auth.Stats())
+	if r.metrics != nil {
+		l.auth.useMetrics(r.metrics)
+		for iss := range cur.issuers {
+			if !l.issuers[iss] {
+				r.metrics.forget(issuerHash(iss))
+			}
+		}
+	}
 	r.current.Store(l)
 	r.reloadsOK.Add(1)
 	r.cfg.Logger.Info("oidc: authentication configuration reloaded", "path", r.cfg.Path, "hash", l.hash, "issuers", len(l.issuers))
@@ -190,6 +199,9 @@ func (r *Reloading) Reload() {
 //
 //	<prefix>_caller_config_reloads_total{result="success"|"failure"}
 //	<prefix>_caller_config_info{hash}  1 for the file in force
+//
+// and the per-issuer series of [Authenticator.Collectors], a removed
+// issuer's dropped at the reload that removes it.
 func (r *Reloading) Collectors(prefix string) []prometheus.Collector {
 	reloadsHelp := "Reloads of the AuthenticationConfiguration file after it changed, by result: success (in force from the next verification) or failure (refused; the last good file stays in force)."
 	reloads := func(result string, n *atomic.Uint64) prometheus.Collector {
@@ -198,6 +210,11 @@ func (r *Reloading) Collectors(prefix string) []prometheus.Collector {
 	}
 	out := []prometheus.Collector{reloads("success", &r.reloadsOK), reloads("failure", &r.reloadsFailed),
 		configInfo{r, prometheus.NewDesc(prefix+"_caller_config_info", "1 for the AuthenticationConfiguration in force, labelled with the SHA-256 of its file.", []string{"hash"}, nil)}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.metrics = newIssuerMetrics(prefix)
+	r.current.Load().auth.useMetrics(r.metrics)
+	out = append(out, r.metrics.collectors()...)
 	return append(out, keySetCollectors(prefix, r.Stats)...)
 }
 

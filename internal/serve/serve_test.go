@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/devissuer"
@@ -189,6 +190,12 @@ func TestGuardOnBothBackends(t *testing.T) {
 	issuers := filepath.Join(t.TempDir(), "issuers.json")
 	_ = os.WriteFile(issuers, []byte(fmt.Sprintf(`{"issuers": [{"issuer": %q, "discovery_url": %q, "audiences": ["svc"], "ca_file": %q}]}`,
 		iss.Issuer(), srv.URL, iss.CAFile())), 0o600)
+	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
+	doc, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(authnConfig, doc, 0o600)
 	mint := func(aud string) bearer.Credential {
 		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{aud}})
 		if err != nil {
@@ -201,6 +208,8 @@ func TestGuardOnBothBackends(t *testing.T) {
 	for name, a := range map[string]serve.AuthOptions{
 		"tokenreview": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile()},
 		"oidc":        {Backend: serve.BackendOIDC, OIDCIssuers: issuers},
+		// The issuers as an AuthenticationConfiguration, followed on change.
+		"oidc on an AuthenticationConfiguration": {Backend: serve.BackendOIDC, AuthenticationConfig: authnConfig},
 		// TokenReview once per credential per interval, offline between.
 		"tokenreview with a review interval": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile(), Issuers: []string{iss.Issuer()}, ReviewInterval: time.Hour},
 		// Offline beside a watch of bound objects (this token is bound to
@@ -232,10 +241,20 @@ func TestGuardOnBothBackends(t *testing.T) {
 				names[mf.GetName()] = true
 			}
 			offline := name != "tokenreview"
-			for _, m := range []string{"test_caller_jwks_fetches_total", "test_caller_jwks_keys_ignored_total", "test_caller_jwks_stale_refusals_total", "test_caller_jwks_unknown_kid_total"} {
+			for _, m := range []string{"test_caller_jwks_fetches_total", "test_caller_jwks_keys_ignored_total", "test_caller_jwks_stale_refusals_total", "test_caller_jwks_unknown_kid_total",
+				"test_caller_jwt_authenticator_latency_seconds", "test_caller_jwt_authenticator_jwks_fetch_last_timestamp_seconds"} {
 				if names[m] != offline {
 					t.Errorf("%s exported: %v; want %v", m, names[m], offline)
 				}
+			}
+			followed := a.AuthenticationConfig != ""
+			for _, m := range []string{"test_caller_config_reloads_total", "test_caller_config_info"} {
+				if names[m] != followed {
+					t.Errorf("%s exported: %v; want %v", m, names[m], followed)
+				}
+			}
+			if followed && len(g.Runnables()) != 1 {
+				t.Errorf("%d runnables; want the configuration's reload", len(g.Runnables()))
 			}
 		})
 	}

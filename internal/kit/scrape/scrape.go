@@ -1,6 +1,7 @@
 // Package scrape reads a Prometheus registry the way the tests and the
 // demo compare metrics: every counter and gauge as "name{v1,v2}" (its label
-// values in order; "name" without labels) → value.
+// values in the order of their names; "name" without labels) → value, and a
+// histogram as its sample count.
 package scrape
 
 import (
@@ -23,7 +24,7 @@ func Values(g prometheus.Gatherer) (map[string]float64, error) {
 				}
 				k += "{" + strings.Join(vs, ",") + "}"
 			}
-			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			out[k] = m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return out, err

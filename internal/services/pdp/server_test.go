@@ -346,7 +346,7 @@ func TestOptionsRefusals(t *testing.T) {
 		{"tiny header limit", func(o *pdp.Options) { o.Serve.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes 100"},
 		{"TLS files with --insecure-http", func(o *pdp.Options) { o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "c", "k" }, "contradict each other"},
 		{"a bad log level", func(o *pdp.Options) { o.Serve.LogLevel = "loud" }, `--log-level "loud"`},
-		{"oidc without issuers", func(o *pdp.Options) { o.Auth.Backend = "oidc" }, "--caller-backend oidc needs --caller-oidc-issuers"},
+		{"oidc without issuers", func(o *pdp.Options) { o.Auth.Backend = "oidc" }, "--caller-backend oidc needs --caller-authentication-config"},
 		{"an unknown backend", func(o *pdp.Options) { o.Auth.Backend = "ldap" }, `--caller-backend "ldap"`},
 	}
 	for _, tt := range tests {
