@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
@@ -64,14 +65,11 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			tenantsFile := filepath.Join(dir, "tenants.yaml")
-			_ = os.WriteFile(tenantsFile, []byte(configMapFile(t, out, "controller.yaml", "vmafx-controller-tenants", "tenants.yaml")), 0o600)
-			tenants, err := controller.LoadTenants(tenantsFile)
-			if err != nil {
-				t.Fatalf("the controller refuses the chart's tenants file: %v", err)
-			}
-			if len(tenants.Tenants) != 2 || tenants.Tenants[1].RolesClaim != "roles" || tenants.Tenants[1].TenantClaim != "tenant" {
-				t.Fatalf("tenants %+v", tenants)
+			authnFile := filepath.Join(dir, "authentication-config.yaml")
+			_ = os.WriteFile(authnFile, []byte(configMapFile(t, out, "controller.yaml", "vmafx-controller-authn", "authentication-config.yaml")), 0o600)
+			checkAuthnConfig(t, authnFile)
+			if cmd := controller.NewCommand(io.Discard); cmd.ParseFlags(deploymentOf(t, out["vmafx/templates/controller.yaml"]).Spec.Template.Spec.Containers[0].Args) != nil {
+				t.Fatal("vmafx-controller refuses the chart's arguments")
 			}
 			// The controller's CA as the pods see it: the Secret's ca.crt
 			// mounted where the rendered connection says.
@@ -131,6 +129,68 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 	}
 }
 
+// checkAuthnConfig loads the chart's AuthenticationConfiguration as the
+// controller does — decoded, validated and its CEL compiled as the API
+// server does, one constant tenant per issuer — and checks each issuer's
+// tenant.
+func checkAuthnConfig(t *testing.T, file string) {
+	t.Helper()
+	cfg, err := oidc.LoadAuthenticationConfiguration(file)
+	if err != nil {
+		t.Fatalf("the controller refuses the chart's AuthenticationConfiguration: %v", err)
+	}
+	if err := controller.CheckTenantPerIssuer(cfg); err != nil {
+		t.Fatalf("the controller refuses the chart's issuers: %v", err)
+	}
+	if len(cfg.Issuers) != 2 {
+		t.Fatalf("%d issuers", len(cfg.Issuers))
+	}
+	for i, want := range []string{"tenant-a", "tenant-b"} {
+		if got, _ := cfg.Issuers[i].ConstantExtra(oidc.ExtraTenant); got != want {
+			t.Fatalf("issuer %d: tenant %q; want %q", i, got, want)
+		}
+	}
+}
+
+// TestVmafxChartTakesAWholeConfiguration: authenticationConfig is passed
+// to the controller as it is.
+func TestVmafxChartTakesAWholeConfiguration(t *testing.T) {
+	whole := "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n" +
+		"- issuer: {url: 'https://idp.tenant-a.example/', audiences: [vmafx-controller]}\n  claimMappings:\n    username: {expression: 'claims.sub'}\n    extra:\n    - {key: callerauth.dev/tenant, valueExpression: '\"tenant-a\"'}\n" +
+		"- issuer: {url: 'https://idp.tenant-b.example/', audiences: [vmafx-controller]}\n  claimMappings:\n    username: {expression: 'claims.sub'}\n    extra:\n    - {key: callerauth.dev/tenant, valueExpression: '\"tenant-b\"'}\n"
+	values := "authenticationConfig: |\n" + block(whole, 2) + "\ncredentials:\n  tenant: tenant-a\n"
+	out, err := renderVmafx(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "authentication-config.yaml")
+	got := configMapFile(t, out, "controller.yaml", "vmafx-controller-authn", "authentication-config.yaml")
+	if strings.TrimSpace(got) != strings.TrimSpace(whole) {
+		t.Fatalf("rendered:\n%s\nwant:\n%s", got, whole)
+	}
+	_ = os.WriteFile(file, []byte(got), 0o600)
+	checkAuthnConfig(t, file)
+}
+
+// block indents every line of s by n spaces (a YAML block scalar).
+func block(s string, n int) string {
+	pad := strings.Repeat(" ", n)
+	return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad)
+}
+
+// deploymentOf is the Deployment of a rendered template.
+func deploymentOf(t *testing.T, rendered string) *appsv1.Deployment {
+	t.Helper()
+	for _, doc := range strings.Split(rendered, "\n---") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err == nil && d.Kind == "Deployment" {
+			return &d
+		}
+	}
+	t.Fatal("no Deployment rendered")
+	return nil
+}
+
 // daemonSet is the DaemonSet of a rendered template.
 func daemonSet(t *testing.T, rendered string) *appsv1.DaemonSet {
 	t.Helper()
@@ -161,6 +221,9 @@ func TestVmafxChartRefusals(t *testing.T) {
 		{"PostgreSQL without TLS", goodVmafx + "controller: {postgres: {url: 'postgres://vmafx@db:5432/vmafx'}}\n", "add sslmode=verify-full"},
 		{"PostgreSQL with TLS that may fall back", goodVmafx + "controller: {postgres: {url: 'postgres://vmafx@db:5432/vmafx?sslmode=prefer'}}\n", "add sslmode=verify-full"},
 		{"another database", goodVmafx + "controller: {postgres: {url: 'mysql://db/vmafx'}}\n", "want a postgres:// URL"},
+		{"a CA from a ConfigMap", "tenants: [{name: a, issuer: 'https://idp', audiences: [x], caConfigMap: idp-ca}]\ncredentials: {tenant: a}\n", "caConfigMap is gone: give the issuer's CA as PEM in certificateAuthority"},
+		{"a dotted roles claim", "tenants: [{name: a, issuer: 'https://idp', audiences: [x], rolesClaim: realm_access.roles}]\ncredentials: {tenant: a}\n", `rolesClaim "realm_access.roles": a plain claim name here`},
+		{"both tenants and a whole configuration", goodVmafx + "authenticationConfig: 'kind: AuthenticationConfiguration'\n", "authenticationConfig and tenants: give one"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := renderVmafx(t, tt.values); err == nil || !strings.Contains(err.Error(), tt.want) {

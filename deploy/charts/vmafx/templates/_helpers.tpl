@@ -18,10 +18,15 @@ controller:
 
 {{/* Render-time validation: what would otherwise fail at start-up. */}}
 {{- define "vmafx.validate" -}}
-{{- if not .Values.tenants -}}
-{{- fail "vmafx: tenants: at least one tenant is required (name, issuer, audiences): nobody could call the controller" -}}
+{{- if and .Values.authenticationConfig .Values.tenants -}}
+{{- fail "vmafx: authenticationConfig and tenants: give one (authenticationConfig is the whole file; tenants are written into one)" -}}
+{{- end -}}
+{{- if not (or .Values.tenants .Values.authenticationConfig) -}}
+{{- fail "vmafx: tenants: at least one tenant is required (name, issuer, audiences), or authenticationConfig: nobody could call the controller" -}}
 {{- end -}}
 {{- range $i, $t := .Values.tenants -}}
+{{- if $t.caConfigMap -}}{{- fail (printf "vmafx: tenants[%d] (%s): caConfigMap is gone: give the issuer's CA as PEM in certificateAuthority (the AuthenticationConfiguration carries it inline, as the API server's does)" $i $t.name) -}}{{- end -}}
+{{- range $k := list "rolesClaim" "tenantClaim" -}}{{- with (index $t $k) -}}{{- if not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*$" .) -}}{{- fail (printf "vmafx: tenants[%d] (%s): %s %q: a plain claim name here; write other mappings in authenticationConfig" $i $t.name $k .) -}}{{- end -}}{{- end -}}{{- end -}}
 {{- if not $t.name -}}{{- fail (printf "vmafx: tenants[%d]: name is required" $i) -}}{{- end -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $t.name) -}}{{- fail (printf "vmafx: tenants[%d].name %q: want a DNS label" $i $t.name) -}}{{- end -}}
 {{- if not $t.issuer -}}{{- fail (printf "vmafx: tenants[%d] (%s): issuer is required: the issuer decides the tenant" $i $t.name) -}}{{- end -}}
