@@ -53,7 +53,7 @@ func Main(args []string) int {
 	o.defaults()
 	if err := Execute(ctx, o, args); err != nil {
 		fmt.Fprintln(o.Stderr, "callerauth:", err)
-		return 1
+		return ExitCode(err)
 	}
 	return 0
 }
@@ -79,7 +79,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), newDemoCmd(o))
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), newVmafxCmd(o), newDemoCmd(o))
 	return root
 }
 

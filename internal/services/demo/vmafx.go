@@ -53,6 +53,50 @@ func (e *env) startVmafx() (*vmafxWorld, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startVmafx(dir)
+}
+
+// VmafxWorld is the demo's vmafx world for a test of its own (the CLI's):
+// a controller in-process on loopback TLS, on an AuthenticationConfiguration
+// of two dev issuers, the identity providers of tenant-a and tenant-b.
+type VmafxWorld struct{ w *vmafxWorld }
+
+// StartVmafx starts a world in dir; Stop ends it.
+func StartVmafx(dir string) (*VmafxWorld, error) {
+	w, err := startVmafx(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &VmafxWorld{w}, nil
+}
+
+// Stop stops the controller and the issuers.
+func (v *VmafxWorld) Stop() { v.w.stop() }
+
+// Addr is the controller's address.
+func (v *VmafxWorld) Addr() string { return v.w.addr }
+
+// CAFile is the CA of the controller's serving certificate.
+func (v *VmafxWorld) CAFile() string { return v.w.caFile }
+
+// Mint is a token of tenant's identity provider for subject with roles.
+func (v *VmafxWorld) Mint(tenant, subject string, roles ...string) string {
+	return v.w.mint(tenant, subject, time.Time{}, roles...)
+}
+
+// RunNode runs a tenant-a node (its token minted for subject) until the
+// returned stop; Clips writes tenant-a's two clips and names them.
+func (v *VmafxWorld) RunNode(subject string) (stop func(), err error) {
+	_, stop, err = v.w.runNode(v.w.nodeToken(subject, time.Time{}))
+	return stop, err
+}
+
+// Clips writes tenant-a's reference and distorted clips and returns their
+// names, relative to the tenant's clip directory.
+func (v *VmafxWorld) Clips() (ref, dist string, err error) { return v.w.clips() }
+
+func startVmafx(dir string) (*vmafxWorld, error) {
+	var err error
 	w := &vmafxWorld{dir: dir, idp: map[string]*devissuer.Issuer{}}
 	var stops []func()
 	w.stop = func() {
