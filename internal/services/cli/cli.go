@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
 )
 
 // Options are the process's surroundings, replaceable in tests.
@@ -53,7 +55,7 @@ func Main(args []string) int {
 	o.defaults()
 	if err := Execute(ctx, o, args); err != nil {
 		fmt.Fprintln(o.Stderr, "callerauth:", err)
-		return ExitCode(err)
+		return jobcli.ExitCode(err)
 	}
 	return 0
 }
@@ -79,7 +81,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), newVmafxCmd(o), newDemoCmd(o))
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}), newDemoCmd(o))
 	return root
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/services/cli"
 	"github.com/callerauth/callerauth/internal/services/demo"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
 )
 
 // vmafxConfig writes a client configuration for the world's controller
@@ -117,18 +117,18 @@ func TestVmafxCLI(t *testing.T) {
 
 	// The refusals, each saying why and with its exit code.
 	r = vmafx(dash, "submit", "--reference", ref, "--distorted", dist)
-	if cli.ExitCode(r.err) != cli.ExitRefused || !strings.Contains(r.err.Error(), "PermissionDenied role_missing, needs role vmafx:submitter") {
-		t.Fatalf("a reader's submit: exit %d, %v", cli.ExitCode(r.err), r.err)
+	if jobcli.ExitCode(r.err) != jobcli.ExitRefused || !strings.Contains(r.err.Error(), "PermissionDenied role_missing, needs role vmafx:submitter") {
+		t.Fatalf("a reader's submit: exit %d, %v", jobcli.ExitCode(r.err), r.err)
 	}
 	r = vmafx(other, "get", first.ID)
-	if cli.ExitCode(r.err) != cli.ExitRefused || !strings.Contains(r.err.Error(), "NotFound job_not_found") {
-		t.Fatalf("another tenant's job: exit %d, %v", cli.ExitCode(r.err), r.err)
+	if jobcli.ExitCode(r.err) != jobcli.ExitRefused || !strings.Contains(r.err.Error(), "NotFound job_not_found") {
+		t.Fatalf("another tenant's job: exit %d, %v", jobcli.ExitCode(r.err), r.err)
 	}
 	unreachable := strings.Replace(string(must(os.ReadFile(ci))), w.Addr(), "127.0.0.1:1", 1)
 	_ = os.WriteFile(ci+".down", []byte(unreachable), 0o600)
 	r = vmafx(ci+".down", "get", first.ID, "--timeout", "2s")
-	if cli.ExitCode(r.err) != cli.ExitUnreachable || !strings.Contains(r.err.Error(), "no answer from the controller (Unavailable") {
-		t.Fatalf("an unreachable controller: exit %d, %v", cli.ExitCode(r.err), r.err)
+	if jobcli.ExitCode(r.err) != jobcli.ExitUnreachable || !strings.Contains(r.err.Error(), "no answer from the controller (Unavailable") {
+		t.Fatalf("an unreachable controller: exit %d, %v", jobcli.ExitCode(r.err), r.err)
 	}
 
 	// A node measures; watch follows the first job to its end.
@@ -146,8 +146,8 @@ func TestVmafxCLI(t *testing.T) {
 	if !strings.Contains(r.stderr.String(), "SUCCEEDED node-a1 10 frames") {
 		t.Fatalf("watch lines:\n%s", r.stderr.String())
 	}
-	if r := vmafx(ci, "watch", cancelled.ID, "--interval", "100ms"); cli.ExitCode(r.err) != cli.ExitJobFailed || !strings.Contains(r.err.Error(), "ended CANCELLED") {
-		t.Fatalf("watching a cancelled job: exit %d, %v", cli.ExitCode(r.err), r.err)
+	if r := vmafx(ci, "watch", cancelled.ID, "--interval", "100ms"); jobcli.ExitCode(r.err) != jobcli.ExitJobFailed || !strings.Contains(r.err.Error(), "ended CANCELLED") {
+		t.Fatalf("watching a cancelled job: exit %d, %v", jobcli.ExitCode(r.err), r.err)
 	}
 	if r := vmafx(ci, "watch", third.ID, "--interval", "100ms"); r.err != nil || !strings.Contains(r.stdout.String(), "SUCCEEDED") || !strings.Contains(r.stdout.String(), "psnr=") {
 		t.Fatalf("watch as a table: %v\n%s", r.err, r.stdout.String())

@@ -1,7 +1,9 @@
 package demo
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,6 +34,7 @@ import (
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
+	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
 	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
 )
@@ -382,7 +385,7 @@ func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
 	return r
 }
 
-var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxOperatorJob, vmafxOperatorExpired}
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxCLI, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxOperatorJob, vmafxOperatorExpired}
 
 // The operator's reconciler, against controller-runtime's fake Kubernetes
 // client (no API server here; test/operator runs it against the real one).
@@ -478,5 +481,74 @@ func vmafxOperatorExpired(ctx context.Context, e *env) Result {
 	cond := meta.FindStatusCondition(job.Status.Conditions, jobsv1.ConditionControllerReachable)
 	r.Observed = fmt.Sprintf("%s, %s: %s", job.Status.Phase, cond.Reason, strings.Replace(cond.Message, w.dir, "…", 1))
 	r.Pass = job.Status.Phase == jobsv1.PhasePending && cond.Reason == operator.ReasonTokenExpired && strings.Contains(cond.Message, opTok) && job.Status.JobID == ""
+	return r
+}
+
+// vmafxCLI: the command line a tenant's engineer uses — callerauth vmafx
+// submit, then watch to the job's end; a reader's submit refused with the
+// role it lacks and its own exit code.
+func vmafxCLI(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx CLI: callerauth vmafx submit, watch; a reader submits",
+		Expected: "SUCCEEDED with psnr and ssim; the reader refused: exit 3, needs role vmafx:submitter"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	ref, dist, err := w.clips()
+	if err != nil {
+		return fail(r, err)
+	}
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer stopNode()
+	config := func(name string, roles ...string) (string, error) {
+		tok := filepath.Join(w.dir, name+".token")
+		if err := os.WriteFile(tok, []byte(w.mint("tenant-a", name, time.Time{}, roles...)), 0o600); err != nil {
+			return "", err
+		}
+		p := filepath.Join(w.dir, name+".yaml")
+		return p, os.WriteFile(p, fmt.Appendf(nil, "controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tok), 0o600)
+	}
+	ci, err := config("ci-a", controller.RoleSubmitter, controller.RoleReader)
+	if err != nil {
+		return fail(r, err)
+	}
+	dash, err := config("dash-a", controller.RoleReader)
+	if err != nil {
+		return fail(r, err)
+	}
+	vmafx := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cmd := jobcli.NewCommand(&jobcli.Options{Stdout: &out, Stderr: io.Discard, Getenv: func(string) string { return "" }})
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		cmd.SetArgs(args)
+		err := cmd.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	out, err := vmafx("--config", ci, "submit", "--reference", ref, "--distorted", dist, "-o", "json")
+	var sub struct{ Job struct{ ID string } }
+	if err != nil || json.Unmarshal([]byte(out), &sub) != nil || sub.Job.ID == "" {
+		return fail(r, fmt.Errorf("submit: %w %s", err, out))
+	}
+	out, err = vmafx("--config", ci, "watch", sub.Job.ID, "--interval", "100ms", "--timeout", "20s", "-o", "json")
+	var done struct {
+		Job struct {
+			State  string
+			Scores []struct {
+				Metric string
+				Mean   float64
+			}
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &done) != nil || len(done.Job.Scores) != 2 {
+		return fail(r, fmt.Errorf("watch: %w %s", err, out))
+	}
+	_, refused := vmafx("--config", dash, "submit", "--reference", ref, "--distorted", dist)
+	code := jobcli.ExitCode(refused)
+	r.Observed = fmt.Sprintf("%s psnr %.2f ssim %.4f; the reader: exit %d (%v)", done.Job.State, done.Job.Scores[0].Mean, done.Job.Scores[1].Mean, code, refused)
+	r.Pass = done.Job.State == "JOB_STATE_SUCCEEDED" && code == jobcli.ExitRefused && refused != nil && strings.Contains(refused.Error(), "needs role vmafx:submitter")
 	return r
 }

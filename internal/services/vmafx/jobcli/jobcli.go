@@ -1,4 +1,7 @@
-package cli
+// Package jobcli is the vmafx JobService's command line (callerauth vmafx):
+// submit, get, list, watch and cancel jobs, and write clips to try them on.
+// The callerauth command and the demo run it.
+package jobcli
 
 import (
 	"context"
@@ -121,7 +124,15 @@ func (f *vmafxFlags) call(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, f.timeout)
 }
 
-func newVmafxCmd(o *Options) *cobra.Command {
+// Options are the command's surroundings.
+type Options struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment (VMAFX_CONTROLLER_*).
+	Getenv func(string) string
+}
+
+// NewCommand is the vmafx command tree.
+func NewCommand(o *Options) *cobra.Command {
 	f := &vmafxFlags{}
 	cmd := &cobra.Command{
 		Use:   "vmafx",
