@@ -32,6 +32,7 @@ CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
 	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
+	f.BoolVar(&o.Reflection, "grpc-reflection", false, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
 	o.Auth.AddFlags(f)
 	// The issuers are the tenants file's (--tenants).
 	_ = f.MarkHidden("caller-oidc-issuers")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
@@ -46,7 +48,7 @@ func backends(t *testing.T, dir string) map[string]string {
 	return map[string]string{"sqlite": filepath.Join(dir, "jobs.db"), "postgres": pgtest.Start(t).NewDatabase(t)}
 }
 
-func startOn(t *testing.T, dir, datastore string) *env {
+func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Options)) *env {
 	t.Helper()
 	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
 	var tenants strings.Builder
@@ -65,6 +67,9 @@ func startOn(t *testing.T, dir, datastore string) *env {
 			}
 			return time.Now()
 		},
+	}
+	for _, f := range tune {
+		f(&o)
 	}
 	return e.start(t, dir, o)
 }
@@ -596,5 +601,58 @@ func testAttemptsQueueAndCancel(t *testing.T, datastore string) {
 		if !strings.Contains(e.log.String(), want) {
 			t.Errorf("no refusal logged with %s", want)
 		}
+	}
+}
+
+// TestReflection: --grpc-reflection serves gRPC server reflection to a
+// caller with the reader role (grpcurl's list), refuses it to a caller
+// without a token or the role, and is off by default.
+func TestReflection(t *testing.T) {
+	list := func(e *env, tok string) ([]string, error) {
+		conn, err := loopback.DialTLS(e.addr, e.ca.Pool(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			return nil, err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, s := range resp.GetListServicesResponse().GetService() {
+			names = append(names, s.GetName())
+		}
+		return names, nil
+	}
+	mint := func(e *env, roles ...string) string {
+		tok, err := e.idp["tenant-a"].MintIdentity(devissuer.IdentityRequest{Subject: "grpcurl", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"scp": strings.Join(roles, " ")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	on := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"), func(o *controller.Options) { o.Reflection = true })
+	names, err := list(on, mint(on, controller.RoleReader))
+	if err != nil || !slices.Contains(names, "vmafx.v1.JobService") {
+		t.Fatalf("a reader lists %v, %v", names, err)
+	}
+	if _, err := list(on, mint(on, controller.RoleNode)); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a node lists: %v; want PermissionDenied", err)
+	}
+	if _, err := list(on, ""); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v; want Unauthenticated", err)
+	}
+	off := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
+	// Off, the method has no role: refused before gRPC would say it is
+	// not served.
+	if _, err := list(off, mint(off, controller.RoleReader)); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("reflection off: %v; want PermissionDenied (no role grants the method)", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
@@ -40,6 +42,13 @@ var MethodRoles = map[string]string{
 	vmafxv1.JobService_ClaimJob_FullMethodName:  RoleNode,
 	vmafxv1.JobService_ReportJob_FullMethodName: RoleNode,
 	vmafxv1.JobService_CancelJob_FullMethodName: RoleSubmitter,
+}
+
+// reflectionRoles are the roles of gRPC server reflection (--grpc-reflection):
+// whoever may read jobs may read what the service offers.
+var reflectionRoles = map[string]string{
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      RoleReader,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": RoleReader,
 }
 
 // Defaults.
@@ -79,7 +88,10 @@ type Options struct {
 	Lease, LeaseCheck time.Duration
 	// MaxAttempts is how many claims a job gets (--max-attempts).
 	MaxAttempts int
-	Logger      *slog.Logger
+	// Reflection serves gRPC server reflection (--grpc-reflection), for
+	// grpcurl and the like; a caller needs the reader role.
+	Reflection bool
+	Logger     *slog.Logger
 	// Now is the clock of leases. Default time.Now.
 	Now func() time.Time
 }
@@ -196,8 +208,12 @@ func New(o Options) (*Server, error) {
 	}
 	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
 	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	roles := maps.Clone(MethodRoles)
+	if o.Reflection {
+		maps.Copy(roles, reflectionRoles)
+	}
 	s.guard, err = m.Guard(serve.GuardSpec{
-		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: MethodRoles, RequireTenant: true}),
+		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: roles, RequireTenant: true}),
 		MetricsPrefix: "vmafx_controller",
 	})
 	if err != nil {
@@ -211,9 +227,15 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
+	// Every stream is guarded too: the JobService has none, but server
+	// reflection (--grpc-reflection) is one.
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
-		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)))
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)),
+		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log})
+	if o.Reflection {
+		reflection.Register(s.grpc)
+	}
 	rpcMetrics.Init(s.grpc)
 	return s, nil
 }
