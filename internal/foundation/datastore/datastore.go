@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -156,6 +157,13 @@ func Open(ctx context.Context, name, target string, migrations fs.FS, o Options)
 	var db *sql.DB
 	switch dialect {
 	case SQLite:
+		// SQLite says "unable to open database file (14)" of a missing
+		// directory: say which.
+		if dir := filepath.Dir(dsn); dir != "" {
+			if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+				return nil, fmt.Errorf("%s: datastore %s: the directory %s does not exist (or is not a directory): create it, or give a path in one that does", name, dsn, dir)
+			}
+		}
 		// WAL keeps readers off the writer's back; synchronous=FULL makes
 		// every committed transaction durable before it returns.
 		db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)")

@@ -214,3 +214,14 @@ func TestURLFile(t *testing.T) {
 		t.Error("Check accepted another scheme")
 	}
 }
+
+// TestMissingDirectoryIsNamed: an SQLite file in a directory that does not
+// exist is refused naming the directory (SQLite's own word is "unable to
+// open database file (14)").
+func TestMissingDirectoryIsNamed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not-there")
+	_, err := datastore.Open(context.Background(), "test-svc", filepath.Join(dir, "x.db"), migrations, datastore.Options{})
+	if err == nil || !strings.Contains(err.Error(), "the directory "+dir+" does not exist") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/cli"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
 
@@ -71,5 +72,38 @@ func TestConfigConvert(t *testing.T) {
 		if r := execute(context.Background(), t, "", time.Time{}, "config", "convert", c.file); r.err == nil || !strings.Contains(r.err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", name, r.err, c.want)
 		}
+	}
+}
+
+// TestTenantWorkNeedsItsStateDir: a tenant identity provider's client or
+// --subject token without --state-dir would come from the default dev
+// issuer, whose iss no tenant configuration names: refused, saying what to
+// give; with the tenant issuer's --state-dir it is minted.
+func TestTenantWorkNeedsItsStateDir(t *testing.T) {
+	state := t.TempDir()
+	run := func(args ...string) error {
+		var out strings.Builder
+		return cli.Execute(context.Background(), &cli.Options{Stdout: &out, Stderr: &out, Getenv: func(k string) string {
+			if k == "XDG_STATE_HOME" {
+				return state
+			}
+			return ""
+		}}, args)
+	}
+	for _, args := range [][]string{
+		{"token", "mint", "--subject", "ci-a", "--audience", "vmafx-controller"},
+		{"issuer", "client", "--client-id", "node-a1", "--subject", "node-a1", "--audience", "vmafx-controller", "--secret-file", filepath.Join(t.TempDir(), "s")},
+	} {
+		if err := run(args...); err == nil || !strings.Contains(err.Error(), "no --state-dir: this would use the default dev issuer") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	tenant := filepath.Join(t.TempDir(), "idp-a")
+	if err := run("token", "mint", "--state-dir", tenant, "--issuer", "https://idp.tenant-a.example", "--subject", "ci-a", "--audience", "vmafx-controller"); err != nil {
+		t.Fatal(err)
+	}
+	// The service-account tokens of the default issuer need no --state-dir.
+	if err := run("token", "mint", "--service-account", "ns:sa", "--audience", "x"); err != nil {
+		t.Fatal(err)
 	}
 }

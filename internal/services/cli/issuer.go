@@ -26,6 +26,23 @@ func (f *issuerFlags) register(cmd *cobra.Command, o *Options) {
 	cmd.Flags().DurationVar(&f.maxLifetime, "max-token-lifetime", devissuer.DefaultMaxLifetime, "longest token lifetime the issuer mints")
 }
 
+// openTenant opens the issuer for a tenant identity provider's work (a
+// client, a --subject token). Without --state-dir that would be the
+// default dev issuer, the cluster's stand-in, whose iss no tenant
+// configuration names: refused, saying what to give instead.
+func (f *issuerFlags) openTenant(cmd *cobra.Command, o *Options) (*devissuer.Issuer, error) {
+	iss, err := f.open(o)
+	if err != nil {
+		return nil, err
+	}
+	if !cmd.Flags().Changed("state-dir") && iss.Issuer() == devissuer.DefaultIssuer {
+		return nil, fmt.Errorf("no --state-dir: this would use the default dev issuer (%s, in %s), the cluster's stand-in; "+
+			"a tenant identity provider is an issuer of its own: give its --state-dir (callerauth issuer serve --issuer https://idp.tenant-a.example --state-dir DIR --listen 127.0.0.1:PORT)",
+			iss.Issuer(), f.stateDir)
+	}
+	return iss, nil
+}
+
 func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
 	alg := devissuer.Algorithm(strings.ToUpper(f.algorithm))
 	if alg != "" && alg != devissuer.ES256 && alg != devissuer.RS256 {
@@ -60,9 +77,9 @@ func newIssuerServeCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(o.Stdout, "dev issuer serving on %s\n  issuer:         %s\n  signing key:    %s %s\n  discovery:      %s%s\n  TokenReview:    %s%s\n  CA:             %s\n  kubeconfig:     %s (reviewer token %s)\n",
-				srv.URL, iss.Issuer(), iss.Algorithm(), iss.KeyID(), srv.URL, devissuer.PathDiscovery, srv.URL, devissuer.PathTokenReviews,
-				iss.CAFile(), iss.KubeconfigFile(), iss.ReviewerTokenFile())
+			fmt.Fprintf(o.Stdout, "dev issuer serving on %s\n  issuer:         %s\n  signing key:    %s %s\n  discovery:      %s%s\n  token (OAuth2): %s%s (clients: callerauth issuer client --state-dir %s)\n  TokenReview:    %s%s\n  CA:             %s\n  kubeconfig:     %s (reviewer token %s)\n",
+				srv.URL, iss.Issuer(), iss.Algorithm(), iss.KeyID(), srv.URL, devissuer.PathDiscovery, srv.URL, devissuer.PathToken, iss.StateDir(),
+				srv.URL, devissuer.PathTokenReviews, iss.CAFile(), iss.KubeconfigFile(), iss.ReviewerTokenFile())
 			done := make(chan error, 1)
 			go func() { done <- srv.Wait() }()
 			select {

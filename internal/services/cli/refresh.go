@@ -143,8 +143,8 @@ func newIssuerClientCmd(o *Options) *cobra.Command {
 		Example: `  callerauth issuer client --state-dir /tmp/idp-tenant-a --client-id node-a1 --subject node-a1 \
       --scope vmafx:node --audience vmafx-controller --secret-file /tmp/node-a1.secret`,
 		Args: cobra.NoArgs,
-		RunE: func(_ *cobra.Command, _ []string) error {
-			iss, err := f.open(o)
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			iss, err := f.openTenant(cmd, o)
 			if err != nil {
 				return err
 			}

@@ -42,7 +42,7 @@ func newTokenMintCmd(o *Options) *cobra.Command {
   callerauth token mint --state-dir /tmp/idp-tenant-a --subject vmafx-operator --audience vmafx-controller \
       --claim scp="vmafx:reader vmafx:submitter"`,
 		Args: cobra.NoArgs,
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if subject != "" {
 				if sa != "" || pod != "" || node != "" {
 					return fmt.Errorf("--subject mints an identity provider's token; --service-account, --pod and --node belong to service-account tokens")
@@ -55,7 +55,7 @@ func newTokenMintCmd(o *Options) *cobra.Command {
 					}
 					extra[k] = v
 				}
-				iss, err := f.open(o)
+				iss, err := f.openTenant(cmd, o)
 				if err != nil {
 					return err
 				}

@@ -13,7 +13,7 @@ import (
 
 // NewCommand is the vmafx-controller command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts}
+	o := Options{Serve: serve.Options{Listen: ":9443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts}
 	o.Auth.Backend = serve.BackendOIDC // each tenant's identity provider, offline
 	cmd := &cobra.Command{
 		Use:   "vmafx-controller",
