@@ -1,6 +1,6 @@
 // Package walk_test runs the local walks of the operator docs — every
-// fenced block marked "sh walk" in docs/pdp.md and
-// docs/platform-connector.md — with the real binaries, and checks that the
+// fenced block marked "sh walk" in docs/pdp.md,
+// docs/platform-connector.md and docs/vmafx.md — with the real binaries, and checks that the
 // output the docs show is
 // the output the commands print ("# => " lines). A walk that rots fails
 // here.
@@ -27,7 +27,7 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	var bins map[string]string
-	e2e.Main(m, &bins, []string{"cmd/callerauth", "cmd/pdp", "cmd/platform-connector"}, func() (func(), error) {
+	e2e.Main(m, &bins, []string{"cmd/callerauth", "cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller", "cmd/vmafx-node"}, func() (func(), error) {
 		binDir = filepath.Dir(bins["pdp"])
 		return nil, nil
 	})
@@ -121,3 +121,5 @@ func run(t *testing.T, doc string) {
 func TestPDPWalk(t *testing.T) { run(t, "pdp.md") }
 
 func TestPlatformConnectorWalk(t *testing.T) { run(t, "platform-connector.md") }
+
+func TestVmafxWalk(t *testing.T) { run(t, "vmafx.md") }

@@ -102,8 +102,8 @@ type vmafxFlags struct {
 // client dials the controller the way the node and the operator do: the
 // "controller" section of --config, VMAFX_CONTROLLER_* over it.
 func (f *vmafxFlags) client(o *Options) (vmafxv1.JobServiceClient, func(), error) {
-	if !slices.Contains([]string{"table", "json", "yaml"}, f.output) {
-		return nil, nil, fmt.Errorf("--output %q: want table, json or yaml", f.output)
+	if !slices.Contains([]string{"table", "json", "yaml", "name"}, f.output) {
+		return nil, nil, fmt.Errorf("--output %q: want table, json, yaml or name", f.output)
 	}
 	lookup := func(k string) (string, bool) {
 		v := o.Getenv(k)
@@ -150,7 +150,7 @@ FAILED or CANCELLED.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.config, "config", "", "YAML file with a controller section (address, tls, ca_file, server_name, token_file, token), as the node's and the operator's")
-	pf.StringVarP(&f.output, "output", "o", "table", "how jobs are printed: table, json or yaml")
+	pf.StringVarP(&f.output, "output", "o", "table", "how jobs are printed: table, json, yaml, or name (the job IDs, one a line, for scripts)")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long one call may take")
 	cmd.AddCommand(newVmafxSubmitCmd(o, f), newVmafxGetCmd(o, f), newVmafxListCmd(o, f), newVmafxWatchCmd(o, f), newVmafxCancelCmd(o, f), newVmafxClipCmd(o))
 	return cmd
@@ -417,9 +417,16 @@ func terminal(s vmafxv1.JobState) bool {
 func stateName(s vmafxv1.JobState) string { return strings.TrimPrefix(s.String(), "JOB_STATE_") }
 
 // printJobs prints the response as JSON or YAML (the message as protojson
-// has it), or the jobs as a table.
+// has it), the jobs' IDs, or the jobs as a table.
 func printJobs(w io.Writer, format string, resp proto.Message, jobs ...*vmafxv1.Job) error {
 	switch format {
+	case "name":
+		for _, j := range jobs {
+			if _, err := fmt.Fprintln(w, j.GetId()); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "json", "yaml":
 		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(resp)
 		if err != nil {
