@@ -361,6 +361,22 @@ func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Re
 	}
 }
 
+// HeaderRequestID is the AuthZEN request identifier (§10.1.3).
+const HeaderRequestID = "X-Request-ID"
+
+// echoRequestID answers every response of an AuthZEN endpoint — a
+// decision, a refusal, a bad request — with the X-Request-ID the request
+// carried, as the text requires of a PDP (§10.1.3: "MUST include the same
+// identifier"). The header is bounded by the server's header limit.
+func echoRequestID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ids := r.Header.Values(HeaderRequestID); len(ids) > 0 {
+			w.Header()[http.CanonicalHeaderKey(HeaderRequestID)] = slices.Clone(ids)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // authzenHandler serves one of the two evaluation endpoints through the
 // same caller authentication as /v1/check.
 func (s *Server) authzenHandler(path string) http.Handler {

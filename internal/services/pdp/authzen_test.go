@@ -250,3 +250,39 @@ func TestAuthZENDiscoveryAndAPIs(t *testing.T) {
 		t.Fatalf("AuthZEN on a /v1/check package: %d %s", code, body)
 	}
 }
+
+// TestAuthZENEchoesTheRequestID: every response of every AuthZEN endpoint
+// carries the X-Request-ID its request did (AuthZEN 1.0 §10.1.3, a MUST):
+// a decision, a batch, a bad request, a refused caller, the metadata.
+func TestAuthZENEchoesTheRequestID(t *testing.T) {
+	e, tok := startTodo(t)
+	good := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t1"}}`, morty)
+	for _, c := range []struct {
+		name, method, path, token, body string
+		code                            int
+	}{
+		{"a decision", http.MethodPost, pdp.PathEvaluation, tok, good, 200},
+		{"a batch", http.MethodPost, pdp.PathEvaluations, tok, `{"evaluations":[` + good + `]}`, 200},
+		{"a bad request", http.MethodPost, pdp.PathEvaluation, tok, `{"subject":7}`, 400},
+		{"no token", http.MethodPost, pdp.PathEvaluation, "", good, 401},
+		{"the metadata", http.MethodGet, pdp.PathAuthZENConfig, "", "", 200},
+	} {
+		req, err := http.NewRequest(c.method, e.url+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(pdp.HeaderRequestID, "bfe9eb29-ab87-4ca3-be83-a1d5d8305716")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != c.code || resp.Header.Get(pdp.HeaderRequestID) != "bfe9eb29-ab87-4ca3-be83-a1d5d8305716" {
+			t.Errorf("%s: %d, X-Request-ID %q; want %d and the request's", c.name, resp.StatusCode, resp.Header.Get(pdp.HeaderRequestID), c.code)
+		}
+	}
+}

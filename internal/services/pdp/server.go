@@ -339,9 +339,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", s.checkHandler())
-	mux.Handle("POST "+PathEvaluation, s.authzenHandler(PathEvaluation))
-	mux.Handle("POST "+PathEvaluations, s.authzenHandler(PathEvaluations))
-	mux.HandleFunc("GET "+PathAuthZENConfig, s.authzenConfig)
+	mux.Handle("POST "+PathEvaluation, echoRequestID(s.authzenHandler(PathEvaluation)))
+	mux.Handle("POST "+PathEvaluations, echoRequestID(s.authzenHandler(PathEvaluations)))
+	mux.Handle("GET "+PathAuthZENConfig, echoRequestID(http.HandlerFunc(s.authzenConfig)))
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
