@@ -3,7 +3,6 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,14 +18,8 @@ import (
 // with a token file holding tok, and returns its path.
 func vmafxConfig(t *testing.T, w *demo.VmafxWorld, name, tok string) string {
 	t.Helper()
-	dir := t.TempDir()
-	tokFile := filepath.Join(dir, name+".token")
-	if err := os.WriteFile(tokFile, []byte(tok), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, name+".yaml")
-	cfg := fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.Addr(), w.CAFile(), tokFile)
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+	p, err := w.ClientConfig(name, tok)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return p

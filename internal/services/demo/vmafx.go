@@ -98,6 +98,40 @@ func (v *VmafxWorld) RunNode(subject string) (stop func(), err error) {
 // names, relative to the tenant's clip directory.
 func (v *VmafxWorld) Clips() (ref, dist string, err error) { return v.w.clips() }
 
+// ClientConfig writes the client configuration a vmafx program reads (the
+// controller section: this controller, its CA, a token file holding tok)
+// and returns its path.
+func (v *VmafxWorld) ClientConfig(name, tok string) (string, error) {
+	return v.w.clientConfig(name, tok)
+}
+
+func (w *vmafxWorld) clientConfig(name, tok string) (string, error) {
+	tokFile := filepath.Join(w.dir, name+".token")
+	if err := os.WriteFile(tokFile, []byte(tok), 0o600); err != nil {
+		return "", err
+	}
+	p := filepath.Join(w.dir, name+".yaml")
+	return p, os.WriteFile(p, fmt.Appendf(nil, "controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tokFile), 0o600)
+}
+
+// withNode starts a world with tenant-a's clips and a node measuring
+// them; stop ends both.
+func (e *env) withNode() (w *vmafxWorld, ref, dist string, stop func(), err error) {
+	if w, err = e.startVmafx(); err != nil {
+		return nil, "", "", nil, err
+	}
+	if ref, dist, err = w.clips(); err != nil {
+		w.stop()
+		return nil, "", "", nil, err
+	}
+	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
+	if err != nil {
+		w.stop()
+		return nil, "", "", nil, err
+	}
+	return w, ref, dist, func() { stopNode(); w.stop() }, nil
+}
+
 func startVmafx(dir string) (*vmafxWorld, error) {
 	var err error
 	w := &vmafxWorld{dir: dir, idp: map[string]*devissuer.Issuer{}}
@@ -287,20 +321,11 @@ func vmafxPoison(ctx context.Context, e *env) Result {
 
 func vmafxMeasure(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "vmafx: submit, node claims and measures", Expected: "SUCCEEDED with luma PSNR and SSIM"}
-	w, err := e.startVmafx()
+	w, ref, dist, stop, err := e.withNode()
 	if err != nil {
 		return fail(r, err)
 	}
-	defer w.stop()
-	ref, dist, err := w.clips()
-	if err != nil {
-		return fail(r, err)
-	}
-	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
-	if err != nil {
-		return fail(r, err)
-	}
-	defer stopNode()
+	defer stop()
 	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
 	if err != nil {
 		return fail(r, err)
@@ -490,27 +515,13 @@ func vmafxOperatorExpired(ctx context.Context, e *env) Result {
 func vmafxCLI(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "vmafx CLI: callerauth vmafx submit, watch; a reader submits",
 		Expected: "SUCCEEDED with psnr and ssim; the reader refused: exit 3, needs role vmafx:submitter"}
-	w, err := e.startVmafx()
+	w, ref, dist, stop, err := e.withNode()
 	if err != nil {
 		return fail(r, err)
 	}
-	defer w.stop()
-	ref, dist, err := w.clips()
-	if err != nil {
-		return fail(r, err)
-	}
-	_, stopNode, err := w.runNode(w.nodeToken("node-a1", time.Time{}))
-	if err != nil {
-		return fail(r, err)
-	}
-	defer stopNode()
+	defer stop()
 	config := func(name string, roles ...string) (string, error) {
-		tok := filepath.Join(w.dir, name+".token")
-		if err := os.WriteFile(tok, []byte(w.mint("tenant-a", name, time.Time{}, roles...)), 0o600); err != nil {
-			return "", err
-		}
-		p := filepath.Join(w.dir, name+".yaml")
-		return p, os.WriteFile(p, fmt.Appendf(nil, "controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", w.addr, w.caFile, tok), 0o600)
+		return w.clientConfig(name, w.mint("tenant-a", name, time.Time{}, roles...))
 	}
 	ci, err := config("ci-a", controller.RoleSubmitter, controller.RoleReader)
 	if err != nil {

@@ -124,6 +124,29 @@ func (f *vmafxFlags) call(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, f.timeout)
 }
 
+// jobResponse is a response that carries one job.
+type jobResponse interface {
+	proto.Message
+	GetJob() *vmafxv1.Job
+}
+
+// one makes one call that answers one job, within --timeout, and prints
+// the job; what names the call in a refusal.
+func (f *vmafxFlags) one(cmd *cobra.Command, o *Options, what string, call func(context.Context, vmafxv1.JobServiceClient) (jobResponse, error)) error {
+	jobs, done, err := f.client(o)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := f.call(cmd.Context())
+	defer cancel()
+	resp, err := call(ctx, jobs)
+	if err != nil {
+		return callError(what, err)
+	}
+	return printJobs(o.Stdout, f.output, resp, resp.GetJob())
+}
+
 // Options are the command's surroundings.
 type Options struct {
 	Stdout, Stderr io.Writer
@@ -177,18 +200,9 @@ func newVmafxSubmitCmd(o *Options, f *vmafxFlags) *cobra.Command {
 			if spec.GetReference() == "" || spec.GetDistorted() == "" {
 				return errors.New("vmafx submit: --reference and --distorted are required (or -f with reference and distorted)")
 			}
-			jobs, done, err := f.client(o)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := f.call(cmd.Context())
-			defer cancel()
-			resp, err := jobs.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &spec, RequestId: requestID})
-			if err != nil {
-				return callError("submit", err)
-			}
-			return printJobs(o.Stdout, f.output, resp, resp.GetJob())
+			return f.one(cmd, o, "submit", func(ctx context.Context, jobs vmafxv1.JobServiceClient) (jobResponse, error) {
+				return jobs.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &spec, RequestId: requestID})
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -233,18 +247,9 @@ func newVmafxGetCmd(o *Options, f *vmafxFlags) *cobra.Command {
 		Short: "Show a job of your tenant",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			jobs, done, err := f.client(o)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := f.call(cmd.Context())
-			defer cancel()
-			resp, err := jobs.GetJob(ctx, &vmafxv1.GetJobRequest{Id: args[0]})
-			if err != nil {
-				return callError("get", err)
-			}
-			return printJobs(o.Stdout, f.output, resp, resp.GetJob())
+			return f.one(cmd, o, "get", func(ctx context.Context, jobs vmafxv1.JobServiceClient) (jobResponse, error) {
+				return jobs.GetJob(ctx, &vmafxv1.GetJobRequest{Id: args[0]})
+			})
 		},
 	}
 }
@@ -318,18 +323,9 @@ func newVmafxCancelCmd(o *Options, f *vmafxFlags) *cobra.Command {
 		Short: "Cancel a job that has not finished (a running one is given back by its node)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			jobs, done, err := f.client(o)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := f.call(cmd.Context())
-			defer cancel()
-			resp, err := jobs.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: args[0]})
-			if err != nil {
-				return callError("cancel", err)
-			}
-			return printJobs(o.Stdout, f.output, resp, resp.GetJob())
+			return f.one(cmd, o, "cancel", func(ctx context.Context, jobs vmafxv1.JobServiceClient) (jobResponse, error) {
+				return jobs.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: args[0]})
+			})
 		},
 	}
 }
