@@ -156,32 +156,31 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 			}
 		}
 	}
-	raw, ok := top["evaluations"]
-	if !ok {
-		// No evaluations array: the request is a single evaluation (§7.1).
+	var list []json.RawMessage
+	if raw, ok := top["evaluations"]; ok {
+		err = ijson.Elements(raw, func(e []byte) error {
+			if len(list) == MaxEvaluations {
+				return errTooMany
+			}
+			list = append(list, e)
+			return nil
+		})
+		if errors.Is(err, errTooMany) {
+			return nil, badField("evaluations", "more than %d evaluations is over the limit: split the batch", MaxEvaluations)
+		}
+		if err != nil {
+			return nil, badField("evaluations", "evaluations must be an array of objects")
+		}
+	}
+	if len(list) == 0 {
+		// No evaluations, or none in the array: the request is a single
+		// evaluation (§7.1), answered as one (§6).
 		it, err := decodeItem(top, nil, "")
 		if err != nil {
 			return nil, err
 		}
-		req.items = []evaluationItem{it}
+		req.batch, req.items = false, []evaluationItem{it}
 		return req, nil
-	}
-	var list []json.RawMessage
-	err = ijson.Elements(raw, func(e []byte) error {
-		if len(list) == MaxEvaluations {
-			return errTooMany
-		}
-		list = append(list, e)
-		return nil
-	})
-	if errors.Is(err, errTooMany) {
-		return nil, badField("evaluations", "more than %d evaluations is over the limit: split the batch", MaxEvaluations)
-	}
-	if err != nil {
-		return nil, badField("evaluations", "evaluations must be an array of objects")
-	}
-	if len(list) == 0 {
-		return nil, badField("evaluations", "evaluations is empty")
 	}
 	defaults := map[string]json.RawMessage{}
 	for _, k := range []string{"subject", "action", "resource", "context"} {

@@ -286,3 +286,23 @@ func TestAuthZENEchoesTheRequestID(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthZENEmptyOrMissingEvaluations: on the evaluations endpoint, a
+// request with no evaluations array, or an empty one, is one evaluation
+// of its top-level members (AuthZEN 1.0 §7.1), answered as the single
+// evaluation endpoint answers (§6): a decision, not an evaluations array.
+func TestAuthZENEmptyOrMissingEvaluations(t *testing.T) {
+	e, tok := startTodo(t)
+	single := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t1"}}`, morty)
+	for name, body := range map[string]string{
+		"missing": single,
+		"empty":   strings.TrimSuffix(single, "}") + `,"evaluations":[]}`,
+	} {
+		code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
+		var top map[string]json.RawMessage
+		if code != 200 || json.Unmarshal(resp, &top) != nil || top["evaluations"] != nil || string(top["decision"]) != "true" {
+			t.Fatalf("%s: %d %s; want a single decision", name, code, resp)
+		}
+		verifyItem(t, e, resp, single)
+	}
+}
