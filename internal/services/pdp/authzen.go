@@ -3,13 +3,17 @@ package pdp
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -466,28 +470,62 @@ func strconvBool(b bool) string {
 	return "false"
 }
 
-// authzenConfig serves the PDP metadata (AuthZEN §11): the identifier, the
-// two endpoints, and, as an extension, where the keys that sign answers
-// are published. The identifier is --authzen-base-url, or else the URL the
-// request reached.
-func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
+// authzenConfig serves the PDP metadata (AuthZEN §9): the identifier, the
+// two endpoints, and where the keys that sign answers are published. The
+// identifier is never taken from the request (a Host header would make it
+// whatever the caller says, defeating the check it exists for):
+// --authzen-base-url, or the serving certificate's first name and the
+// port served on; over plain HTTP there is none, and no metadata.
+func (s *Server) authzenConfig(w http.ResponseWriter, _ *http.Request) {
 	if s.state.Load().pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
 		return
 	}
-	base := strings.TrimSuffix(s.o.AuthZENBaseURL, "/")
-	if base == "" {
-		scheme := "https"
-		if s.o.InsecureHTTP {
-			scheme = "http"
-		}
-		base = scheme + "://" + r.Host
+	base, err := s.pdpIdentifier()
+	if err != nil {
+		guard.WriteHTTPError(w, http.StatusNotFound, "no_pdp_identifier", err.Error())
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "max-age=300")
 	_ = json.NewEncoder(w).Encode(map[string]string{
 		"policy_decision_point":       base,
 		"access_evaluation_endpoint":  base + PathEvaluation,
 		"access_evaluations_endpoint": base + PathEvaluations,
 		"decision_signing_jwks_uri":   base + "/.well-known/jwks.json",
 	})
+}
+
+// pdpIdentifier is the https URL the metadata names as this PDP.
+func (s *Server) pdpIdentifier() (string, error) {
+	if s.o.AuthZENBaseURL != "" {
+		return strings.TrimSuffix(s.o.AuthZENBaseURL, "/"), nil
+	}
+	cfg := s.m.TLSConfig()
+	if s.o.InsecureHTTP || cfg == nil {
+		return "", errors.New("this PDP serves plain HTTP, so it has no AuthZEN identifier (an https URL, AuthZEN 1.0 §9): set --authzen-base-url to the https URL a TLS proxy serves it at")
+	}
+	port := s.port.Load()
+	cert, err := cfg.GetCertificate(&tls.ClientHelloInfo{})
+	if err != nil || cert == nil || len(cert.Certificate) == 0 || port == 0 {
+		return "", errors.New("the serving certificate is not loaded yet; set --authzen-base-url to name this PDP")
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return "", fmt.Errorf("the serving certificate: %w", err)
+	}
+	var host string
+	switch {
+	case len(leaf.DNSNames) > 0:
+		host = leaf.DNSNames[0]
+	case len(leaf.IPAddresses) > 0:
+		host = leaf.IPAddresses[0].String()
+	default:
+		return "", errors.New("the serving certificate names no host; set --authzen-base-url to name this PDP")
+	}
+	hostport := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	if port == 443 {
+		hostport = strings.TrimSuffix(hostport, ":443")
+	}
+	return "https://" + hostport, nil
 }

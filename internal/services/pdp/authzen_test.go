@@ -3,6 +3,7 @@ package pdp_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -229,15 +230,34 @@ func TestAuthZENMalformed(t *testing.T) {
 
 func TestAuthZENDiscoveryAndAPIs(t *testing.T) {
 	e, tok := startTodo(t)
-	resp, err := e.client.Get(e.url + pdp.PathAuthZENConfig)
+	// Plain HTTP has no AuthZEN identifier (an https URL), whatever Host
+	// the request names: no metadata.
+	req, _ := http.NewRequest(http.MethodGet, e.url+pdp.PathAuthZENConfig, nil)
+	req.Host = "evil.example"
+	resp, err := e.client.Do(req)
 	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "no_pdp_identifier") || strings.Contains(string(b), "evil.example") {
+		t.Fatalf("metadata over plain HTTP: %d %s", resp.StatusCode, b)
+	}
+	// Configured, the identifier is the configured URL, never the Host.
+	named := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(todo, "policy"), filepath.Join(todo, "registry.json")
+		o.AuthZENBaseURL = "https://pdp.example:8443/"
+	})
+	req, _ = http.NewRequest(http.MethodGet, named.url+pdp.PathAuthZENConfig, nil)
+	req.Host = "evil.example"
+	if resp, err = named.client.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	var meta map[string]string
 	_ = json.NewDecoder(resp.Body).Decode(&meta)
 	resp.Body.Close()
-	base := "http://" + strings.TrimPrefix(e.url, "http://")
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || meta["policy_decision_point"] != base ||
+	base := "https://pdp.example:8443"
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Cache-Control") == "" || meta["policy_decision_point"] != base ||
 		meta["access_evaluation_endpoint"] != base+"/access/v1/evaluation" || meta["access_evaluations_endpoint"] != base+"/access/v1/evaluations" {
 		t.Fatalf("metadata %d %v", resp.StatusCode, meta)
 	}
@@ -265,7 +285,7 @@ func TestAuthZENEchoesTheRequestID(t *testing.T) {
 		{"a batch", http.MethodPost, pdp.PathEvaluations, tok, `{"evaluations":[` + good + `]}`, 200},
 		{"a bad request", http.MethodPost, pdp.PathEvaluation, tok, `{"subject":7}`, 400},
 		{"no token", http.MethodPost, pdp.PathEvaluation, "", good, 401},
-		{"the metadata", http.MethodGet, pdp.PathAuthZENConfig, "", "", 200},
+		{"the metadata (none over plain HTTP)", http.MethodGet, pdp.PathAuthZENConfig, "", "", 404},
 	} {
 		req, err := http.NewRequest(c.method, e.url+c.path, strings.NewReader(c.body))
 		if err != nil {

@@ -44,7 +44,7 @@ func addFlags(f *pflag.FlagSet, o *Options) {
 	f.StringVar(&o.CallerAudience, "caller-audience", "flex-auth", "the audience callers' tokens must be minted for")
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", nil, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
-	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", "", "the https:// URL the AuthZEN metadata names as this PDP (default: the URL each metadata request reached)")
+	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", "", "the https:// URL the AuthZEN metadata names as this PDP (default: the serving certificate's first name and the port served on; never the request's Host; none over plain HTTP)")
 	f.DurationVar(&o.ReloadInterval, "reload-interval", 2*time.Second, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
 }
 

@@ -68,7 +68,8 @@ type Options struct {
 	SigningKeyFile string
 	ReloadInterval time.Duration
 	// AuthZENBaseURL is the PDP identifier its AuthZEN metadata publishes
-	// (--authzen-base-url); empty: the URL each metadata request reached.
+	// (--authzen-base-url); empty: the serving certificate's first name and
+	// the port served on (none over plain HTTP).
 	AuthZENBaseURL string
 	Logger         *slog.Logger
 	Authenticator  authn.Authenticator // replaces the backend, for tests
@@ -193,6 +194,7 @@ func callerAuthMode(s string) (guard.Mode, error) {
 type Server struct {
 	o       Options
 	m       *serve.Manager
+	port    atomic.Int32 // the API's TCP port, once Run listens
 	log     *slog.Logger
 	guard   *serve.CallerAuth
 	state   atomic.Pointer[state]
@@ -601,6 +603,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if cfg := s.m.TLSConfig(); cfg != nil {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
 		lis = tls.NewListener(lis, cfg)
+	}
+	if a, ok := lis.Addr().(*net.TCPAddr); ok {
+		s.port.Store(int32(a.Port)) //nolint:gosec // a TCP port fits.
 	}
 	s.m.ServeHTTP("api", lis, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
