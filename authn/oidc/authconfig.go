@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 
@@ -62,15 +63,37 @@ func IsAuthenticationConfiguration(doc []byte) bool {
 // the API server would accept but callerauth cannot honour is refused,
 // naming the field; nothing is ignored.
 func LoadAuthenticationConfiguration(path string) (Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := readConfigFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("oidc: %w", err)
+		return Config{}, err
 	}
 	cfg, err := ParseAuthenticationConfiguration(b)
 	if err != nil {
 		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// MaxConfigBytes bounds an AuthenticationConfiguration file: hundreds of
+// issuers with their CA bundles fit.
+const MaxConfigBytes = 4 << 20
+
+// readConfigFile reads an AuthenticationConfiguration file of at most
+// MaxConfigBytes.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("oidc: %s: over %d bytes; an AuthenticationConfiguration is at most that", path, MaxConfigBytes)
+	}
+	return b, nil
 }
 
 // ParseAuthenticationConfiguration is [LoadAuthenticationConfiguration] of

@@ -151,6 +151,11 @@ func TestAuthenticationConfigurationRefusals(t *testing.T) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
 		}
 	}
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	_ = os.WriteFile(big, []byte(head+ok+"# "+strings.Repeat("x", oidc.MaxConfigBytes)+"\n"), 0o600)
+	if _, err := oidc.LoadAuthenticationConfiguration(big); err == nil || !strings.Contains(err.Error(), "over 4194304 bytes") {
+		t.Errorf("an oversize file: %v", err)
+	}
 	if !oidc.IsAuthenticationConfiguration([]byte(head+ok)) || oidc.IsAuthenticationConfiguration([]byte(`{"issuers": []}`)) {
 		t.Fatal("IsAuthenticationConfiguration")
 	}

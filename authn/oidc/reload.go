@@ -92,9 +92,9 @@ func (r *Reloading) load() (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: %w", err)
 	}
-	b, err := os.ReadFile(r.cfg.Path)
+	b, err := readConfigFile(r.cfg.Path)
 	if err != nil {
-		return nil, fmt.Errorf("oidc: %w", err)
+		return nil, err
 	}
 	sum := sha256.Sum256(b)
 	c, err := ParseAuthenticationConfiguration(b)

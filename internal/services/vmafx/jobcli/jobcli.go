@@ -220,16 +220,17 @@ const maxSpecFile = 64 << 10
 // readSpec reads a job spec (YAML or JSON, the JobSpec's fields) strictly:
 // no key twice, no unknown key.
 func readSpec(path string, spec *vmafxv1.JobSpec) error {
-	st, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("vmafx submit: %w", err)
 	}
-	if st.Size() > maxSpecFile {
-		return fmt.Errorf("vmafx submit: %s: %d bytes; a spec is at most %d", path, st.Size(), maxSpecFile)
-	}
-	b, err := os.ReadFile(path)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSpecFile+1))
 	if err != nil {
 		return fmt.Errorf("vmafx submit: %w", err)
+	}
+	if len(b) > maxSpecFile {
+		return fmt.Errorf("vmafx submit: %s: over %d bytes; a spec is at most that", path, maxSpecFile)
 	}
 	j, err := ijson.FromYAML(b)
 	if err == nil {
