@@ -22,12 +22,20 @@ const ContextKey = "callerauth"
 // through the root of a Merkle tree (RFC 9162, section 2.1) whose leaves
 // are the [EvaluationLeaf]s, in request order; each answer carries the
 // record's JWS and its leaf's inclusion proof, so that one answer can be
-// verified on its own.
+// verified on its own. Beside the tree it binds what the request as a
+// whole asked: the endpoint, the evaluations semantic, how many
+// evaluations were requested (a short-circuiting semantic answers fewer),
+// the request's X-Request-ID and the members the PDP ignored.
 type EvaluationRecord struct {
 	Schema        string     `json:"schema"`
 	DecisionID    string     `json:"decision_id"`
 	PolicyVersion string     `json:"policy_version"`
-	Evaluations   int        `json:"evaluations"` // leaves in the tree
+	Endpoint      string     `json:"endpoint"`    // "evaluation" or "evaluations"
+	Semantic      string     `json:"semantic"`    // execute_all, deny_on_first_deny, permit_on_first_permit
+	Requested     int        `json:"requested"`   // evaluations the request asked for
+	Evaluations   int        `json:"evaluations"` // leaves in the tree: evaluations answered
+	RequestID     string     `json:"request_id"`  // the X-Request-ID header; "" when none was sent
+	Ignored       []string   `json:"ignored"`     // request-level members the PDP did not interpret
 	MerkleRoot    string     `json:"merkle_root"` // "sha256:" + hex
 	Provenance    Provenance `json:"provenance"`
 	Caller        Caller     `json:"caller"`
@@ -36,12 +44,18 @@ type EvaluationRecord struct {
 // EvaluationLeaf is one evaluation as its leaf binds it: its position in
 // the request, the digest of the evaluation request it decided (subject,
 // action, resource and context after the batch's defaults are applied,
-// RFC 8785 canonical JSON), the decision and the reason.
+// RFC 8785 canonical JSON), the decision, the reason, the digest of
+// everything else the answer's context says (its error, any member but
+// the proof itself), and the members of the evaluation the PDP ignored
+// (by path, such as subject.properties.nickname): a consumer sees what did
+// not count.
 type EvaluationLeaf struct {
-	Index         int    `json:"index"`
-	RequestDigest string `json:"request_digest"`
-	Decision      bool   `json:"decision"`
-	Reason        string `json:"reason"`
+	Index         int      `json:"index"`
+	RequestDigest string   `json:"request_digest"`
+	Decision      bool     `json:"decision"`
+	Reason        string   `json:"reason"`
+	ContextDigest string   `json:"context_digest"`
+	Ignored       []string `json:"ignored"`
 }
 
 // EvaluationProof is what an answer's context carries under [ContextKey].
@@ -50,7 +64,31 @@ type EvaluationProof struct {
 	Index         int      `json:"index"`
 	RequestDigest string   `json:"request_digest"`
 	Reason        string   `json:"reason"`
+	Ignored       []string `json:"ignored"`
 	Proof         []string `json:"proof"` // base64url SHA-256 hashes, leaf to root
+}
+
+// EmptyContextDigest is the context digest of an answer whose context
+// carries nothing but its proof.
+var EmptyContextDigest = func() string { d, _ := Digest([]byte("{}")); return d }()
+
+// ContextDigest is the digest a leaf binds for an answer's context: the
+// RFC 8785 canonical JSON of its members other than [ContextKey].
+func ContextDigest(context map[string]json.RawMessage) (string, error) {
+	if len(context) == 0 || (len(context) == 1 && context[ContextKey] != nil) {
+		return EmptyContextDigest, nil
+	}
+	rest := make(map[string]json.RawMessage, len(context))
+	for k, v := range context {
+		if k != ContextKey {
+			rest[k] = v
+		}
+	}
+	b, err := json.Marshal(rest)
+	if err != nil {
+		return "", err
+	}
+	return Digest(b)
 }
 
 // canonical is the leaf's RFC 8785 canonical JSON, written directly: the
@@ -59,9 +97,13 @@ type EvaluationProof struct {
 // trip, once per evaluation.
 func (l EvaluationLeaf) canonical() []byte {
 	var b bytes.Buffer
-	b.Grow(64 + len(l.Reason) + len(l.RequestDigest))
-	b.WriteString(`{"decision":`)
+	b.Grow(160 + len(l.Reason) + len(l.RequestDigest))
+	b.WriteString(`{"context_digest":`)
+	writeString(&b, l.ContextDigest)
+	b.WriteString(`,"decision":`)
 	b.WriteString(strconv.FormatBool(l.Decision))
+	b.WriteString(`,"ignored":`)
+	writeStrings(&b, l.Ignored)
 	b.WriteString(`,"index":`)
 	b.WriteString(strconv.Itoa(l.Index))
 	b.WriteString(`,"reason":`)
@@ -70,6 +112,18 @@ func (l EvaluationLeaf) canonical() []byte {
 	writeString(&b, l.RequestDigest)
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// writeStrings writes a JSON array of strings, canonical; nil is [].
+func writeStrings(b *bytes.Buffer, list []string) {
+	b.WriteByte('[')
+	for i, s := range list {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeString(b, s)
+	}
+	b.WriteByte(']')
 }
 
 // SignEvaluations signs a batch of evaluations once: it completes the
@@ -90,6 +144,10 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	root := t.hash(0, len(hashes))
 	r.Schema = s.profile.Schema
 	r.Evaluations = len(leaves)
+	if r.Requested < r.Evaluations {
+		return nil, nil, fmt.Errorf("decision: %d evaluations answered of %d requested", r.Evaluations, r.Requested)
+	}
+	r.Ignored = nonNil(r.Ignored)
 	r.MerkleRoot = "sha256:" + hex.EncodeToString(root[:])
 	payload, err := r.canonical()
 	if err != nil {
@@ -102,7 +160,7 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	proofs := make([]EvaluationProof, len(leaves))
 	for i, l := range leaves {
 		path := t.proof(i, 0, len(hashes))
-		p := EvaluationProof{RecordJWS: compact, Index: i, RequestDigest: l.RequestDigest, Reason: l.Reason, Proof: make([]string, len(path))}
+		p := EvaluationProof{RecordJWS: compact, Index: i, RequestDigest: l.RequestDigest, Reason: l.Reason, Ignored: nonNil(l.Ignored), Proof: make([]string, len(path))}
 		for j, h := range path {
 			p.Proof[j] = base64url(h[:])
 		}
@@ -111,14 +169,54 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	return payload, proofs, nil
 }
 
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// EvaluationMembers are the members of an evaluation request a leaf binds,
+// in their canonical order.
+var EvaluationMembers = []string{"action", "context", "resource", "subject"}
+
+// BoundEvaluation is the evaluation request a leaf binds, in RFC 8785
+// canonical JSON: of members (an evaluation's own, or a batch's defaults
+// where it has none), the subject, action, resource and context present.
+func BoundEvaluation(members map[string]json.RawMessage) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	first := true
+	for _, k := range EvaluationMembers {
+		v, ok := members[k]
+		if !ok {
+			continue
+		}
+		c, err := Canonicalize(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(`"` + k + `":`)
+		b.Write(c)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
 // VerifyEvaluation checks one AuthZEN answer on its own — a single
 // evaluation's response, or one item of a batch's evaluations — and
 // returns the record and the leaf it proved. It fails closed: the record
 // must be signed by a published key with the profile's typ and schema, be
 // fresh, and its Merkle root must be reached from this answer's decision,
-// reason, index and request digest through the answer's proof. With
-// o.Request set (the evaluation request the consumer asked, defaults
-// applied), the digest must be that request's.
+// context (every member but the proof), reason, ignored members, index and
+// request digest through the answer's proof. With o.Request set (the
+// evaluation request the consumer asked, defaults applied), the digest
+// must be that request's; with o.RequestID set, the record must carry
+// that X-Request-ID.
 func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *EvaluationLeaf, error) {
 	if err := o.Profile.validate(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrSchema, err)
@@ -144,27 +242,26 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	if p.RecordJWS == "" {
 		return nil, nil, fmt.Errorf("%w: context.%s has no record_jws", ErrUnsigned, ContextKey)
 	}
-	payload, err := verifyCompact(p.RecordJWS, o)
+	r, err := verifyEvaluationRecord(p.RecordJWS, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	var r EvaluationRecord
-	if err := ijson.Check(payload); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	cd, err := ContextDigest(a.Context)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: the answer's context: %w", ErrUnsigned, err)
 	}
-	if err := json.Unmarshal(payload, &r); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrSchema, err)
-	}
-	if r.Schema != o.Profile.Schema || r.Evaluations < 1 {
-		return nil, nil, fmt.Errorf("%w: schema %q (want %q), %d evaluations", ErrSchema, r.Schema, o.Profile.Schema, r.Evaluations)
-	}
-	leaf := EvaluationLeaf{Index: p.Index, RequestDigest: p.RequestDigest, Decision: *a.Decision, Reason: p.Reason}
+	leaf := EvaluationLeaf{Index: p.Index, RequestDigest: p.RequestDigest, Decision: *a.Decision, Reason: p.Reason, ContextDigest: cd, Ignored: nonNil(p.Ignored)}
 	if o.Request != nil {
-		want, err := Digest(o.Request)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(o.Request, &m); err != nil {
+			return nil, nil, fmt.Errorf("%w: the request sent is not a JSON object: %w", ErrRequestMismatch, err)
+		}
+		bound, err := BoundEvaluation(m)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: the request sent: %w", ErrRequestMismatch, err)
 		}
-		if want != leaf.RequestDigest {
+		sum := sha256.Sum256(bound)
+		if want := "sha256:" + hex.EncodeToString(sum[:]); want != leaf.RequestDigest {
 			return nil, nil, fmt.Errorf("%w: request_digest %s, the evaluation request digests to %s", ErrRequestMismatch, leaf.RequestDigest, want)
 		}
 	}
@@ -179,10 +276,178 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	}
 	root, err := rootFromProof(leaf.Index, r.Evaluations, leafHash(lb), path)
 	if err != nil || "sha256:"+hex.EncodeToString(root[:]) != r.MerkleRoot {
-		return nil, nil, fmt.Errorf("%w: evaluation %d of %d (decision %t, reason %q) is not what the record signed", ErrSignature, leaf.Index, r.Evaluations, leaf.Decision, leaf.Reason)
+		return nil, nil, fmt.Errorf("%w: evaluation %d of %d (decision %t, reason %q, its context, its ignored members) is not what the record signed", ErrSignature, leaf.Index, r.Evaluations, leaf.Decision, leaf.Reason)
+	}
+	return r, &leaf, nil
+}
+
+// verifyEvaluationRecord checks an evaluation record's JWS, schema,
+// freshness and request ID.
+func verifyEvaluationRecord(compact string, o VerifyOptions) (*EvaluationRecord, error) {
+	payload, err := verifyCompact(compact, o)
+	if err != nil {
+		return nil, err
+	}
+	var r EvaluationRecord
+	if err := ijson.Check(payload); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	if r.Schema != o.Profile.Schema || r.Evaluations < 1 || r.Requested < r.Evaluations {
+		return nil, fmt.Errorf("%w: schema %q (want %q), %d evaluations answered of %d requested", ErrSchema, r.Schema, o.Profile.Schema, r.Evaluations, r.Requested)
+	}
+	if o.RequestID != "" && r.RequestID != o.RequestID {
+		return nil, fmt.Errorf("%w: the record answers X-Request-ID %q, not %q", ErrRequestMismatch, r.RequestID, o.RequestID)
 	}
 	if err := checkFresh(r.Provenance.DecidedAt, o); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return &r, &leaf, nil
+	return &r, nil
+}
+
+// VerifyEvaluations checks a whole AuthZEN response against the request
+// that asked it: a single evaluation's answer, or every answer of a batch.
+// Beyond each answer verifying on its own ([VerifyEvaluation], with the
+// item's request after defaults), every answer must come from one record,
+// at its own position; the record must bind the request's endpoint,
+// semantic and number of evaluations; and the number of answers must be
+// what the semantic allows: all of them for execute_all, or up to and
+// including the first deny (permit) for deny_on_first_deny
+// (permit_on_first_permit). It returns the record and the leaves, in
+// order. endpoint is "evaluation" or "evaluations".
+func VerifyEvaluations(endpoint string, request, response []byte, o VerifyOptions) (*EvaluationRecord, []EvaluationLeaf, error) {
+	items, semantic, err := EvaluationItems(endpoint, request)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: the request: %w", ErrRequestMismatch, err)
+	}
+	var answers []json.RawMessage
+	var shape struct {
+		Evaluations *[]json.RawMessage `json:"evaluations"`
+	}
+	if err := ijson.Check(response); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
+	}
+	if err := json.Unmarshal(response, &shape); err != nil {
+		return nil, nil, fmt.Errorf("%w: the response is not a JSON object", ErrUnsigned)
+	}
+	batch := shape.Evaluations != nil
+	if batch {
+		answers = *shape.Evaluations
+	} else {
+		answers = []json.RawMessage{response}
+	}
+	if wantBatch := endpoint == "evaluations" && batchRequest(request); batch != wantBatch {
+		return nil, nil, fmt.Errorf("%w: a request of %d evaluations to the %s endpoint is answered in the %s shape", ErrRequestMismatch, len(items), endpoint, map[bool]string{true: "evaluations", false: "single evaluation"}[batch])
+	}
+	if len(answers) == 0 || len(answers) > len(items) {
+		return nil, nil, fmt.Errorf("%w: %d answers to %d evaluations", ErrRequestMismatch, len(answers), len(items))
+	}
+	var rec *EvaluationRecord
+	var jws string
+	leaves := make([]EvaluationLeaf, 0, len(answers))
+	for i, a := range answers {
+		oi := o
+		oi.Request = items[i]
+		r, leaf, err := VerifyEvaluation(a, oi)
+		if err != nil {
+			return nil, nil, fmt.Errorf("answer %d: %w", i, err)
+		}
+		if leaf.Index != i {
+			return nil, nil, fmt.Errorf("%w: answer %d proves evaluation %d", ErrRequestMismatch, i, leaf.Index)
+		}
+		var p struct {
+			C map[string]struct {
+				RecordJWS string `json:"record_jws"`
+			} `json:"context"`
+		}
+		_ = json.Unmarshal(a, &p)
+		if rec == nil {
+			rec, jws = r, p.C[ContextKey].RecordJWS
+		} else if p.C[ContextKey].RecordJWS != jws {
+			return nil, nil, fmt.Errorf("%w: answer %d is signed by another record (decision %s, not %s)", ErrRequestMismatch, i, r.DecisionID, rec.DecisionID)
+		}
+		leaves = append(leaves, *leaf)
+	}
+	if rec.Endpoint != endpoint || rec.Semantic != semantic || rec.Requested != len(items) || rec.Evaluations != len(answers) {
+		return nil, nil, fmt.Errorf("%w: the record answers %d of %d evaluations to %q under %s; the request asked %d to %q under %s and %d answers came",
+			ErrRequestMismatch, rec.Evaluations, rec.Requested, rec.Endpoint, rec.Semantic, len(items), endpoint, semantic, len(answers))
+	}
+	if len(answers) < len(items) {
+		last := leaves[len(leaves)-1].Decision
+		stops := (semantic == "deny_on_first_deny" && !last) || (semantic == "permit_on_first_permit" && last)
+		if !stops {
+			return nil, nil, fmt.Errorf("%w: %d of %d evaluations answered, but %s does not stop at a %t", ErrRequestMismatch, len(answers), len(items), semantic, last)
+		}
+	}
+	for i, l := range leaves[:len(leaves)-1] {
+		if (semantic == "deny_on_first_deny" && !l.Decision) || (semantic == "permit_on_first_permit" && l.Decision) {
+			return nil, nil, fmt.Errorf("%w: %s should have stopped at evaluation %d", ErrRequestMismatch, semantic, i)
+		}
+	}
+	return rec, leaves, nil
+}
+
+func batchRequest(request []byte) bool {
+	var m struct {
+		Evaluations []json.RawMessage `json:"evaluations"`
+	}
+	return json.Unmarshal(request, &m) == nil && len(m.Evaluations) > 0
+}
+
+// EvaluationItems reads an AuthZEN request to endpoint ("evaluation" or
+// "evaluations") as the PDP does (§7.1): each evaluation with the batch's
+// defaults applied, its members' JSON as sent, and the evaluations
+// semantic (execute_all unless options name another). A request without
+// evaluations, with an empty array, or sent to the single endpoint (where
+// evaluations and options mean nothing) is one evaluation of its
+// top-level members.
+func EvaluationItems(endpoint string, request []byte) ([][]byte, string, error) {
+	if err := ijson.Check(request); err != nil {
+		return nil, "", err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(request, &top); err != nil {
+		return nil, "", errors.New("not a JSON object")
+	}
+	semantic := "execute_all"
+	if endpoint != "evaluations" {
+		delete(top, "options")
+		delete(top, "evaluations")
+	}
+	if raw, ok := top["options"]; ok {
+		var opts struct {
+			Semantic *string `json:"evaluations_semantic"`
+		}
+		if json.Unmarshal(raw, &opts) == nil && opts.Semantic != nil {
+			semantic = *opts.Semantic
+		}
+	}
+	var list []map[string]json.RawMessage
+	if raw, ok := top["evaluations"]; ok {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, "", errors.New("evaluations is not an array of objects")
+		}
+	}
+	pick := func(own map[string]json.RawMessage) []byte {
+		m := map[string]json.RawMessage{}
+		for _, k := range EvaluationMembers {
+			if v, ok := own[k]; ok {
+				m[k] = v
+			} else if v, ok := top[k]; ok {
+				m[k] = v
+			}
+		}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	if len(list) == 0 {
+		return [][]byte{pick(nil)}, semantic, nil
+	}
+	items := make([][]byte, len(list))
+	for i, it := range list {
+		items[i] = pick(it)
+	}
+	return items, semantic, nil
 }

@@ -9,9 +9,9 @@ import (
 // of the leaf, escapes and non-ASCII included.
 func TestLeafCanonical(t *testing.T) {
 	for _, l := range []EvaluationLeaf{
-		{},
-		{Index: 7, RequestDigest: "sha256:ab", Decision: true, Reason: "editor_may_change_own_todo"},
-		{Index: 123456, RequestDigest: "x\"y\\z\n\t\u0001", Reason: "é€😀\u2028</script>"},
+		{Ignored: []string{}},
+		{Index: 7, RequestDigest: "sha256:ab", Decision: true, Reason: "editor_may_change_own_todo", ContextDigest: EmptyContextDigest, Ignored: []string{}},
+		{Index: 123456, RequestDigest: "x\"y\\z\n\t\u0001", Reason: "é€😀\u2028</script>", ContextDigest: "c\u0000", Ignored: []string{"subject._note", "é\"😀"}},
 	} {
 		want, err := CanonicalJSON(l)
 		if err != nil {

@@ -26,9 +26,11 @@ func signBatch(t *testing.T, s *decision.Signer, n int, at time.Time) ([][]byte,
 			t.Fatal(err)
 		}
 		reqs = append(reqs, req)
-		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: d, Decision: i%2 == 0, Reason: fmt.Sprintf("reason_%d", i)})
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: d, Decision: i%2 == 0, Reason: fmt.Sprintf("reason_%d", i),
+			ContextDigest: decision.EmptyContextDigest, Ignored: []string{}})
 	}
 	rec := &decision.EvaluationRecord{DecisionID: "d-1", PolicyVersion: "v1", Provenance: decision.Provenance{DecidedAt: at},
+		Endpoint: "evaluations", Semantic: "execute_all", Requested: n, RequestID: "req-1",
 		Caller: decision.Caller{Authenticated: true, Principal: "system:serviceaccount:todo:backend"}}
 	payload, proofs, err := s.SignEvaluations(rec, leaves)
 	if err != nil {
@@ -117,6 +119,10 @@ func TestEvaluationTampering(t *testing.T) {
 		"signed by a key not in the JWKS": {foreign[1], opts, decision.ErrUnknownKey},
 		"a /v1/check record's typ":        {typed[1], otherKeys, decision.ErrSignature},
 		"an hour old":                     {old[1], opts, decision.ErrStale},
+		"a context.error added":           {mutate(func(m, _ map[string]any) { m["context"].(map[string]any)["error"] = map[string]any{"status": 400} }), opts, decision.ErrSignature},
+		"a context member added":          {mutate(func(m, _ map[string]any) { m["context"].(map[string]any)["reason"] = "admin" }), opts, decision.ErrSignature},
+		"ignored members hidden":          {mutate(func(_, p map[string]any) { p["ignored"] = []string{"subject._note"} }), opts, decision.ErrSignature},
+		"another X-Request-ID":            {answers[1], withID(opts, "req-2"), decision.ErrRequestMismatch},
 	} {
 		if _, _, err := decision.VerifyEvaluation(c.answer, c.opts); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v; want %v", name, err, c.want)
@@ -125,4 +131,52 @@ func TestEvaluationTampering(t *testing.T) {
 	if _, _, err := decision.VerifyEvaluation(answers[1], opts); err != nil {
 		t.Fatalf("the untouched answer: %v", err)
 	}
+}
+
+func withID(o decision.VerifyOptions, id string) decision.VerifyOptions {
+	o.RequestID = id
+	return o
+}
+
+// TestVerifyEvaluationsWholeBatch: a whole response verifies against the
+// request that asked it, and a response spliced from two answers to the
+// same request, cut short, or answered in another order does not.
+func TestVerifyEvaluationsWholeBatch(t *testing.T) {
+	s, _ := decision.NewSigner(evalProfile, newKey(t))
+	const n = 4
+	answers, reqs, _ := signBatch(t, s, n, time.Now())
+	again, _, _ := signBatch(t, s, n, time.Now())
+	request, _ := json.Marshal(map[string]any{"evaluations": rawList(reqs)})
+	response := func(list [][]byte) []byte {
+		b, _ := json.Marshal(map[string]any{"evaluations": rawList(list)})
+		return b
+	}
+	opts := decision.VerifyOptions{Profile: evalProfile, Keys: s.JWKS()}
+	rec, leaves, err := decision.VerifyEvaluations("evaluations", request, response(answers), opts)
+	if err != nil || len(leaves) != n || rec.Requested != n {
+		t.Fatalf("the whole batch: %v", err)
+	}
+	spliced := append([][]byte{again[0]}, answers[1:]...)
+	for name, c := range map[string]struct {
+		endpoint string
+		response []byte
+	}{
+		"an answer from another response":  {"evaluations", response(spliced)},
+		"the last answer dropped":          {"evaluations", response(answers[:n-1])},
+		"two answers swapped":              {"evaluations", response([][]byte{answers[1], answers[0], answers[2], answers[3]})},
+		"the single endpoint's shape":      {"evaluations", answers[0]},
+		"asked of the evaluation endpoint": {"evaluation", response(answers)},
+	} {
+		if _, _, err := decision.VerifyEvaluations(c.endpoint, request, c.response, opts); err == nil {
+			t.Errorf("%s: verified", name)
+		}
+	}
+}
+
+func rawList(list [][]byte) []json.RawMessage {
+	out := make([]json.RawMessage, len(list))
+	for i, b := range list {
+		out[i] = b
+	}
+	return out
 }

@@ -143,8 +143,12 @@ func (r *EvaluationRecord) canonical() ([]byte, error) {
 	}
 	b.WriteString(`,"decision_id":`)
 	writeString(&b, r.DecisionID)
+	b.WriteString(`,"endpoint":`)
+	writeString(&b, r.Endpoint)
 	b.WriteString(`,"evaluations":`)
 	b.WriteString(strconv.Itoa(r.Evaluations))
+	b.WriteString(`,"ignored":`)
+	writeStrings(&b, r.Ignored)
 	b.WriteString(`,"merkle_root":`)
 	writeString(&b, r.MerkleRoot)
 	b.WriteString(`,"policy_version":`)
@@ -153,8 +157,14 @@ func (r *EvaluationRecord) canonical() ([]byte, error) {
 	if err := r.Provenance.writeCanonical(&b); err != nil {
 		return nil, err
 	}
+	b.WriteString(`,"request_id":`)
+	writeString(&b, r.RequestID)
+	b.WriteString(`,"requested":`)
+	b.WriteString(strconv.Itoa(r.Requested))
 	b.WriteString(`,"schema":`)
 	writeString(&b, r.Schema)
+	b.WriteString(`,"semantic":`)
+	writeString(&b, r.Semantic)
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }

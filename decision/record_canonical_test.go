@@ -69,7 +69,8 @@ func FuzzRecordCanonical(f *testing.F) {
 func TestEvaluationRecordCanonical(t *testing.T) {
 	for _, r := range recordVariants() {
 		e := &EvaluationRecord{Schema: r.Schema, DecisionID: r.DecisionID, PolicyVersion: r.PolicyVersion, Evaluations: len(r.Reason),
-			MerkleRoot: "sha256:" + r.Reason, Provenance: r.Provenance, Caller: r.Caller}
+			Endpoint: "evaluations", Semantic: r.Reason, Requested: 2 * len(r.Reason), RequestID: r.PolicyVersion + "\u2028é",
+			Ignored: []string{r.DecisionID, "options.another_option"}, MerkleRoot: "sha256:" + r.Reason, Provenance: r.Provenance, Caller: r.Caller}
 		want, err := CanonicalJSON(e)
 		if err != nil {
 			t.Fatal(err)

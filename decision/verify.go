@@ -34,6 +34,9 @@ type VerifyOptions struct {
 	// Request, when set, is the request the consumer sent (its JSON); the
 	// record's request_digest must be its digest.
 	Request []byte
+	// RequestID, when set, is the X-Request-ID the consumer sent; an
+	// AuthZEN record must carry it.
+	RequestID string
 	// MaxAge is how old a record may be. Default 5 minutes.
 	MaxAge time.Duration
 	// Skew is how far in the future decided_at may be. Default 30 s.

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -28,7 +27,7 @@ import (
 // EvaluationProfile is the format of the records that sign AuthZEN
 // answers: one record per request, binding every evaluation in it through
 // a Merkle root (decision.EvaluationRecord).
-var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v1", Type: "callerauth-authzen+jwt"}
+var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v2", Type: "callerauth-authzen+jwt"}
 
 // The AuthZEN endpoints (Authorization API 1.0, HTTPS binding).
 const (
@@ -49,20 +48,38 @@ const MaxEvaluations = 1000
 
 var errTooMany = errors.New("too many evaluations")
 
-// evaluationsRequest is a decoded AuthZEN request: one evaluation (no
-// Items) or a batch, defaults already applied to each item.
+// evaluationsRequest is a decoded AuthZEN request: one evaluation or a
+// batch, defaults already applied to each item.
 type evaluationsRequest struct {
-	batch    bool
+	endpoint string // "evaluation" or "evaluations"
+	batch    bool   // answered in the evaluations shape
 	semantic string
+	ignored  []string // request-level members not interpreted (foo, options.x)
 	items    []evaluationItem
 }
 
 // evaluationItem is one evaluation: the decoded 4-tuple, and its members'
 // JSON as the request gave them (after defaults), which is what the record
-// binds.
+// binds. An item of a batch that cannot be read is not a refusal of the
+// batch: err says why, and its answer is a false decision with the error
+// in its context (AuthZEN §7.2 Errors).
 type evaluationItem struct {
-	eval policy.Evaluation
-	raw  map[string]json.RawMessage // subject, action, resource, context
+	eval    policy.Evaluation
+	raw     map[string]json.RawMessage // subject, action, resource, context
+	prefix  string                     // "evaluations[2]." for a batch item's own members
+	own     map[string]bool            // members the item gave itself
+	ignored []string
+	err     error
+}
+
+// path names a member of the item as the request wrote it: its own, under
+// the item's prefix, or a default, at the top level.
+func (it *evaluationItem) path(rel string) string {
+	member, _, _ := strings.Cut(rel, ".")
+	if it.own[member] {
+		return it.prefix + rel
+	}
+	return rel
 }
 
 // canonicalMembers canonicalizes request members, each distinct JSON text
@@ -88,16 +105,17 @@ func (c canonicalMembers) of(v json.RawMessage) ([]byte, error) {
 	return b, nil
 }
 
-// boundRequest is the evaluation request an answer's leaf binds, in RFC
-// 8785 canonical JSON: subject, action, resource and, when present,
-// context — the item's own members where it has them, the batch's
-// defaults where it does not. A canonical object is its members, sorted,
-// with canonical values: action, context, resource, subject.
+// boundRequest is the evaluation request an answer's leaf binds
+// (decision.BoundEvaluation): subject, action, resource and, when present,
+// context, in RFC 8785 canonical JSON — the item's own members where it
+// has them, the batch's defaults where it does not, unknown members
+// included (what was sent is what is bound; the leaf lists what was
+// ignored).
 func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
-	for _, k := range []string{"action", "context", "resource", "subject"} {
+	for _, k := range decision.EvaluationMembers {
 		v, ok := it.raw[k]
 		if !ok {
 			continue
@@ -117,10 +135,16 @@ func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// decodeEvaluations reads an AuthZEN request strictly, as /v1/check's:
-// I-JSON, no unknown member at any level the PDP interprets, every
-// required member present with its type. The error names the member by
-// its path (evaluations[2].subject.id).
+// evaluationMembers are the members of an evaluation request.
+var evaluationMembers = []string{"subject", "action", "resource", "context"}
+
+// decodeEvaluations reads an AuthZEN request: I-JSON (a member twice,
+// invalid UTF-8 and the like refused), the members the text defines read
+// with their types, and every other member ignored (AuthZEN 1.0 §10.1.1:
+// a receiver MUST ignore what it does not understand) and listed by path.
+// What makes the whole request unreadable is an error naming the member
+// by its path (400); in a batch, what makes one item unreadable is that
+// item's error.
 func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 	if err := ijson.Check(body); err != nil {
 		var e *ijson.Error
@@ -129,25 +153,18 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		}
 		return nil, badField("body", "body is not a JSON object: %v", err)
 	}
-	allowed := []string{"subject", "action", "resource", "context"}
+	req := &evaluationsRequest{endpoint: "evaluation", semantic: ExecuteAll}
+	known := evaluationMembers
 	if batch {
-		allowed = append(allowed, "evaluations", "options")
+		req.endpoint = "evaluations"
+		known = append(slices.Clone(known), "evaluations", "options")
 	}
-	top, err := object(body, "", allowed...)
+	top, err := object(body, "", known, &req.ignored)
 	if err != nil {
 		return nil, err
 	}
-	req := &evaluationsRequest{batch: batch, semantic: ExecuteAll}
-	if !batch {
-		it, err := decodeItem(top, nil, "")
-		if err != nil {
-			return nil, err
-		}
-		req.items = []evaluationItem{it}
-		return req, nil
-	}
 	if v, ok := top["options"]; ok {
-		opts, err := object(v, "options", "evaluations_semantic")
+		opts, err := object(v, "options", []string{"evaluations_semantic"}, &req.ignored)
 		if err != nil {
 			return nil, err
 		}
@@ -176,100 +193,121 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 			return nil, badField("evaluations", "evaluations must be an array of objects")
 		}
 	}
-	if len(list) == 0 {
-		// No evaluations, or none in the array: the request is a single
-		// evaluation (§7.1), answered as one (§6).
-		it, err := decodeItem(top, nil, "")
-		if err != nil {
-			return nil, err
-		}
-		req.batch, req.items = false, []evaluationItem{it}
-		return req, nil
-	}
+	// The defaults, read once: one that cannot be read refuses the request.
 	defaults := map[string]json.RawMessage{}
-	for _, k := range []string{"subject", "action", "resource", "context"} {
+	for _, k := range evaluationMembers {
 		if v, ok := top[k]; ok {
 			defaults[k] = v
+			var scratch []string
+			if err := decodeMember(&policy.Evaluation{}, k, v, k, true, &scratch); err != nil {
+				return nil, err
+			}
 		}
 	}
+	if len(list) == 0 {
+		// No evaluations, or none in the array: the request is a single
+		// evaluation (§7.1), answered as one (§6); a member missing refuses
+		// it.
+		it := decodeItem(nil, defaults, "")
+		if it.err != nil {
+			return nil, it.err
+		}
+		req.items = []evaluationItem{it}
+		return req, nil
+	}
+	req.batch = true
 	for i, v := range list {
-		path := fmt.Sprintf("evaluations[%d]", i)
-		m, err := object(v, path, "subject", "action", "resource", "context")
+		prefix := fmt.Sprintf("evaluations[%d].", i)
+		var ign []string
+		own, err := object(v, strings.TrimSuffix(prefix, "."), evaluationMembers, &ign)
 		if err != nil {
-			return nil, err
+			return nil, err // not an object: the array is not one of evaluations
 		}
-		it, err := decodeItem(m, defaults, path+".")
-		if err != nil {
-			return nil, err
-		}
+		it := decodeItem(own, defaults, prefix)
+		it.ignored = append(ign, it.ignored...)
 		req.items = append(req.items, it)
 	}
 	return req, nil
 }
 
 // decodeItem reads one evaluation: its own members, each replacing the
-// default whole (AuthZEN §7.1.1).
-func decodeItem(own, defaults map[string]json.RawMessage, prefix string) (evaluationItem, error) {
-	it := evaluationItem{raw: map[string]json.RawMessage{}}
-	for _, k := range []string{"subject", "action", "resource", "context"} {
+// default whole (AuthZEN §7.1.1). A member missing or unreadable is the
+// item's error.
+func decodeItem(own, defaults map[string]json.RawMessage, prefix string) evaluationItem {
+	it := evaluationItem{raw: map[string]json.RawMessage{}, prefix: prefix, own: map[string]bool{}}
+	for _, k := range evaluationMembers {
 		v, ok := own[k]
 		path := prefix + k
-		if !ok {
-			if v, ok = defaults[k]; ok {
-				path = k
-			}
+		if ok {
+			it.own[k] = true
+		} else if v, ok = defaults[k]; ok {
+			path = k
 		}
 		if !ok {
 			if k == "context" {
 				continue
 			}
-			return it, badField(prefix+k, "%s is required", prefix+k)
+			it.err = badField(prefix+k, "%s is required", prefix+k)
+			return it
 		}
 		it.raw[k] = v
-		var err error
-		switch k {
-		case "subject":
-			it.eval.Subject, err = decodeEntity(v, path)
-		case "resource":
-			it.eval.Resource, err = decodeEntity(v, path)
-		case "action":
-			var m map[string]json.RawMessage
-			if m, err = object(v, path, "name", "properties"); err == nil {
-				if it.eval.Action, err = required(m, path, "name"); err == nil {
-					it.eval.ActionProperties, err = props(m, path)
-				}
-			}
-		case "context":
-			if _, err = object(v, path); err == nil {
-				it.eval.Context = v
-			}
-		}
-		if err != nil {
-			return it, err
+		if err := decodeMember(&it.eval, k, v, path, true, &it.ignored); err != nil {
+			it.err = err
+			return it
 		}
 	}
-	return it, nil
+	return it
 }
 
-func decodeEntity(v json.RawMessage, path string) (policy.Entity, error) {
+// decodeMember reads one member of an evaluation into e. needID: an
+// entity must name its id (a search's target need not).
+func decodeMember(e *policy.Evaluation, k string, v json.RawMessage, path string, needID bool, ignored *[]string) error {
+	var err error
+	switch k {
+	case "subject":
+		e.Subject, err = decodeEntity(v, path, needID, ignored)
+	case "resource":
+		e.Resource, err = decodeEntity(v, path, needID, ignored)
+	case "action":
+		var m map[string]json.RawMessage
+		if m, err = object(v, path, []string{"name", "properties"}, ignored); err == nil {
+			if e.Action, err = required(m, path, "name"); err == nil {
+				e.ActionProperties, err = props(m, path, ignored)
+			}
+		}
+	case "context":
+		if string(v) == "null" {
+			*ignored = append(*ignored, path)
+			return nil
+		}
+		if _, err = object(v, path, nil, nil); err == nil {
+			e.Context = v
+		}
+	}
+	return err
+}
+
+func decodeEntity(v json.RawMessage, path string, needID bool, ignored *[]string) (policy.Entity, error) {
 	var e policy.Entity
-	m, err := object(v, path, "type", "id", "properties")
+	m, err := object(v, path, []string{"type", "id", "properties"}, ignored)
 	if err != nil {
 		return e, err
 	}
 	if e.Type, err = required(m, path, "type"); err != nil {
 		return e, err
 	}
-	if e.ID, err = required(m, path, "id"); err != nil {
-		return e, err
+	if _, ok := m["id"]; ok || needID {
+		if e.ID, err = required(m, path, "id"); err != nil {
+			return e, err
+		}
 	}
-	e.Properties, err = props(m, path)
+	e.Properties, err = props(m, path, ignored)
 	return e, err
 }
 
-// object reads a JSON object whose members are among allowed (none given:
-// any member).
-func object(v json.RawMessage, path string, allowed ...string) (map[string]json.RawMessage, error) {
+// object reads a JSON object. With known given, members not among them
+// are listed in ignored by path (nil known: every member is taken).
+func object(v json.RawMessage, path string, known []string, ignored *[]string) (map[string]json.RawMessage, error) {
 	name := path
 	if name == "" {
 		name = "body"
@@ -277,38 +315,23 @@ func object(v json.RawMessage, path string, allowed ...string) (map[string]json.
 	if len(v) == 0 || v[0] != '{' {
 		return nil, badField(name, "%s must be a JSON object", name)
 	}
-	m, err := members(v)
-	if err != nil {
-		return nil, badField(name, "%s must be a JSON object", name)
-	}
-	if len(allowed) > 0 {
-		var unknown []string
-		for k := range m {
-			if !slices.Contains(allowed, k) {
-				unknown = append(unknown, k)
-			}
-		}
-		if len(unknown) > 0 {
-			sort.Strings(unknown) // the same member named whatever the map's order
-			member := unknown[0]
+	m := map[string]json.RawMessage{}
+	err := ijson.Members(v, func(k, value []byte) error {
+		if known != nil && !slices.Contains(known, string(k)) {
+			member := string(k)
 			if path != "" {
 				member = path + "." + member
 			}
-			return nil, badField(member, "unknown member %q", guard.LogValue(member))
+			*ignored = append(*ignored, member)
+			return nil
 		}
-	}
-	return m, nil
-}
-
-// members splits a JSON object into its members, the values left as
-// slices of v, through the one I-JSON reader.
-func members(v []byte) (map[string]json.RawMessage, error) {
-	m := map[string]json.RawMessage{}
-	err := ijson.Members(v, func(name, value []byte) error {
-		m[string(name)] = value
+		m[string(k)] = value
 		return nil
 	})
-	return m, err
+	if err != nil {
+		return nil, badField(name, "%s must be a JSON object", name)
+	}
+	return m, nil
 }
 
 func str(v json.RawMessage, path string) (string, error) {
@@ -336,12 +359,18 @@ func required(m map[string]json.RawMessage, path, key string) (string, error) {
 	return s, err
 }
 
-func props(m map[string]json.RawMessage, path string) (json.RawMessage, error) {
+// props reads an entity's or action's properties: an object, or null
+// (taken as absent, and listed as ignored).
+func props(m map[string]json.RawMessage, path string, ignored *[]string) (json.RawMessage, error) {
 	v, ok := m["properties"]
 	if !ok {
 		return nil, nil
 	}
-	if _, err := object(v, path+".properties"); err != nil {
+	if string(v) == "null" {
+		*ignored = append(*ignored, path+".properties")
+		return nil, nil
+	}
+	if _, err := object(v, path+".properties", nil, nil); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -351,7 +380,7 @@ func props(m map[string]json.RawMessage, path string) (json.RawMessage, error) {
 // package's id, bound to its principal by --caller-binding.
 func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Request, error) {
 	return func(r *http.Request) (binding.Request, error) {
-		body, err := readBody(r)
+		body, err := s.readAuthZENBody(r)
 		if err != nil {
 			return binding.Request{}, err
 		}
@@ -389,8 +418,25 @@ func (s *Server) authzenHandler(path string) http.Handler {
 
 // evaluationAnswer is one AuthZEN answer.
 type evaluationAnswer struct {
-	Decision bool           `json:"decision"`
-	Context  map[string]any `json:"context"`
+	Decision bool                   `json:"decision"`
+	Context  evaluationAnswerContext `json:"context"`
+}
+
+type evaluationAnswerContext struct {
+	Error *evaluationError        `json:"error,omitempty"`
+	Proof decision.EvaluationProof `json:"callerauth"`
+}
+
+// evaluationError is an item's error, as AuthZEN §7.2 shows it.
+type evaluationError struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+}
+
+// requestID is the X-Request-ID a request carried, as its record binds it:
+// several values joined as one HTTP list.
+func requestID(r *http.Request) string {
+	return strings.Join(r.Header.Values(HeaderRequestID), ", ")
 }
 
 // evaluate decides every evaluation of a request (as its semantic says),
@@ -403,7 +449,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	if req == nil {
 		var body []byte
-		if body, err = readBody(r); err == nil {
+		if body, err = s.readAuthZENBody(r); err == nil {
 			req, err = decodeEvaluations(body, path == PathEvaluations)
 		}
 	}
@@ -420,24 +466,40 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
 	canon := canonicalMembers{}
-	for i, it := range req.items {
-		d := st.pkg.EvaluateAuthZEN(st.reg, it.eval)
+	for i := range req.items {
+		it := &req.items[i]
+		var d policy.Decision
+		if it.err != nil {
+			d = policy.Decision{Reason: policy.ReasonInvalidEvaluation, Invalid: true, Detail: it.err.Error()}
+		} else {
+			d = st.pkg.EvaluateAuthZEN(st.reg, it.eval)
+		}
+		ignored := it.ignored
+		for _, p := range d.Ignored {
+			ignored = append(ignored, it.path(p))
+		}
 		bound, err := it.boundRequest(canon) // canonical already: its SHA-256 is the digest
-		sum := sha256.Sum256(bound)
-		digest := "sha256:" + hex.EncodeToString(sum[:])
 		if err != nil {
 			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
 			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
 			return
 		}
-		a := evaluationAnswer{Decision: d.Allow, Context: map[string]any{}}
+		sum := sha256.Sum256(bound)
+		a := evaluationAnswer{Decision: d.Allow}
+		contextDigest := decision.EmptyContextDigest
 		if d.Invalid {
-			a.Context["error"] = map[string]any{"status": http.StatusBadRequest, "message": d.Detail}
+			a.Context.Error = &evaluationError{Status: http.StatusBadRequest, Message: d.Detail}
+			eb, _ := json.Marshal(a.Context.Error)
+			if contextDigest, err = decision.ContextDigest(map[string]json.RawMessage{"error": eb}); err != nil {
+				s.signingFailed(w, err)
+				return
+			}
 		}
 		if d.Detail != "" {
 			s.log.Info("pdp: evaluation denied before policy", "reason", d.Reason, "index", i, "detail", guard.LogValue(d.Detail))
 		}
-		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: digest, Decision: d.Allow, Reason: d.Reason})
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]), Decision: d.Allow, Reason: d.Reason,
+			ContextDigest: contextDigest, Ignored: ignored})
 		answers = append(answers, a)
 		s.evaluations.WithLabelValues(strconvBool(d.Allow), d.Reason).Inc()
 		if (req.semantic == DenyOnFirstDeny && !d.Allow) || (req.semantic == PermitOnFirstPermit && d.Allow) {
@@ -445,6 +507,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		}
 	}
 	rec := &decision.EvaluationRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
+		Endpoint: req.endpoint, Semantic: req.semantic, Requested: len(req.items), RequestID: requestID(r), Ignored: req.ignored,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
 	_, proofs, err := st.evalSigner.SignEvaluations(rec, leaves)
@@ -453,7 +516,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	for i := range answers {
-		answers[i].Context[decision.ContextKey] = proofs[i]
+		answers[i].Context.Proof = proofs[i]
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if !req.batch {

@@ -2,10 +2,12 @@ package pdp_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,7 +203,8 @@ func TestAuthZENOneItemRefused(t *testing.T) {
 }
 
 // TestAuthZENMalformed: a request that is not AuthZEN is 400 naming the
-// member, before any evaluation.
+// member, before any evaluation: a member the text defines missing or of
+// another type, at the top level or in a default a batch shares.
 func TestAuthZENMalformed(t *testing.T) {
 	e, tok := startTodo(t)
 	sub := fmt.Sprintf(`{"type":"user","id":%q}`, morty)
@@ -211,14 +214,12 @@ func TestAuthZENMalformed(t *testing.T) {
 		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"can_read_todos"}}`, "resource"},
 		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"can_read_todos"},"resource":{"type":"todo"}}`, "resource.id"},
 		{pdp.PathEvaluation, `{"subject":{"type":"user","id":5},"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject.id"},
-		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"},"evaluations":[]}`, "evaluations"},
-		{pdp.PathEvaluation, `{"subject":{"type":"user","id":"a","identity":"x"},"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject.identity"},
 		{pdp.PathEvaluation, `{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a","properties":[1]}}`, "resource.properties"},
 		{pdp.PathEvaluation, `{"subject":` + sub + `,"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}`, "subject"},
-		{pdp.PathEvaluations, `{"subject":` + sub + `,"evaluations":[{"action":{"name":"x"},"resource":{"type":"todo","id":"a"}},{"action":{"name":"x"}}]}`, "evaluations[1].resource"},
-		{pdp.PathEvaluations, `{"evaluations":[{"subject":` + sub + `,"action":{"name":"x"},"resource":{"type":"todo","id":"a"},"extra":1}]}`, "evaluations[0].extra"},
 		{pdp.PathEvaluations, `{"options":{"evaluations_semantic":"first"},"evaluations":[]}`, "options.evaluations_semantic"},
-		{pdp.PathEvaluations, `{"options":{"parallel":true},"evaluations":[]}`, "options.parallel"},
+		{pdp.PathEvaluations, `{"options":{"parallel":true},"evaluations":[]}`, "subject"},
+		{pdp.PathEvaluations, `{"subject":"alice","evaluations":[{"action":{"name":"x"},"resource":{"type":"todo","id":"a"}}]}`, "subject"},
+		{pdp.PathEvaluations, `{"evaluations":[1]}`, "evaluations[0]"},
 		{pdp.PathEvaluations, `{"evaluations":{}}`, "evaluations"},
 	} {
 		code, body := e.authzen(t, tok, c.path, c.body)
@@ -324,5 +325,104 @@ func TestAuthZENEmptyOrMissingEvaluations(t *testing.T) {
 			t.Fatalf("%s: %d %s; want a single decision", name, code, resp)
 		}
 		verifyItem(t, e, resp, single)
+	}
+}
+
+// postID posts an AuthZEN request with an X-Request-ID.
+func (e *env) postID(t *testing.T, tok, path, body, id string) (int, []byte, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if id != "" {
+		req.Header.Set(pdp.HeaderRequestID, id)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// TestAuthZENIgnoresWhatItDoesNotRead: members the text does not define,
+// and properties and context the package's schema does not declare, are
+// ignored (AuthZEN 1.0 §10.1.1), never a refusal or a deny by themselves;
+// the signed record lists each by path, the request-level ones in the
+// record and an evaluation's in its leaf.
+func TestAuthZENIgnoresWhatItDoesNotRead(t *testing.T) {
+	e, tok := startTodo(t)
+	keys := e.srv.EvaluationSigner().JWKS()
+	todoOf := func(owner string) string {
+		return fmt.Sprintf(`{"type":"todo","id":"t1","properties":{"ownerID":%q}}`, owner)
+	}
+	for _, c := range []struct {
+		name, endpoint, body string
+		decision             bool
+		record, leaf         []string
+	}{
+		{"the specification's unknown member example", pdp.PathEvaluation,
+			`{"subject":{"type":"user","id":"` + morty + `","_note":"ID for Morty"},"action":{"name":"can_update_todo"},"resource":` + todoOf("morty@the-citadel.com") + `,"foo":"bar","futureField":{"nested":true}}`,
+			true, []string{"foo", "futureField"}, []string{"subject._note"}},
+		{"context, action properties and registry properties", pdp.PathEvaluation,
+			`{"subject":{"type":"user","id":"` + rick + `","properties":{"department":"Sales","roles":["viewer"]}},"action":{"name":"can_delete_todo","properties":{"method":"DELETE"}},"resource":` + todoOf("x@y") + `,"context":{"time":"2025-06-27T18:03-07:00","ip":null}}`,
+			true, []string{}, []string{"subject.properties.department", "subject.properties.roles", "context.time", "context.ip", "action.properties.method"}},
+		{"an undeclared resource property and a null one", pdp.PathEvaluation,
+			`{"subject":{"type":"user","id":"` + morty + `"},"action":{"name":"can_update_todo"},"resource":{"type":"todo","id":"t","properties":{"ownerID":"morty@the-citadel.com","color":"red","due":null}}}`,
+			true, []string{}, []string{"resource.properties.color", "resource.properties.due"}},
+		{"options of the single endpoint", pdp.PathEvaluation,
+			`{"subject":{"type":"user","id":"` + morty + `"},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t"},"options":{"evaluations_semantic":"deny_on_first_deny"},"evaluations":[]}`,
+			true, []string{"options", "evaluations"}, []string{}},
+		{"a batch's unknown option and item member", pdp.PathEvaluations,
+			`{"subject":{"type":"user","id":"` + morty + `","_note":"n"},"options":{"evaluations_semantic":"execute_all","another_option":"value"},"evaluations":[{"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t"},"extra":1}]}`,
+			true, []string{"options.another_option"}, []string{"evaluations[0].extra", "subject._note"}},
+	} {
+		endpoint := strings.TrimPrefix(c.endpoint, "/access/v1/")
+		code, body, h := e.postID(t, tok, c.endpoint, c.body, "req-"+c.name)
+		if code != 200 || h.Get(pdp.HeaderRequestID) != "req-"+c.name {
+			t.Fatalf("%s: %d %s (X-Request-ID %q)", c.name, code, body, h.Get(pdp.HeaderRequestID))
+		}
+		rec, leaves, err := decision.VerifyEvaluations(endpoint, []byte(c.body), body, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: keys, RequestID: "req-" + c.name})
+		if err != nil {
+			t.Fatalf("%s: the response does not verify: %v\n%s", c.name, err, body)
+		}
+		if leaves[0].Decision != c.decision || !slices.Equal(rec.Ignored, c.record) || !slices.Equal(leaves[0].Ignored, c.leaf) {
+			t.Errorf("%s: decision %t (%s), record ignores %q, leaf ignores %q; want %t, %q, %q", c.name, leaves[0].Decision, leaves[0].Reason, rec.Ignored, leaves[0].Ignored, c.decision, c.record, c.leaf)
+		}
+		if _, _, err := decision.VerifyEvaluations(endpoint, []byte(c.body), body, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: keys, RequestID: "another"}); !errors.Is(err, decision.ErrRequestMismatch) {
+			t.Errorf("%s: verified under another X-Request-ID: %v", c.name, err)
+		}
+	}
+}
+
+// TestAuthZENItemErrors: in a batch, an item that cannot be read is that
+// item's false decision with its error in the context (the certification
+// scenario's execute_all case), not a refusal of the batch; the error is
+// bound by the signature.
+func TestAuthZENItemErrors(t *testing.T) {
+	e, tok := startTodo(t)
+	body := `{"subject":{"type":"user","id":"` + rick + `"},"action":{"name":"can_read_todos"},"options":{"evaluations_semantic":"execute_all"},
+		"evaluations":[{"resource":{"type":"todo","id":"t"}},{},{"resource":{"type":"todo"}},{"resource":"t"}]}`
+	code, resp, _ := e.postID(t, tok, pdp.PathEvaluations, body, "")
+	if code != 200 {
+		t.Fatalf("%d %s", code, resp)
+	}
+	rec, leaves, err := decision.VerifyEvaluations("evaluations", []byte(body), resp, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()})
+	if err != nil || rec.Requested != 4 || len(leaves) != 4 {
+		t.Fatalf("%v\n%s", err, resp)
+	}
+	var r struct{ Evaluations []answer }
+	_ = json.Unmarshal(resp, &r)
+	for i, want := range []string{"", "evaluations[1].resource is required", "evaluations[2].resource.id is required", "evaluations[3].resource must be a JSON object"} {
+		got := string(r.Evaluations[i].Context["error"])
+		if (want == "") != (got == "") || !strings.Contains(got, want) || (want != "" && (leaves[i].Decision || leaves[i].Reason != "invalid_evaluation")) {
+			t.Errorf("item %d: error %s, leaf %+v; want %q", i, got, leaves[i], want)
+		}
+	}
+	// The error is signed: rewriting it breaks the answer.
+	edited := strings.Replace(string(resp), "evaluations[1].resource is required", "evaluations[1].resource is fine", 1)
+	if _, _, err := decision.VerifyEvaluations("evaluations", []byte(body), []byte(edited), decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()}); !errors.Is(err, decision.ErrSignature) {
+		t.Errorf("an edited context.error verified: %v", err)
 	}
 }

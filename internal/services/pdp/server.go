@@ -50,6 +50,16 @@ var RecordProfile = decision.Profile{Schema: "flex-auth.decision-record.v2", Typ
 // MaxBody is the largest check request accepted.
 const MaxBody = 64 << 10
 
+// AuthZEN's limits: the defaults and the largest values the flags take.
+const (
+	DefaultAuthZENMaxBody      = 1 << 20
+	MaxAuthZENBody             = 16 << 20
+	DefaultSearchPageSize      = 100
+	MaxSearchPageSize          = 1000
+	DefaultSearchMaxCandidates = 10000
+	MaxSearchCandidates        = 1000000
+)
+
 // Options are the PDP's flags.
 type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
@@ -71,6 +81,17 @@ type Options struct {
 	// (--authzen-base-url); empty: the serving certificate's first name and
 	// the port served on (none over plain HTTP).
 	AuthZENBaseURL string
+	// AuthZENMaxBody bounds an AuthZEN request's body
+	// (--authzen-max-body-bytes): 1,000 fully specified evaluations fit in
+	// the default.
+	AuthZENMaxBody int64
+	// SearchPageSize is a search page's size when the request names no
+	// page.limit, and the largest it may name (--authzen-search-page-size).
+	SearchPageSize int
+	// SearchMaxCandidates bounds the candidates one search page evaluates
+	// (--authzen-search-max-candidates): a page that reaches it stops
+	// there, with a next_token, however few results it holds.
+	SearchMaxCandidates int
 	Logger         *slog.Logger
 	Authenticator  authn.Authenticator // replaces the backend, for tests
 }
@@ -105,6 +126,16 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: want an https:// URL with no query or fragment (AuthZEN §11.1)", o.AuthZENBaseURL))
 		}
 	}
+	o.authzenDefaults() // a copy: zero is the default
+	if o.AuthZENMaxBody < MaxBody || o.AuthZENMaxBody > MaxAuthZENBody {
+		errs = append(errs, fmt.Errorf("pdp: --authzen-max-body-bytes %d: want %d to %d", o.AuthZENMaxBody, MaxBody, MaxAuthZENBody))
+	}
+	if o.SearchPageSize < 1 || o.SearchPageSize > MaxSearchPageSize {
+		errs = append(errs, fmt.Errorf("pdp: --authzen-search-page-size %d: want 1 to %d", o.SearchPageSize, MaxSearchPageSize))
+	}
+	if o.SearchMaxCandidates < o.SearchPageSize || o.SearchMaxCandidates > MaxSearchCandidates {
+		errs = append(errs, fmt.Errorf("pdp: --authzen-search-max-candidates %d: want --authzen-search-page-size (%d) to %d", o.SearchMaxCandidates, o.SearchPageSize, MaxSearchCandidates))
+	}
 	if o.ReloadInterval < 0 {
 		errs = append(errs, fmt.Errorf("pdp: --reload-interval %s: want a positive duration", o.ReloadInterval))
 	}
@@ -135,6 +166,19 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
 	}
 	return errors.Join(errs...)
+}
+
+// authzenDefaults fills the AuthZEN limits a struct left unset.
+func (o *Options) authzenDefaults() {
+	if o.AuthZENMaxBody == 0 {
+		o.AuthZENMaxBody = DefaultAuthZENMaxBody
+	}
+	if o.SearchPageSize == 0 {
+		o.SearchPageSize = DefaultSearchPageSize
+	}
+	if o.SearchMaxCandidates == 0 {
+		o.SearchMaxCandidates = DefaultSearchMaxCandidates
+	}
 }
 
 // parseBindings reads --caller-binding SYSTEM=PRINCIPAL values. A principal
@@ -217,6 +261,7 @@ type Server struct {
 // caller authentication.
 func New(o Options) (*Server, error) {
 	o.Serve.Defaults()
+	o.authzenDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -505,17 +550,26 @@ func badField(field, format string, args ...any) error {
 }
 
 // readBody reads a check request's body: JSON only, at most MaxBody bytes.
-func readBody(r *http.Request) ([]byte, error) {
+func readBody(r *http.Request) ([]byte, error) { return readBodyLimit(r, MaxBody) }
+
+// readAuthZENBody reads an AuthZEN request's body, at most
+// --authzen-max-body-bytes.
+func (s *Server) readAuthZENBody(r *http.Request) ([]byte, error) {
+	return readBodyLimit(r, s.o.AuthZENMaxBody)
+}
+
+// readBodyLimit reads a JSON request body of at most limit bytes.
+func readBodyLimit(r *http.Request, limit int64) ([]byte, error) {
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "application/json" {
 		return nil, badField("Content-Type", "Content-Type must be application/json, got %q", guard.LogValue(r.Header.Get("Content-Type")))
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, badField("body", "the body could not be read")
 	}
-	if len(body) > MaxBody {
-		return nil, badField("body", "body larger than %d bytes", MaxBody)
+	if int64(len(body)) > limit {
+		return nil, badField("body", "body larger than %d bytes", limit)
 	}
 	return body, nil
 }

@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/resolved"
+
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
 // Reasons of an AuthZEN evaluation decided before any policy runs. The
@@ -33,8 +37,18 @@ var AuthZENReasons = []string{ReasonSubjectTypeUnknown, ReasonSubjectUnknown, Re
 
 // Where an entity's attributes and relations come from.
 const (
-	AttributesRegistry = "registry" // the registry holds the entity; a request naming another is denied
-	AttributesRequest  = "request"  // the request's properties are its attributes; the registry holds none
+	// AttributesRegistry: the registry holds the entity and its attributes;
+	// a request naming another is denied, and its properties are ignored
+	// (listed as ignored).
+	AttributesRegistry = "registry"
+	// AttributesRequest: the request's properties are its attributes; the
+	// registry holds none.
+	AttributesRequest = "request"
+	// AttributesRegistryAndRequest: the registry holds the entity (a request
+	// naming another is denied); the properties the schema declares replace
+	// the registry's attributes of the same name. The package trusts its
+	// callers to describe the entity.
+	AttributesRegistryAndRequest = "registry_and_request"
 )
 
 // AuthZENMapping maps AuthZEN types onto the schema's entity types: an
@@ -43,6 +57,11 @@ const (
 type AuthZENMapping struct {
 	Subjects  map[string]EntityMapping `json:"subjects"`
 	Resources map[string]EntityMapping `json:"resources"`
+	// ActionProperties names the context attribute that carries an
+	// AuthZEN action's properties (Cedar actions have no attributes): an
+	// action whose context declares it as a record receives them there;
+	// empty, or an action that does not declare it, and they are ignored.
+	ActionProperties string `json:"action_properties,omitempty"`
 }
 
 // EntityMapping is the Cedar entity type of an AuthZEN type, and where its
@@ -81,13 +100,30 @@ func (m *AuthZENMapping) check(s *resolved.Schema) error {
 			if _, ok := s.Entities[types.EntityType(em.EntityType)]; !ok {
 				errs = append(errs, fmt.Errorf("%s.%s: entity_type %q is not declared in the schema", side.name, n, em.EntityType))
 			}
-			if em.Attributes != AttributesRegistry && em.Attributes != AttributesRequest {
-				errs = append(errs, fmt.Errorf("%s.%s: attributes %q: want %q or %q", side.name, n, em.Attributes, AttributesRegistry, AttributesRequest))
+			if em.Attributes != AttributesRegistry && em.Attributes != AttributesRequest && em.Attributes != AttributesRegistryAndRequest {
+				errs = append(errs, fmt.Errorf("%s.%s: attributes %q: want %q, %q or %q", side.name, n, em.Attributes, AttributesRegistry, AttributesRequest, AttributesRegistryAndRequest))
 			}
 			if prev, ok := source[em.EntityType]; ok && prev != em.Attributes {
-				errs = append(errs, fmt.Errorf("%s.%s: entity type %s is described by the registry for one AuthZEN type and by the request for another", side.name, n, em.EntityType))
+				errs = append(errs, fmt.Errorf("%s.%s: entity type %s is described as %q for one AuthZEN type and as %q for another", side.name, n, em.EntityType, prev, em.Attributes))
 			}
 			source[em.EntityType] = em.Attributes
+		}
+	}
+	if name := m.ActionProperties; name != "" {
+		declared := false
+		for uid, a := range s.Actions {
+			if a.AppliesTo == nil {
+				continue
+			}
+			if at, ok := a.AppliesTo.Context[types.String(name)]; ok {
+				if _, rec := at.Type.(resolved.RecordType); !rec {
+					errs = append(errs, fmt.Errorf("action_properties: the context of %s declares %s, but not as a record", uid, name))
+				}
+				declared = true
+			}
+		}
+		if !declared {
+			errs = append(errs, fmt.Errorf("action_properties: no action's context declares %q", name))
 		}
 	}
 	return errors.Join(errs...)
@@ -135,47 +171,130 @@ func (o overlay) Get(uid types.EntityUID) (types.Entity, bool) {
 	return e, ok
 }
 
-// EvaluateAuthZEN decides one AuthZEN evaluation. Every member reaches the
-// decision or refuses it: the subject's and resource's type select an
-// entity type of the mapping (or deny, *_type_unknown) and their id names
-// the entity; a registry-described entity must be in the registry
-// (*_unknown) and may carry no properties, a request-described one is
-// built from its properties; the action must be one the schema declares
-// (action_unknown) and may carry no properties; the context is the Cedar
-// context. The entities and the request are validated against the schema,
-// and anything that does not match is invalid_evaluation (Decision.Invalid,
-// with the member named in Detail) — never an allow.
+// EvaluateAuthZEN decides one AuthZEN evaluation. The subject's and
+// resource's type select an entity type of the mapping (or deny,
+// *_type_unknown) and their id names the entity; a registry-described
+// entity must be in the registry (*_unknown). Properties, action
+// properties and context reach Cedar where the package's schema declares
+// them — an entity type's attributes, the action's context, and the
+// context attribute named by action_properties — and are ignored (listed
+// in Decision.Ignored, never a deny by themselves) where it does not, or
+// where the registry describes the entity. What reaches Cedar is
+// validated against the schema, and anything that does not match (a
+// wrong type, a required attribute missing) is invalid_evaluation
+// (Decision.Invalid, the member named in Detail) — never an allow.
 func (p *Package) EvaluateAuthZEN(reg *Registry, e Evaluation) Decision {
 	if p.authzen == nil {
 		return Decision{Reason: ReasonInvalidEvaluation, Invalid: true, Detail: "the policy package does not serve AuthZEN"}
 	}
+	var ignored []string
+	d := p.evaluateAuthZEN(reg, e, &ignored)
+	d.Ignored = ignored
+	return d
+}
+
+func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string) Decision {
 	own := types.EntityMap{}
-	principal, d := p.entity(reg, own, "subject", p.authzen.Subjects, e.Subject, ReasonSubjectTypeUnknown, ReasonSubjectUnknown)
+	principal, d := p.entity(reg, own, ignored, "subject", p.authzen.Subjects, e.Subject, ReasonSubjectTypeUnknown, ReasonSubjectUnknown)
 	if d != nil {
 		return *d
 	}
-	resource, d := p.entity(reg, own, "resource", p.authzen.Resources, e.Resource, ReasonResourceTypeUnknown, ReasonResourceUnknown)
+	resource, d := p.entity(reg, own, ignored, "resource", p.authzen.Resources, e.Resource, ReasonResourceTypeUnknown, ReasonResourceUnknown)
 	if d != nil {
 		return *d
 	}
 	action := types.NewEntityUID(TypeAction, types.String(e.Action))
-	if _, ok := p.schema.Actions[action]; !ok {
+	act, ok := p.schema.Actions[action]
+	if !ok {
 		return Decision{Reason: ReasonActionUnknown, Detail: fmt.Sprintf("action.name %q is not an action of package %s", e.Action, p.ID)}
 	}
-	if len(e.ActionProperties) > 0 && !bytes.Equal(bytes.TrimSpace(e.ActionProperties), []byte("{}")) {
-		return invalid("action.properties: this PDP takes no action properties; send request attributes in the context")
+	var shape resolved.RecordType
+	if act.AppliesTo != nil {
+		shape = act.AppliesTo.Context
 	}
-	var ctx types.Record
-	if len(e.Context) > 0 {
-		if err := json.Unmarshal(e.Context, &ctx); err != nil {
+	// The action's properties go to the context attribute the mapping
+	// names, when this action's context declares it as a record.
+	apName := types.String(p.authzen.ActionProperties)
+	apShape, apDeclared := resolved.RecordType(nil), false
+	if at, ok := shape[apName]; ok && apName != "" {
+		apShape, apDeclared = at.Type.(resolved.RecordType)
+	}
+	if apDeclared {
+		shape = maps.Clone(shape)
+		delete(shape, apName) // the request's own context.<name> is not it
+	}
+	ctx, err := prune(e.Context, shape, "context", ignored)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	if len(e.ActionProperties) > 0 || apDeclared {
+		if !apDeclared {
+			apShape = nil // every member ignored
+		}
+		props, err := prune(e.ActionProperties, apShape, "action.properties", ignored)
+		if err != nil {
+			return invalid("%v", err)
+		}
+		if apDeclared {
+			if ctx == nil {
+				ctx = map[string]json.RawMessage{}
+			}
+			ctx[string(apName)] = marshalMembers(props)
+		}
+	}
+	var cedarCtx types.Record
+	if ctx != nil {
+		if err := json.Unmarshal(marshalMembers(ctx), &cedarCtx); err != nil {
 			return invalid("context: %v", err)
 		}
 	}
-	req := cedar.Request{Principal: principal, Action: action, Resource: resource, Context: ctx}
+	req := cedar.Request{Principal: principal, Action: action, Resource: resource, Context: cedarCtx}
 	if err := p.validate.Request(types.Request(req)); err != nil {
 		return invalid("the evaluation does not match the schema of package %s %s: %v", p.ID, p.Version, err)
 	}
 	return p.decide(overlay{own: own, base: reg.Entities}, req)
+}
+
+// prune keeps the members of a JSON object that shape declares (nested
+// records pruned likewise) and lists the rest, and the nulls, in ignored
+// by path; a nil shape keeps none. v nil or null: no object (nil).
+func prune(v json.RawMessage, shape resolved.RecordType, path string, ignored *[]string) (map[string]json.RawMessage, error) {
+	if len(v) == 0 || string(v) == "null" {
+		return nil, nil
+	}
+	kept := map[string]json.RawMessage{}
+	err := ijson.Members(v, func(name, value []byte) error {
+		at, declared := shape[types.String(name)]
+		member := path + "." + string(name)
+		switch {
+		case !declared || string(value) == "null":
+			*ignored = append(*ignored, member)
+		default:
+			if rt, ok := at.Type.(resolved.RecordType); ok && len(value) > 0 && value[0] == '{' {
+				inner, err := prune(value, rt, member, ignored)
+				if err != nil {
+					return err
+				}
+				value = marshalMembers(inner)
+			}
+			kept[string(name)] = value
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s must be a JSON object", path)
+	}
+	return kept, nil
+}
+
+// marshalMembers writes members as a JSON object (the values are JSON
+// already); nil is {}.
+func marshalMembers(m map[string]json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return json.RawMessage("{}")
+	}
+	b, _ := json.Marshal(m) // values came from a checked document
+	return b
 }
 
 func invalid(format string, args ...any) Decision {
@@ -183,7 +302,7 @@ func invalid(format string, args ...any) Decision {
 }
 
 // entity maps an AuthZEN subject or resource onto its Cedar entity.
-func (p *Package) entity(reg *Registry, own types.EntityMap, member string, m map[string]EntityMapping, e Entity, typeUnknown, unknown string) (types.EntityUID, *Decision) {
+func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, member string, m map[string]EntityMapping, e Entity, typeUnknown, unknown string) (types.EntityUID, *Decision) {
 	em, ok := m[e.Type]
 	if !ok {
 		known := make([]string, 0, len(m))
@@ -194,23 +313,40 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, member string, m ma
 		return types.EntityUID{}, &Decision{Reason: typeUnknown, Detail: fmt.Sprintf("%s.type %q is not one package %s maps (%s)", member, e.Type, p.ID, strings.Join(known, ", "))}
 	}
 	uid := types.NewEntityUID(types.EntityType(em.EntityType), types.String(e.ID))
-	hasProps := len(e.Properties) > 0 && !bytes.Equal(bytes.TrimSpace(e.Properties), []byte("{}"))
-	if em.Attributes == AttributesRegistry {
-		if _, ok := reg.Entities[uid]; !ok {
-			return uid, &Decision{Reason: unknown, Detail: fmt.Sprintf("%s %s is not in the registry", member, uid)}
-		}
-		if hasProps {
-			d := invalid("%s.properties: the attributes of %s come from the registry; the request may not set them", member, uid)
-			return uid, &d
-		}
-		return uid, nil
+	var shape resolved.RecordType
+	if em.Attributes != AttributesRegistry {
+		shape = p.schema.Entities[uid.Type].Shape
+	}
+	props, err := prune(e.Properties, shape, member+".properties", ignored)
+	if err != nil {
+		d := invalid("%v", err)
+		return uid, &d
 	}
 	ent := types.Entity{UID: uid}
-	if len(e.Properties) > 0 {
-		if err := json.Unmarshal(e.Properties, &ent.Attributes); err != nil {
+	if em.Attributes != AttributesRequest {
+		base, ok := reg.Entities[uid]
+		if !ok {
+			return uid, &Decision{Reason: unknown, Detail: fmt.Sprintf("%s %s is not in the registry", member, uid)}
+		}
+		if len(props) == 0 {
+			return uid, nil // the registry's entity, as it is
+		}
+		ent = base
+	}
+	if len(props) > 0 {
+		var attrs types.Record
+		if err := json.Unmarshal(marshalMembers(props), &attrs); err != nil {
 			d := invalid("%s.properties: %v", member, err)
 			return uid, &d
 		}
+		merged := types.RecordMap{}
+		for k, v := range ent.Attributes.All() {
+			merged[k] = v
+		}
+		for k, v := range attrs.All() {
+			merged[k] = v
+		}
+		ent.Attributes = types.NewRecord(merged)
 	}
 	if err := p.validate.Entity(ent); err != nil {
 		d := invalid("%s.properties do not match entity type %s of package %s: %v", member, em.EntityType, p.ID, err)
@@ -228,4 +364,48 @@ func entityEqual(a, b types.Entity) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
+}
+
+// SearchCandidates are the ids an AuthZEN search for entities of AuthZEN
+// type typ considers, sorted: the registry's entities of the entity type
+// the mapping gives it (side "subject" or "resource"). An unmapped type,
+// or one whose entities each request describes, has none.
+func (p *Package) SearchCandidates(reg *Registry, side, typ string) []string {
+	if p.authzen == nil {
+		return nil
+	}
+	m := p.authzen.Subjects
+	if side == "resource" {
+		m = p.authzen.Resources
+	}
+	em, ok := m[typ]
+	if !ok || em.Attributes == AttributesRequest {
+		return nil
+	}
+	return reg.IDs(types.EntityType(em.EntityType))
+}
+
+// SearchActions are the names of the actions an AuthZEN action search
+// considers, sorted: those the schema applies to the entity types the
+// subject's and the resource's AuthZEN types map onto.
+func (p *Package) SearchActions(subjectType, resourceType string) []string {
+	if p.authzen == nil {
+		return nil
+	}
+	sm, ok1 := p.authzen.Subjects[subjectType]
+	rm, ok2 := p.authzen.Resources[resourceType]
+	if !ok1 || !ok2 {
+		return nil
+	}
+	var names []string
+	for uid, a := range p.schema.Actions {
+		if a.AppliesTo == nil || uid.Type != TypeAction {
+			continue
+		}
+		if slices.Contains(a.AppliesTo.Principals, types.EntityType(sm.EntityType)) && slices.Contains(a.AppliesTo.Resources, types.EntityType(rm.EntityType)) {
+			names = append(names, string(uid.ID))
+		}
+	}
+	sort.Strings(names)
+	return names
 }

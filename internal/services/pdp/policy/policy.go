@@ -281,7 +281,13 @@ func checkSchema(s *resolved.Schema) error {
 type Registry struct {
 	Entities types.EntityMap
 	Digest   string
+	// byType lists each entity type's ids, sorted: the candidates of an
+	// AuthZEN search.
+	byType map[types.EntityType][]string
 }
+
+// IDs are the ids of the registry's entities of type t, sorted.
+func (r *Registry) IDs(t types.EntityType) []string { return r.byType[t] }
 
 // LoadRegistry reads a JSON array of Cedar entities and validates every one
 // against the package's schema.
@@ -317,7 +323,14 @@ func (p *Package) LoadRegistry(path string) (*Registry, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(b)
-	return &Registry{Entities: m, Digest: "sha256:" + hex.EncodeToString(sum[:])}, nil
+	byType := map[types.EntityType][]string{}
+	for uid := range m {
+		byType[uid.Type] = append(byType[uid.Type], string(uid.ID))
+	}
+	for _, ids := range byType {
+		sort.Strings(ids)
+	}
+	return &Registry{Entities: m, Digest: "sha256:" + hex.EncodeToString(sum[:]), byType: byType}, nil
 }
 
 // Request is a check request, as POST /v1/check takes it.
@@ -371,6 +384,11 @@ type Decision struct {
 	Invalid bool
 	// Policies that determined it.
 	Policies []string
+	// Ignored are the members of an AuthZEN evaluation the decision did not
+	// read, by path (subject.properties.nickname, context.time): not
+	// declared by the package's schema, null, or properties of an entity
+	// whose attributes come from the registry.
+	Ignored []string
 }
 
 // CedarRequest maps a check request to Cedar: principal Subject::subject,
