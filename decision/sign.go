@@ -241,3 +241,15 @@ func LoadKeyFile(path string) ([]crypto.Signer, error) {
 	}
 	return keys, nil
 }
+
+// SignClaims signs a JWT (RFC 7519) of claims under the signer's profile
+// type: the claims in RFC 8785 canonical JSON, a compact JWS with the
+// current key. For documents a PDP asserts about itself, such as AuthZEN's
+// signed_metadata.
+func (s *Signer) SignClaims(claims map[string]any) (string, error) {
+	payload, err := CanonicalJSON(claims)
+	if err != nil {
+		return "", err
+	}
+	return s.compact(payload)
+}

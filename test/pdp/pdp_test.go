@@ -58,7 +58,7 @@ func startPDP(t *testing.T, mode, kubeconfig, binding string) *pdpProc {
 
 // startPackage runs the binary with TLS on loopback, serving the example
 // package in dir.
-func startPackage(t *testing.T, pkg, mode, kubeconfig, binding string) *pdpProc {
+func startPackage(t *testing.T, pkg, mode, kubeconfig, binding string, extra ...string) *pdpProc {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.NewCA("pdp")
@@ -82,10 +82,10 @@ func startPackage(t *testing.T, pkg, mode, kubeconfig, binding string) *pdpProc 
 	if out, err := exec.Command(callerauthBin, "decision", "keygen", "--out", signing).CombinedOutput(); err != nil {
 		t.Fatalf("keygen: %v %s", err, out)
 	}
-	proc := e2e.Start(t, pdpBin, []string{"--listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
+	proc := e2e.Start(t, pdpBin, append([]string{"--listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
 		"--policy-dir", filepath.Join(pkg, "policy"), "--registry", filepath.Join(pkg, "registry.json"),
 		"--kubeconfig", kubeconfig, "--caller-auth-mode", mode, "--caller-binding", binding,
-		"--signing-key-file", signing, "--metrics-listen", ""})
+		"--signing-key-file", signing, "--metrics-listen", ""}, extra...))
 	addr := proc.LogValue(t, "pdp: serving", "address", 60*time.Second)
 	p := &pdpProc{url: "https://" + addr, caFile: caFile, proc: proc}
 	p.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}

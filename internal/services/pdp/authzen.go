@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,21 +378,43 @@ func props(m map[string]json.RawMessage, path string, ignored *[]string) (json.R
 	return v, nil
 }
 
-// authzenSystem is the system an AuthZEN caller speaks for: the policy
-// package's id, bound to its principal by --caller-binding.
-func (s *Server) authzenExtract(method string) func(r *http.Request) (binding.Request, error) {
+// authzenExtract reads and decodes an AuthZEN request for the guard, and
+// leaves the decoded request for the handler. The system an AuthZEN
+// caller speaks for is the policy package's id, bound to its principal by
+// --caller-binding.
+func (s *Server) authzenExtract(path string, decode func([]byte) (any, error)) func(r *http.Request) (binding.Request, error) {
 	return func(r *http.Request) (binding.Request, error) {
 		body, err := s.readAuthZENBody(r)
 		if err != nil {
 			return binding.Request{}, err
 		}
-		req, err := decodeEvaluations(body, method == PathEvaluations)
+		req, err := decode(body)
 		if err != nil {
 			return binding.Request{}, err
 		}
 		r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
-		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + method}, nil
+		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + path}, nil
 	}
+}
+
+// decoded is the request the extractor decoded, or (without a guard in
+// front) the body decoded now.
+func decoded[T any](r *http.Request, s *Server, decode func([]byte) (any, error)) (T, error) {
+	var zero T
+	if d, ok := r.Body.(*decodedBody); ok {
+		if v, ok := d.req.(T); ok {
+			return v, nil
+		}
+	}
+	body, err := s.readAuthZENBody(r)
+	if err != nil {
+		return zero, err
+	}
+	v, err := decode(body)
+	if err != nil {
+		return zero, err
+	}
+	return v.(T), nil
 }
 
 // HeaderRequestID is the AuthZEN request identifier (§10.1.3).
@@ -413,17 +437,18 @@ func echoRequestID(h http.Handler) http.Handler {
 // same caller authentication as /v1/check.
 func (s *Server) authzenHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
-	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
+	decode := func(body []byte) (any, error) { return decodeEvaluations(body, path == PathEvaluations) }
+	return s.guarded(s.authzenExtract(path, decode), h, s.azLatency.WithLabelValues(path))
 }
 
 // evaluationAnswer is one AuthZEN answer.
 type evaluationAnswer struct {
-	Decision bool                   `json:"decision"`
+	Decision bool                    `json:"decision"`
 	Context  evaluationAnswerContext `json:"context"`
 }
 
 type evaluationAnswerContext struct {
-	Error *evaluationError        `json:"error,omitempty"`
+	Error *evaluationError         `json:"error,omitempty"`
 	Proof decision.EvaluationProof `json:"callerauth"`
 }
 
@@ -442,17 +467,7 @@ func requestID(r *http.Request) string {
 // evaluate decides every evaluation of a request (as its semantic says),
 // signs them once and answers.
 func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
-	var req *evaluationsRequest
-	var err error
-	if d, ok := r.Body.(*decodedBody); ok {
-		req, _ = d.req.(*evaluationsRequest)
-	}
-	if req == nil {
-		var body []byte
-		if body, err = s.readAuthZENBody(r); err == nil {
-			req, err = decodeEvaluations(body, path == PathEvaluations)
-		}
-	}
+	req, err := decoded[*evaluationsRequest](r, s, func(body []byte) (any, error) { return decodeEvaluations(body, path == PathEvaluations) })
 	if err != nil {
 		badRequest(w, r, err)
 		return
@@ -533,29 +548,73 @@ func strconvBool(b bool) string {
 	return "false"
 }
 
+// MetadataProfile types the JWT of the AuthZEN metadata's signed_metadata
+// (signed by the decision key, so that one JWKS verifies both).
+var MetadataProfile = decision.Profile{Schema: "authzen-metadata", Type: "authzen-metadata+jwt"}
+
 // authzenConfig serves the PDP metadata (AuthZEN §9): the identifier, the
-// two endpoints, and where the keys that sign answers are published. The
+// evaluation and search endpoints, the JWKS of the keys that sign answers,
+// and the same as a JWT signed by the decision key (signed_metadata). The
 // identifier is never taken from the request (a Host header would make it
 // whatever the caller says, defeating the check it exists for):
 // --authzen-base-url, or the serving certificate's first name and the
-// port served on; over plain HTTP there is none, and no metadata.
-func (s *Server) authzenConfig(w http.ResponseWriter, _ *http.Request) {
-	if s.state.Load().pkg.API != policy.APIAuthZEN {
+// port served on; over plain HTTP there is none, and no metadata. The
+// tenant-suffixed document (/.well-known/authzen-configuration/<package
+// id>) names the identifier <base>/<package id>, whose endpoints the pdp
+// serves under that path. capabilities is omitted: it lists registered
+// capability URNs, none is registered, and a parameter without values
+// MUST be omitted (§9.2.2).
+func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
+	st := s.state.Load()
+	if st.pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
 		return
 	}
-	base, err := s.pdpIdentifier()
+	root, err := s.pdpIdentifier()
 	if err != nil {
 		guard.WriteHTTPError(w, http.StatusNotFound, "no_pdp_identifier", err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "max-age=300")
-	_ = json.NewEncoder(w).Encode(map[string]string{
+	base := root
+	if tenant := r.PathValue("tenant"); tenant != "" {
+		if tenant != st.pkg.ID {
+			guard.WriteHTTPError(w, http.StatusNotFound, "unknown_tenant", fmt.Sprintf("this PDP serves policy package %s; no metadata for %q", st.pkg.ID, guard.LogValue(tenant)))
+			return
+		}
+		base = root + "/" + url.PathEscape(tenant)
+	}
+	meta := map[string]any{
 		"policy_decision_point":       base,
 		"access_evaluation_endpoint":  base + PathEvaluation,
 		"access_evaluations_endpoint": base + PathEvaluations,
-		"decision_signing_jwks_uri":   base + "/.well-known/jwks.json",
+		"search_subject_endpoint":     base + PathSearchSubject,
+		"search_resource_endpoint":    base + PathSearchResource,
+		"search_action_endpoint":      base + PathSearchAction,
+		"jwks_uri":                    root + PathJWKS,
+	}
+	claims := maps.Clone(meta)
+	claims["iss"] = base
+	claims["iat"] = s.now().Unix()
+	signed, err := st.metaSigner.SignClaims(claims)
+	if err != nil {
+		s.signingFailed(w, err)
+		return
+	}
+	meta["signed_metadata"] = signed
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "max-age=300")
+	_ = json.NewEncoder(w).Encode(meta)
+}
+
+// inTenant serves h under /<package id>/: the endpoints the
+// tenant-suffixed metadata names.
+func (s *Server) inTenant(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := s.state.Load().pkg.ID; r.PathValue("tenant") != id {
+			guard.WriteHTTPError(w, http.StatusNotFound, "unknown_tenant", fmt.Sprintf("this PDP serves policy package %s", id))
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

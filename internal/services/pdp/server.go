@@ -47,6 +47,10 @@ const (
 // other JWT can be taken for one.
 var RecordProfile = decision.Profile{Schema: "flex-auth.decision-record.v2", Type: "flex-auth-decision+jwt"}
 
+// PathJWKS publishes the keys that sign decision records, AuthZEN answers
+// and the AuthZEN metadata.
+const PathJWKS = "/.well-known/jwks.json"
+
 // MaxBody is the largest check request accepted.
 const MaxBody = 64 << 10
 
@@ -92,8 +96,8 @@ type Options struct {
 	// (--authzen-search-max-candidates): a page that reaches it stops
 	// there, with a next_token, however few results it holds.
 	SearchMaxCandidates int
-	Logger         *slog.Logger
-	Authenticator  authn.Authenticator // replaces the backend, for tests
+	Logger              *slog.Logger
+	Authenticator       authn.Authenticator // replaces the backend, for tests
 }
 
 // Validate refuses flags that cannot be honoured, naming them. It changes
@@ -122,8 +126,10 @@ func (o Options) Validate() error {
 	}
 	if o.AuthZENBaseURL != "" {
 		u, err := url.Parse(o.AuthZENBaseURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: want an https:// URL with no query or fragment (AuthZEN §11.1)", o.AuthZENBaseURL))
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: want an https:// URL with no query or fragment (AuthZEN 1.0 §9.1)", o.AuthZENBaseURL))
+		} else if strings.Trim(u.Path, "/") != "" {
+			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: the pdp serves its endpoints at the root, so the identifier has no path (the per-package identifier is <base>/<package id>, from /.well-known/authzen-configuration/<package id>)", o.AuthZENBaseURL))
 		}
 	}
 	o.authzenDefaults() // a copy: zero is the default
@@ -222,6 +228,10 @@ type state struct {
 	// evalSigner signs AuthZEN answers with the same keys, under
 	// EvaluationProfile.
 	evalSigner *decision.Signer
+	// searchSigner signs AuthZEN search pages, under SearchProfile.
+	searchSigner *decision.Signer
+	// metaSigner signs the AuthZEN metadata's signed_metadata.
+	metaSigner *decision.Signer
 	sig        string // file signature, to see changes
 }
 
@@ -251,9 +261,10 @@ type Server struct {
 	signFailures prometheus.Counter
 	// AuthZEN: evaluations by decision and reason, request latency by
 	// endpoint.
-	evaluations *prometheus.CounterVec
-	azLatency   *prometheus.HistogramVec
-	now         func() time.Time
+	evaluations     *prometheus.CounterVec
+	searchEvaluated *prometheus.CounterVec
+	azLatency       *prometheus.HistogramVec
+	now             func() time.Time
 }
 
 // New validates the options, loads and validates the policy package and the
@@ -283,8 +294,9 @@ func New(o Options) (*Server, error) {
 	s.reloads.WithLabelValues("failure")
 	s.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_evaluations_total", Help: "AuthZEN evaluations answered, by decision and reason."}, []string{"decision", "reason"})
 	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
+	s.searchEvaluated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_search_candidates_total", Help: "Candidates AuthZEN searches evaluated, by endpoint."}, []string{"endpoint"})
 	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
-	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.signFailures)
+	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -326,7 +338,15 @@ func load(dir, registry, keyFile string) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
 	}
-	return &state{pkg: pkg, reg: reg, signer: signer, evalSigner: evalSigner, sig: sig}, nil
+	searchSigner, err := decision.NewSigner(SearchProfile, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	}
+	metaSigner, err := decision.NewSigner(MetadataProfile, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	}
+	return &state{pkg: pkg, reg: reg, signer: signer, evalSigner: evalSigner, searchSigner: searchSigner, metaSigner: metaSigner, sig: sig}, nil
 }
 
 // signature summarises the files' sizes and times, to notice a change.
@@ -386,10 +406,19 @@ func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", s.checkHandler())
-	mux.Handle("POST "+PathEvaluation, echoRequestID(s.authzenHandler(PathEvaluation)))
-	mux.Handle("POST "+PathEvaluations, echoRequestID(s.authzenHandler(PathEvaluations)))
+	for _, p := range []string{PathEvaluation, PathEvaluations, PathSearchSubject, PathSearchResource, PathSearchAction} {
+		var h http.Handler
+		if _, ok := searchKinds[p]; ok {
+			h = echoRequestID(s.searchHandler(p))
+		} else {
+			h = echoRequestID(s.authzenHandler(p))
+		}
+		mux.Handle("POST "+p, h)
+		mux.Handle("POST /{tenant}"+p, s.inTenant(h))
+	}
 	mux.Handle("GET "+PathAuthZENConfig, echoRequestID(http.HandlerFunc(s.authzenConfig)))
-	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET "+PathAuthZENConfig+"/{tenant}", echoRequestID(http.HandlerFunc(s.authzenConfig)))
+	mux.HandleFunc("GET "+PathJWKS, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		_ = json.NewEncoder(w).Encode(s.state.Load().signer.JWKS())

@@ -1,0 +1,298 @@
+package pdp
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/services/pdp/policy"
+)
+
+// The AuthZEN Search API endpoints (Authorization API 1.0 §8).
+const (
+	PathSearchSubject  = "/access/v1/search/subject"
+	PathSearchResource = "/access/v1/search/resource"
+	PathSearchAction   = "/access/v1/search/action"
+)
+
+// SearchProfile is the format of the records that sign AuthZEN search
+// pages: one record per page (decision.SearchRecord).
+var SearchProfile = decision.Profile{Schema: "callerauth.authzen-search.v1", Type: "callerauth-authzen-search+jwt"}
+
+// searchKinds maps a search endpoint onto the member it searches for.
+var searchKinds = map[string]string{PathSearchSubject: "subject", PathSearchResource: "resource", PathSearchAction: "action"}
+
+// searchRequest is a decoded AuthZEN search: the evaluation every
+// candidate completes, the member searched for and its type, and the page
+// asked.
+type searchRequest struct {
+	kind     string // subject, resource or action
+	typ      string // the type searched for (subject and resource searches)
+	template policy.Evaluation
+	limit    int    // page.limit; 0: the default
+	token    string // page.token; "": the first page
+	binding  string // the digest every page of this search shares: the request without page.token
+	body     []byte
+	ignored  []string
+}
+
+// decodeSearch reads a search request to the endpoint of kind: the
+// members the text defines with their types, the searched-for member's
+// type (its id, if sent, ignored as the text requires), every other member
+// ignored and listed.
+func decodeSearch(body []byte, kind string) (*searchRequest, error) {
+	if err := ijson.Check(body); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return nil, badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
+		}
+		return nil, badField("body", "body is not a JSON object: %v", err)
+	}
+	req := &searchRequest{kind: kind, body: body}
+	known := []string{"subject", "resource", "context", "page"}
+	if kind != "action" {
+		known = append(known, "action") // an action search has none (§8.5)
+	}
+	top, err := object(body, "", known, &req.ignored)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"subject", "action", "resource", "context"} {
+		v, ok := top[k]
+		if !ok {
+			if k == "context" || (k == "action" && kind == "action") {
+				continue
+			}
+			return nil, badField(k, "%s is required", k)
+		}
+		if k == kind {
+			// The searched-for member: its type. An id is ignored (§8.3,
+			// §8.4), and so are properties: the candidates are the
+			// registry's.
+			m, err := object(v, k, []string{"type", "id", "properties"}, &req.ignored)
+			if err != nil {
+				return nil, err
+			}
+			if req.typ, err = required(m, k, "type"); err != nil {
+				return nil, err
+			}
+			for _, name := range []string{"id", "properties"} {
+				if _, ok := m[name]; ok {
+					req.ignored = append(req.ignored, k+"."+name)
+				}
+			}
+			continue
+		}
+		if err := decodeMember(&req.template, k, v, k, true, &req.ignored); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := top["page"]; ok {
+		page, err := object(v, "page", []string{"token", "limit"}, &req.ignored)
+		if err != nil {
+			return nil, err
+		}
+		if v, ok := page["token"]; ok {
+			if req.token, err = str(v, "page.token"); err != nil {
+				return nil, err
+			}
+		}
+		if v, ok := page["limit"]; ok {
+			n, err := strconv.ParseUint(string(v), 10, 31)
+			if err != nil {
+				return nil, badField("page.limit", "page.limit must be a non-negative integer")
+			}
+			req.limit = int(n)
+		}
+	}
+	// Every page of one search shares every member but page.token (§8.2).
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(body, &m)
+	if raw, ok := m["page"]; ok {
+		var page map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &page)
+		delete(page, "token")
+		if len(page) == 0 {
+			delete(m, "page") // {"page":{"token":…}} continues a search sent without page
+		} else {
+			m["page"], _ = json.Marshal(page)
+		}
+	}
+	b, _ := json.Marshal(m)
+	if req.binding, err = decision.Digest(b); err != nil {
+		return nil, badField("body", "the request cannot be canonicalized: %v", err)
+	}
+	return req, nil
+}
+
+// pageToken is where a page ended, and the search it belongs to. It is
+// opaque to the PEP but no secret: edited, it names another page of the
+// same results, or another search (400).
+type pageToken struct {
+	V     int    `json:"v"`
+	After string `json:"after"` // the last candidate the previous page evaluated
+	Of    string `json:"of"`    // the search's binding digest
+}
+
+func (t pageToken) encode() string {
+	b, _ := json.Marshal(t)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeToken(s, binding string) (pageToken, error) {
+	var t pageToken
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || ijson.Decode(b, &t) != nil || t.V != 1 {
+		return t, badField("page.token", "page.token is not a token this PDP issued")
+	}
+	if t.Of != binding {
+		return t, badField("page.token", "page.token belongs to another search: every member but page.token must be what the first page's request sent (AuthZEN 1.0 §8.2)")
+	}
+	return t, nil
+}
+
+// searchHandler serves one of the three search endpoints through the same
+// caller authentication as the evaluations.
+func (s *Server) searchHandler(path string) http.Handler {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.searchPage(w, r, path) })
+	decode := func(body []byte) (any, error) { return decodeSearch(body, searchKinds[path]) }
+	return s.guarded(s.authzenExtract(path, decode), h, s.azLatency.WithLabelValues(path))
+}
+
+// searchAnswer is one page, page first (§8.3 recommends it).
+type searchAnswer struct {
+	Page    searchPage        `json:"page"`
+	Context map[string]any    `json:"context,omitempty"`
+	Results []json.RawMessage `json:"results"`
+}
+
+// entityRef and actionRef are search results (§8.3: entities of the
+// type searched for).
+type entityRef struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+type actionRef struct {
+	Name string `json:"name"`
+}
+
+type searchPage struct {
+	NextToken string `json:"next_token"`
+	Count     int    `json:"count"`
+}
+
+// searchPage answers one page of a search: the candidates (the registry's
+// entities of the type searched for, or the actions the schema applies to
+// the subject's and resource's types), in order, from where the token
+// says, each evaluated as the evaluation endpoint would; those it decides
+// true are the results. A page ends with page.limit results, or after
+// --authzen-search-max-candidates evaluations, or with the candidates.
+func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string) {
+	req, err := decoded[*searchRequest](r, s, func(body []byte) (any, error) { return decodeSearch(body, searchKinds[path]) })
+	if err != nil {
+		badRequest(w, r, err)
+		return
+	}
+	st := s.state.Load()
+	if st.pkg.API != policy.APIAuthZEN {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		return
+	}
+	var after string
+	if req.token != "" {
+		t, err := decodeToken(req.token, req.binding)
+		if err != nil {
+			badRequest(w, r, err)
+			return
+		}
+		after = t.After
+	}
+	var candidates []string
+	switch req.kind {
+	case "action":
+		candidates = st.pkg.SearchActions(req.template.Subject.Type, req.template.Resource.Type)
+	default:
+		candidates = st.pkg.SearchCandidates(st.reg, req.kind, req.typ)
+	}
+	limit := req.limit
+	if limit == 0 || limit > s.o.SearchPageSize {
+		limit = s.o.SearchPageSize
+	}
+	start := 0
+	if after != "" {
+		start = sort.SearchStrings(candidates, after)
+		if start < len(candidates) && candidates[start] == after {
+			start++
+		}
+	}
+	ans := searchAnswer{Results: []json.RawMessage{}}
+	ignored := slices.Clone(req.ignored)
+	evaluated, i := 0, start
+	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < s.o.SearchMaxCandidates; i++ {
+		c := candidates[i]
+		e := req.template
+		var result []byte
+		switch req.kind {
+		case "subject":
+			e.Subject = policy.Entity{Type: req.typ, ID: c}
+			result, _ = json.Marshal(entityRef{Type: req.typ, ID: c})
+		case "resource":
+			e.Resource = policy.Entity{Type: req.typ, ID: c}
+			result, _ = json.Marshal(entityRef{Type: req.typ, ID: c})
+		case "action":
+			e.Action = c
+			result, _ = json.Marshal(actionRef{Name: c})
+		}
+		d := st.pkg.EvaluateAuthZEN(st.reg, e)
+		evaluated++
+		for _, p := range d.Ignored {
+			if !slices.Contains(ignored, p) {
+				ignored = append(ignored, p)
+			}
+		}
+		if d.Allow {
+			ans.Results = append(ans.Results, result)
+		}
+	}
+	s.searchEvaluated.WithLabelValues(path).Add(float64(evaluated))
+	if i < len(candidates) {
+		// i > start: limits of at least 1 evaluate at least one candidate.
+		ans.Page.NextToken = pageToken{V: 1, After: candidates[i-1], Of: req.binding}.encode()
+	}
+	ans.Page.Count = len(ans.Results)
+	unsigned, err := json.Marshal(ans)
+	if err != nil {
+		s.signingFailed(w, err)
+		return
+	}
+	caller, mode := s.caller(r)
+	reqDigest, err := decision.Digest(req.body)
+	if err != nil {
+		badRequest(w, r, badField("body", "the request cannot be canonicalized: %v", err))
+		return
+	}
+	rec := &decision.SearchRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
+		Endpoint: strings.TrimPrefix(path, "/access/v1/"), RequestDigest: reqDigest, RequestID: requestID(r), Ignored: ignored,
+		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
+			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
+	proof, err := st.searchSigner.SignSearch(rec, unsigned)
+	if err != nil {
+		s.signingFailed(w, err)
+		return
+	}
+	ans.Context = map[string]any{decision.ContextKey: proof}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ans)
+}
