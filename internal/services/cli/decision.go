@@ -117,7 +117,7 @@ func readJWKSWithCA(src string, cfg credentials.Config) (jose.JSONWebKeySet, err
 }
 
 func newDecisionVerifyCmd(o *Options) *cobra.Command {
-	var jwks, request string
+	var jwks, request, requestID string
 	var maxAge time.Duration
 	var authzen bool
 	profile := pdp.RecordProfile
@@ -130,22 +130,34 @@ records re-verified for an audit, say), it checks each against the same key
 set and request, prints one line per response and a count. It exits non-zero
 if any fails: a consumer must read that as deny.
 
-With --authzen, each RESPONSE is one AuthZEN answer ({"decision": ...,
-"context": {"callerauth": ...}}) — a single evaluation's response, or one item
-of a batch's "evaluations" — verified on its own: the batch's one signature,
-and the item's inclusion proof to the signed Merkle root. --request is then
-the evaluation request that item answers (subject, action, resource and
-context, with the batch's defaults applied).`,
+With --authzen, RESPONSE is what an AuthZEN endpoint answered:
+
+  - a whole evaluations response ({"evaluations": [...]}), with --request the
+    request that asked it: every answer verified on its own against its
+    item (defaults applied), then the batch as a whole — one record, every
+    answer at its place, the semantic and the number requested as the
+    request says. It prints one line per answer and "N of M verified".
+  - one answer ({"decision": ..., "context": {"callerauth": ...}}): a single
+    evaluation's response, or one item of a batch, verified on its own: the
+    batch's one signature and the item's inclusion proof to the signed
+    Merkle root. --request is the evaluation request it answers (subject,
+    action, resource and context, with the batch's defaults applied).
+  - a search page ({"page": ..., "results": [...]}): its one signature binds
+    the request (--request, the body sent, page.token included), the
+    results, the page and the context.
+
+--request-id insists on the X-Request-ID the record binds.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := readJWKS(jwks)
 			if err != nil {
 				return err
 			}
-			if authzen && !cmd.Flags().Changed("schema") && !cmd.Flags().Changed("typ") {
+			custom := cmd.Flags().Changed("schema") || cmd.Flags().Changed("typ")
+			if authzen && !custom {
 				profile = pdp.EvaluationProfile
 			}
-			opts := decision.VerifyOptions{Profile: profile, Keys: keys, MaxAge: maxAge, Now: o.Now}
+			opts := decision.VerifyOptions{Profile: profile, Keys: keys, MaxAge: maxAge, Now: o.Now, RequestID: requestID}
 			if request != "" {
 				if opts.Request, err = os.ReadFile(request); err != nil {
 					return fmt.Errorf("--request: %w", err)
@@ -153,6 +165,34 @@ context, with the batch's defaults applied).`,
 			}
 			verify := func(resp []byte) (string, []byte, error) {
 				if authzen {
+					var shape map[string]json.RawMessage
+					_ = json.Unmarshal(resp, &shape)
+					if _, ok := shape["results"]; ok {
+						so := opts
+						if !custom {
+							so.Profile = pdp.SearchProfile
+						}
+						rec, err := decision.VerifySearch("", opts.Request, resp, so)
+						if err != nil {
+							return "", nil, err
+						}
+						var page struct {
+							Results []json.RawMessage `json:"results"`
+							Page    struct {
+								NextToken string `json:"next_token"`
+							} `json:"page"`
+						}
+						_ = json.Unmarshal(resp, &page)
+						b, _ := json.MarshalIndent(rec, "", "  ")
+						more := "the last page"
+						if page.Page.NextToken != "" {
+							more = "more pages follow"
+						}
+						return fmt.Sprintf("verified: %s page of %d results, %s, caller %s", rec.Endpoint, len(page.Results), more, callerOf(rec.Caller)), b, nil
+					}
+					if _, ok := shape["evaluations"]; ok {
+						return verifyBatch(o, resp, opts)
+					}
 					rec, leaf, err := decision.VerifyEvaluation(resp, opts)
 					if err != nil {
 						return "", nil, err
@@ -206,7 +246,8 @@ context, with the batch's defaults applied).`,
 	cmd.Flags().StringVar(&jwks, "jwks", "", "the PDP's JWKS: a file, or an https:// URL (required)")
 	cmd.Flags().StringVar(&request, "request", "", "the request that was sent; the record must bind exactly it")
 	cmd.Flags().DurationVar(&maxAge, "max-age", 5*time.Minute, "oldest acceptable record")
-	cmd.Flags().BoolVar(&authzen, "authzen", false, "each RESPONSE is one AuthZEN answer, verified on its own (the record format defaults to the pdp's AuthZEN one)")
+	cmd.Flags().BoolVar(&authzen, "authzen", false, "RESPONSE is an AuthZEN response: a whole evaluations response, one answer, or a search page (the record format defaults to the pdp's AuthZEN ones)")
+	cmd.Flags().StringVar(&requestID, "request-id", "", "with --authzen: the X-Request-ID sent; the record must bind exactly it")
 	addProfileFlags(cmd.Flags(), &profile)
 	_ = cmd.MarkFlagRequired("jwks")
 	return cmd
@@ -286,4 +327,47 @@ func newDecisionKeygenCmd(o *Options) *cobra.Command {
 	cmd.Flags().StringVar(&alg, "alg", "ES256", "ES256 (ECDSA P-256: every JOSE library verifies it) or EdDSA (Ed25519: a check costs about 0.8x; see docs/performance.md)")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
+}
+
+// verifyBatch verifies a whole AuthZEN evaluations response against the
+// request that asked it: each answer on its own, with a line each, then
+// the batch as a whole.
+func verifyBatch(o *Options, resp []byte, opts decision.VerifyOptions) (string, []byte, error) {
+	if opts.Request == nil {
+		return "", nil, errors.New("a whole evaluations response needs --request, the request that asked it")
+	}
+	items, _, err := decision.EvaluationItems("evaluations", opts.Request)
+	if err != nil {
+		return "", nil, fmt.Errorf("--request: %w", err)
+	}
+	var r struct {
+		Evaluations []json.RawMessage `json:"evaluations"`
+	}
+	if err := json.Unmarshal(resp, &r); err != nil {
+		return "", nil, fmt.Errorf("%w: evaluations is not an array", decision.ErrUnsigned)
+	}
+	ok := 0
+	for i, a := range r.Evaluations {
+		io := opts
+		if i < len(items) {
+			io.Request = items[i]
+		}
+		_, leaf, err := decision.VerifyEvaluation(a, io)
+		if err != nil {
+			fmt.Fprintf(o.Stdout, "evaluation %d: NOT VERIFIED: %v\n", i+1, err)
+			continue
+		}
+		ok++
+		fmt.Fprintf(o.Stdout, "evaluation %d: decision %t, reason %s\n", i+1, leaf.Decision, leaf.Reason)
+	}
+	fmt.Fprintf(o.Stdout, "%d of %d verified\n", ok, len(r.Evaluations))
+	rec, leaves, err := decision.VerifyEvaluations("evaluations", opts.Request, resp, opts)
+	if err != nil {
+		return "", nil, err
+	}
+	b, _ := json.MarshalIndent(struct {
+		Record *decision.EvaluationRecord `json:"record"`
+		Leaves []decision.EvaluationLeaf  `json:"evaluations"`
+	}{rec, leaves}, "", "  ")
+	return fmt.Sprintf("verified: %d of %d evaluations requested answered under %s, one record, caller %s", rec.Evaluations, rec.Requested, rec.Semantic, callerOf(rec.Caller)), b, nil
 }
