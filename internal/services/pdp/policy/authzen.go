@@ -242,6 +242,9 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 			ctx[string(apName)] = marshalMembers(props)
 		}
 	}
+	if missing := missingRequired(ctx, shape, "context"); missing != "" {
+		return invalid("%s is required by action %s of package %s", missing, e.Action, p.ID)
+	}
 	var cedarCtx types.Record
 	if ctx != nil {
 		if err := json.Unmarshal(marshalMembers(ctx), &cedarCtx); err != nil {
@@ -287,6 +290,36 @@ func prune(v json.RawMessage, shape resolved.RecordType, path string, ignored *[
 	return kept, nil
 }
 
+// missingRequired names the first attribute shape requires that kept
+// lacks (in name order), by path; "" when none is missing. Nested records
+// present are checked likewise.
+func missingRequired(kept map[string]json.RawMessage, shape resolved.RecordType, path string) string {
+	names := make([]string, 0, len(shape))
+	for n := range shape {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		at := shape[types.String(n)]
+		v, ok := kept[n]
+		if !ok {
+			if !at.Optional {
+				return path + "." + n
+			}
+			continue
+		}
+		if rt, isRec := at.Type.(resolved.RecordType); isRec && len(v) > 0 && v[0] == '{' {
+			var inner map[string]json.RawMessage
+			if json.Unmarshal(v, &inner) == nil {
+				if m := missingRequired(inner, rt, path+"."+n); m != "" {
+					return m
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // marshalMembers writes members as a JSON object (the values are JSON
 // already); nil is {}.
 func marshalMembers(m map[string]json.RawMessage) json.RawMessage {
@@ -321,6 +354,12 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 	if err != nil {
 		d := invalid("%v", err)
 		return uid, &d
+	}
+	if em.Attributes == AttributesRequest {
+		if missing := missingRequired(props, shape, member+".properties"); missing != "" {
+			d := invalid("%s is required by entity type %s of package %s", missing, em.EntityType, p.ID)
+			return uid, &d
+		}
 	}
 	ent := types.Entity{UID: uid}
 	if em.Attributes != AttributesRequest {
