@@ -2,6 +2,7 @@ package pdp
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -533,12 +534,54 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	for i := range answers {
 		answers[i].Context.Proof = proofs[i]
 	}
-	w.Header().Set("Content-Type", "application/json")
-	if !req.batch {
-		_ = json.NewEncoder(w).Encode(answers[0])
+	var out any = answers[0]
+	if req.batch {
+		out = map[string]any{"evaluations": answers}
+	}
+	writeJSON(w, r, out)
+}
+
+// GzipAbove is the answer size from which an AuthZEN answer is sent
+// gzip-compressed to a client that accepts it: every item of a batch
+// carries the batch's one record JWS, so that it verifies on its own, and
+// those repeat.
+const GzipAbove = 64 << 10
+
+// writeJSON answers v as JSON, gzip-compressed when it is larger than
+// GzipAbove and the request accepts gzip.
+func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		guard.WriteHTTPError(w, http.StatusInternalServerError, "encoding_failed", "the answer could not be encoded")
 		return
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"evaluations": answers})
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	if len(b) <= GzipAbove || !acceptsGzip(r) {
+		_, _ = w.Write(b)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Header().Add("Vary", "Accept-Encoding")
+	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+}
+
+// acceptsGzip reads Accept-Encoding (RFC 9110 §12.5.3): gzip listed
+// without q=0.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for part := range strings.SplitSeq(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+				continue
+			}
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 func strconvBool(b bool) string {

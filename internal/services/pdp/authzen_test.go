@@ -1,6 +1,8 @@
 package pdp_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -424,5 +426,70 @@ func TestAuthZENItemErrors(t *testing.T) {
 	edited := strings.Replace(string(resp), "evaluations[1].resource is required", "evaluations[1].resource is fine", 1)
 	if _, _, err := decision.VerifyEvaluations("evaluations", []byte(body), []byte(edited), decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()}); !errors.Is(err, decision.ErrSignature) {
 		t.Errorf("an edited context.error verified: %v", err)
+	}
+}
+
+const certification = "../../../examples/authzen-certification"
+
+// TestAuthZENThousandItems: a batch of MaxEvaluations fully specified
+// items (every member, properties and context) fits the default
+// --authzen-max-body-bytes and is answered and verified whole; a smaller
+// limit refuses it naming the body. It logs the sizes docs/pdp.md quotes.
+func TestAuthZENThousandItems(t *testing.T) {
+	var items []string
+	for i := range pdp.MaxEvaluations {
+		items = append(items, fmt.Sprintf(`{"subject":{"type":"user","id":"bob","properties":{"role":"admin","department":"Legal"}},`+
+			`"action":{"name":"delete","properties":{"soft":%t,"method":"DELETE"}},`+
+			`"resource":{"type":"record","id":"record-%d","properties":{"status":"archived","owner":"alice"}},`+
+			`"context":{"time":"2025-06-27T18:03-07:00","ip":"192.168.1.1","source":"batch-%04d"}}`, i%2 == 0, 1+i%2, i))
+	}
+	body := `{"evaluations":[` + strings.Join(items, ",") + `]}`
+	for _, limit := range []int64{0, 256 << 10} {
+		e := start(t, "enforce", func(o *pdp.Options) {
+			o.PolicyDir, o.Registry = filepath.Join(certification, "policy"), filepath.Join(certification, "registry.json")
+			o.CallerBindings = []string{"authzen-certification=system:serviceaccount:secrets-engine:pep"}
+			o.AuthZENMaxBody = limit
+		})
+		tok := e.token(t, "pep", "flex-auth", time.Time{})
+		code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
+		if limit != 0 {
+			if code != 400 || !strings.Contains(string(resp), `"field":"body"`) {
+				t.Errorf("--authzen-max-body-bytes %d: %d %.200s; want 400 naming the body", limit, code, resp)
+			}
+			continue
+		}
+		if code != 200 {
+			t.Fatalf("%d items, %d bytes: %d %.300s", pdp.MaxEvaluations, len(body), code, resp)
+		}
+		_, leaves, err := decision.VerifyEvaluations("evaluations", []byte(body), resp, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()})
+		if err != nil || len(leaves) != pdp.MaxEvaluations {
+			t.Fatalf("%v", err)
+		}
+		for i, l := range leaves {
+			if l.Decision != (i%2 == 0) || len(l.Ignored) != 6 {
+				t.Fatalf("item %d: %+v", i, l)
+			}
+		}
+		// The same answer to a client that accepts gzip: compressed on the wire.
+		req, _ := http.NewRequest(http.MethodPost, e.url+pdp.PathEvaluations, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Accept-Encoding", "gzip")
+		hr, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire, _ := io.ReadAll(hr.Body)
+		hr.Body.Close()
+		zr, err := gzip.NewReader(bytes.NewReader(wire))
+		if err != nil || hr.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("a client accepting gzip: %v, Content-Encoding %q", err, hr.Header.Get("Content-Encoding"))
+		}
+		plain, _ := io.ReadAll(zr)
+		if _, _, err := decision.VerifyEvaluations("evaluations", []byte(body), plain, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()}); err != nil {
+			t.Fatalf("the gzip answer: %v", err)
+		}
+		t.Logf("%d fully specified items: request %d bytes (%d per item, default limit %d), answer %d bytes (%d per item), %d gzip-compressed (%d per item)",
+			pdp.MaxEvaluations, len(body), len(body)/pdp.MaxEvaluations, pdp.DefaultAuthZENMaxBody, len(resp), len(resp)/pdp.MaxEvaluations, len(wire), len(wire)/pdp.MaxEvaluations)
 	}
 }

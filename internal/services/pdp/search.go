@@ -293,6 +293,5 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		return
 	}
 	ans.Context = map[string]any{decision.ContextKey: proof}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ans)
+	writeJSON(w, r, ans)
 }
