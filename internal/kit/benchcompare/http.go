@@ -22,6 +22,7 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
+	search "github.com/callerauth/callerauth/examples/authzen-search"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/kit/loadgen"
@@ -70,10 +71,13 @@ type Peers struct {
 	// AuthZEN is a pdp serving examples/todo over AuthZEN, caller
 	// authentication on.
 	AuthZEN *Server
+	// Search is a pdp serving examples/authzen-search (the Search
+	// scenario), caller authentication on.
+	Search *Server
 	// Empty answers every request with a fixed body: net/http's floor.
 	Empty     *Server
 	Token     string // a caller token the pdp accepts
-	TodoToken string // one the AuthZEN pdp accepts
+	TodoToken string // one the AuthZEN pdps accept
 	stop      func()
 }
 
@@ -119,6 +123,10 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	if err != nil {
 		return fail(err)
 	}
+	searchPolicy, searchRegistry, err := search.WriteTo(filepath.Join(dir, "search"))
+	if err != nil {
+		return fail(err)
+	}
 	policyDir, registry, err := secretsengine.WriteTo(filepath.Join(dir, "example"))
 	if err != nil {
 		return fail(err)
@@ -128,7 +136,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 		return fail(err)
 	}
 	common := []string{"--insecure-http", "--metrics-listen", "", "--signing-key-file", key, "--log-level", "error"}
-	for _, mode := range []string{"enforce", "off", "authzen"} {
+	for _, mode := range []string{"enforce", "off", "authzen", "search"} {
 		addr, err := loopback.Addr()
 		if err != nil {
 			return fail(err)
@@ -143,6 +151,10 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			name = "pdp AuthZEN"
 			args = append(args, "--policy-dir", todoPolicy, "--registry", todoRegistry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "todo=system:serviceaccount:todo:todo-backend")
+		case "search":
+			name = "pdp AuthZEN search"
+			args = append(args, "--policy-dir", searchPolicy, "--registry", searchRegistry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "authzen-search=system:serviceaccount:todo:todo-backend")
 		default:
 			args = append(args, "--policy-dir", policyDir, "--registry", registry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
@@ -157,6 +169,8 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			p.PDPAuthOff = s
 		case "authzen":
 			p.AuthZEN = s
+		case "search":
+			p.Search = s
 		default:
 			p.PDP = s
 		}
@@ -368,6 +382,20 @@ func (l Load) DecisionsPerSecond() float64 {
 	return l.Result.PerSecond() * float64(max(1, l.Decisions))
 }
 
+// SearchCandidates are the records a resource search of the Search
+// scenario evaluates: each is one decision.
+const SearchCandidates = 20
+
+// searchResults checks a search page holds n results.
+func searchResults(n int) func(int, []byte) error {
+	return func(status int, body []byte) error {
+		if status != http.StatusOK || bytes.Count(body, []byte(`"type":"record"`)) != n {
+			return fmt.Errorf("the AuthZEN search pdp answered %d %.200s", status, body)
+		}
+		return nil
+	}
+}
+
 // authzenBody is a batch of n evaluations of the Todo example (Morty
 // updating his own todo: allowed), or one evaluation for n = 0.
 func authzenBody(n int) []byte {
@@ -422,6 +450,8 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 		{"pdp AuthZEN: one evaluation, caller auth + signed", "authzen", 1, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluation", Body: authzenBody(0), Header: azHeader}, allowAll(1)},
 		{"pdp AuthZEN: batches of 10, caller auth + one signature each", "authzen", 10, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(10), Header: azHeader}, allowAll(10)},
 		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
+		{"pdp AuthZEN: resource search, 20 candidates a page, caller auth + one signature", "authzen", SearchCandidates, loadgen.Config{URL: p.Search.URL + "/access/v1/search/resource",
+			Body: []byte(`{"subject":{"type":"user","id":"alice"},"action":{"name":"edit"},"resource":{"type":"record"}}`), Header: azHeader}, searchResults(5)},
 		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
 	}

@@ -70,7 +70,7 @@ type evaluationItem struct {
 	eval    policy.Evaluation
 	raw     map[string]json.RawMessage // subject, action, resource, context
 	prefix  string                     // "evaluations[2]." for a batch item's own members
-	own     map[string]bool            // members the item gave itself
+	own     uint8                      // bit i: the item gave evaluationMembers[i] itself
 	ignored []string
 	err     error
 }
@@ -79,7 +79,7 @@ type evaluationItem struct {
 // the item's prefix, or a default, at the top level.
 func (it *evaluationItem) path(rel string) string {
 	member, _, _ := strings.Cut(rel, ".")
-	if it.own[member] {
+	if i := slices.Index(evaluationMembers, member); i >= 0 && it.own&(1<<i) != 0 {
 		return it.prefix + rel
 	}
 	return rel
@@ -237,12 +237,12 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 // default whole (AuthZEN §7.1.1). A member missing or unreadable is the
 // item's error.
 func decodeItem(own, defaults map[string]json.RawMessage, prefix string) evaluationItem {
-	it := evaluationItem{raw: map[string]json.RawMessage{}, prefix: prefix, own: map[string]bool{}}
-	for _, k := range evaluationMembers {
+	it := evaluationItem{raw: make(map[string]json.RawMessage, len(evaluationMembers)), prefix: prefix}
+	for i, k := range evaluationMembers {
 		v, ok := own[k]
 		path := prefix + k
 		if ok {
-			it.own[k] = true
+			it.own |= 1 << i
 		} else if v, ok = defaults[k]; ok {
 			path = k
 		}

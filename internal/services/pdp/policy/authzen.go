@@ -223,7 +223,7 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 		shape = maps.Clone(shape)
 		delete(shape, apName) // the request's own context.<name> is not it
 	}
-	ctx, err := prune(e.Context, shape, "context", ignored)
+	ctx, ctxWhole, err := prune(e.Context, shape, "context", ignored)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -231,7 +231,7 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 		if !apDeclared {
 			apShape = nil // every member ignored
 		}
-		props, err := prune(e.ActionProperties, apShape, "action.properties", ignored)
+		props, _, err := prune(e.ActionProperties, apShape, "action.properties", ignored)
 		if err != nil {
 			return invalid("%v", err)
 		}
@@ -240,6 +240,7 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 				ctx = map[string]json.RawMessage{}
 			}
 			ctx[string(apName)] = marshalMembers(props)
+			ctxWhole = false
 		}
 	}
 	if missing := missingRequired(ctx, shape, "context"); missing != "" {
@@ -247,7 +248,11 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 	}
 	var cedarCtx types.Record
 	if ctx != nil {
-		if err := json.Unmarshal(marshalMembers(ctx), &cedarCtx); err != nil {
+		raw := json.RawMessage(e.Context) // every member kept: read as sent
+		if !ctxWhole {
+			raw = marshalMembers(ctx)
+		}
+		if err := json.Unmarshal(raw, &cedarCtx); err != nil {
 			return invalid("context: %v", err)
 		}
 	}
@@ -260,34 +265,39 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 
 // prune keeps the members of a JSON object that shape declares (nested
 // records pruned likewise) and lists the rest, and the nulls, in ignored
-// by path; a nil shape keeps none. v nil or null: no object (nil).
-func prune(v json.RawMessage, shape resolved.RecordType, path string, ignored *[]string) (map[string]json.RawMessage, error) {
+// by path; a nil shape keeps none. v nil or null: no object (nil). whole:
+// nothing was dropped, so v itself is what was kept.
+func prune(v json.RawMessage, shape resolved.RecordType, path string, ignored *[]string) (kept map[string]json.RawMessage, whole bool, err error) {
 	if len(v) == 0 || string(v) == "null" {
-		return nil, nil
+		return nil, false, nil
 	}
-	kept := map[string]json.RawMessage{}
-	err := ijson.Members(v, func(name, value []byte) error {
+	kept = map[string]json.RawMessage{}
+	whole = true
+	err = ijson.Members(v, func(name, value []byte) error {
 		at, declared := shape[types.String(name)]
 		member := path + "." + string(name)
 		switch {
 		case !declared || string(value) == "null":
 			*ignored = append(*ignored, member)
+			whole = false
 		default:
 			if rt, ok := at.Type.(resolved.RecordType); ok && len(value) > 0 && value[0] == '{' {
-				inner, err := prune(value, rt, member, ignored)
+				inner, innerWhole, err := prune(value, rt, member, ignored)
 				if err != nil {
 					return err
 				}
-				value = marshalMembers(inner)
+				if !innerWhole {
+					value, whole = marshalMembers(inner), false
+				}
 			}
 			kept[string(name)] = value
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s must be a JSON object", path)
+		return nil, false, fmt.Errorf("%s must be a JSON object", path)
 	}
-	return kept, nil
+	return kept, whole, nil
 }
 
 // missingRequired names the first attribute shape requires that kept
@@ -350,7 +360,7 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 	if em.Attributes != AttributesRegistry {
 		shape = p.schema.Entities[uid.Type].Shape
 	}
-	props, err := prune(e.Properties, shape, member+".properties", ignored)
+	props, whole, err := prune(e.Properties, shape, member+".properties", ignored)
 	if err != nil {
 		d := invalid("%v", err)
 		return uid, &d
@@ -374,7 +384,11 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 	}
 	if len(props) > 0 {
 		var attrs types.Record
-		if err := json.Unmarshal(marshalMembers(props), &attrs); err != nil {
+		raw := e.Properties // every member kept: read as sent
+		if !whole {
+			raw = marshalMembers(props)
+		}
+		if err := json.Unmarshal(raw, &attrs); err != nil {
 			d := invalid("%s.properties: %v", member, err)
 			return uid, &d
 		}
