@@ -52,7 +52,10 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := benchcompare.LoadRows(loads)
-	if len(loads) != 6 || len(rows) != 6 {
+	// Loads: the pdp, the pdp without caller auth, AuthZEN single, batches of
+	// 10 and 100, a search, OPA. Rows: one per load but OPA's, and the pdp's
+	// p99.
+	if len(loads) != 7 || len(rows) != 7 {
 		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
 	}
 	t.Log("\n" + benchcompare.Markdown(rows, "smoke (not a measurement)"))
