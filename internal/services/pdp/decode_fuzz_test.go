@@ -61,3 +61,30 @@ func TestResponseBodyIsTheEncoding(t *testing.T) {
 		t.Fatalf("the record is not the signed bytes: %s", got)
 	}
 }
+
+// TestAnswerJSON: the hand-written answer encoding is what encoding/json
+// writes for the same answer.
+func TestAnswerJSON(t *testing.T) {
+	for _, a := range []evaluationAnswer{
+		{Decision: true, Context: evaluationAnswerContext{Proof: decision.EvaluationProof{RecordJWS: "eyJ.eyJ.sig", RequestDigest: "sha256:ab", Reason: "r", Ignored: []string{}, Proof: []string{}}}},
+		{Decision: false, Context: evaluationAnswerContext{
+			Error: &evaluationError{Status: 400, Message: "evaluations[1].resource \"x\" <is> required\u2028é"},
+			Proof: decision.EvaluationProof{RecordJWS: "a.b.c", Index: 7, RequestDigest: "sha256:00", Reason: "invalid_evaluation",
+				Ignored: []string{"subject._note", "context.\"q\"\\\u0001😀"}, Proof: []string{"h1", "h2"}}}},
+	} {
+		want, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		a.appendJSON(&b)
+		var x, y any
+		if err := json.Unmarshal(b.Bytes(), &x); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, b.Bytes())
+		}
+		_ = json.Unmarshal(want, &y)
+		if !reflect.DeepEqual(x, y) {
+			t.Errorf("\n got %s\nwant %s", b.Bytes(), want)
+		}
+	}
+}
