@@ -354,7 +354,7 @@ func TestAuthZENCertificationDiscovery(t *testing.T) {
 		var keys jose.JSONWebKeySet
 		_ = json.NewDecoder(jr.Body).Decode(&keys)
 		jr.Body.Close()
-		jws, err := jose.ParseSigned(meta["signed_metadata"].(string), decision.Algorithms)
+		jws, err := jose.ParseSignedCompact(meta["signed_metadata"].(string), decision.Algorithms)
 		if err != nil {
 			t.Fatalf("signed_metadata: %v", err)
 		}

@@ -240,7 +240,9 @@ func TestAuthZENSearchPagination(t *testing.T) {
 	// An edited page does not verify: a result added, the token changed.
 	_, resp = p.post(t, tok, pdp.PathSearchResource, []byte(first))
 	for name, edit := range map[string]func(string) string{
-		"a result added":  func(s string) string { return strings.Replace(s, `"results":[`, `"results":[{"type":"record","id":"999"},`, 1) },
+		"a result added": func(s string) string {
+			return strings.Replace(s, `"results":[`, `"results":[{"type":"record","id":"999"},`, 1)
+		},
 		"the token moved": func(s string) string { return strings.Replace(s, `"next_token":"`, `"next_token":"x`, 1) },
 		"the count":       func(s string) string { return strings.Replace(s, `"count":1`, `"count":9`, 1) },
 	} {

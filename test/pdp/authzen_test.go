@@ -52,23 +52,6 @@ func (p *pdpProc) post(t *testing.T, token, path string, body []byte) (int, []by
 	return resp.StatusCode, b
 }
 
-// effective applies a batch's defaults to an item, as AuthZEN §7.1.1 says:
-// the item's members replace the defaults whole.
-func effective(top map[string]json.RawMessage, item json.RawMessage) []byte {
-	var it map[string]json.RawMessage
-	_ = json.Unmarshal(item, &it)
-	out := map[string]json.RawMessage{}
-	for _, k := range []string{"subject", "action", "resource", "context"} {
-		if v, ok := it[k]; ok {
-			out[k] = v
-		} else if v, ok := top[k]; ok {
-			out[k] = v
-		}
-	}
-	b, _ := json.Marshal(out)
-	return b
-}
-
 // TestAuthZENInterop runs the public AuthZEN Todo interop vectors (the
 // 1.0-02 file and the 1.0-01 file, whose evaluation 13 carries a member the
 // text does not define) through the real pdp over HTTPS, with a caller

@@ -287,7 +287,7 @@ type Registry struct {
 }
 
 // IDs are the ids of the registry's entities of type t, sorted.
-func (r *Registry) IDs(t types.EntityType) []string { return r.byType[t] }
+func (reg *Registry) IDs(t types.EntityType) []string { return reg.byType[t] }
 
 // LoadRegistry reads a JSON array of Cedar entities and validates every one
 // against the package's schema.
