@@ -184,6 +184,13 @@ var EvaluationMembers = []string{"action", "context", "resource", "subject"}
 // canonical JSON: of members (an evaluation's own, or a batch's defaults
 // where it has none), the subject, action, resource and context present.
 func BoundEvaluation(members map[string]json.RawMessage) ([]byte, error) {
+	return BoundEvaluationWith(members, func(v json.RawMessage) ([]byte, error) { return Canonicalize(v) })
+}
+
+// BoundEvaluationWith is BoundEvaluation with each member's value
+// canonicalized by canon (which must return exactly Canonicalize's
+// result: a PDP caches the defaults a batch's items share).
+func BoundEvaluationWith(members map[string]json.RawMessage, canon func(json.RawMessage) ([]byte, error)) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
@@ -192,7 +199,7 @@ func BoundEvaluation(members map[string]json.RawMessage) ([]byte, error) {
 		if !ok {
 			continue
 		}
-		c, err := Canonicalize(v)
+		c, err := canon(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
@@ -284,16 +291,9 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 // verifyEvaluationRecord checks an evaluation record's JWS, schema,
 // freshness and request ID.
 func verifyEvaluationRecord(compact string, o VerifyOptions) (*EvaluationRecord, error) {
-	payload, err := verifyCompact(compact, o)
-	if err != nil {
-		return nil, err
-	}
 	var r EvaluationRecord
-	if err := ijson.Check(payload); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
-	}
-	if err := json.Unmarshal(payload, &r); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	if err := readRecord(compact, o, &r); err != nil {
+		return nil, err
 	}
 	if r.Schema != o.Profile.Schema || r.Evaluations < 1 || r.Requested < r.Evaluations {
 		return nil, fmt.Errorf("%w: schema %q (want %q), %d evaluations answered of %d requested", ErrSchema, r.Schema, o.Profile.Schema, r.Evaluations, r.Requested)
@@ -305,6 +305,22 @@ func verifyEvaluationRecord(compact string, o VerifyOptions) (*EvaluationRecord,
 		return nil, err
 	}
 	return &r, nil
+}
+
+// readRecord verifies a record's compact JWS and reads its payload, I-JSON,
+// into r.
+func readRecord(compact string, o VerifyOptions, r any) error {
+	payload, err := verifyCompact(compact, o)
+	if err != nil {
+		return err
+	}
+	if err := ijson.Check(payload); err != nil {
+		return fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	if err := json.Unmarshal(payload, r); err != nil {
+		return fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	return nil
 }
 
 // VerifyEvaluations checks a whole AuthZEN response against the request

@@ -111,16 +111,9 @@ func VerifySearch(endpoint string, request, answer []byte, o VerifyOptions) (*Se
 	if err := ijson.Decode(raw, &p); err != nil || p.RecordJWS == "" {
 		return nil, fmt.Errorf("%w: context.%s carries no record_jws", ErrUnsigned, ContextKey)
 	}
-	payload, err := verifyCompact(p.RecordJWS, o)
-	if err != nil {
-		return nil, err
-	}
 	var r SearchRecord
-	if err := ijson.Check(payload); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
-	}
-	if err := json.Unmarshal(payload, &r); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	if err := readRecord(p.RecordJWS, o, &r); err != nil {
+		return nil, err
 	}
 	if r.Schema != o.Profile.Schema {
 		return nil, fmt.Errorf("%w: schema %q, want %q", ErrSchema, r.Schema, o.Profile.Schema)

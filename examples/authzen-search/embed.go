@@ -1,12 +1,10 @@
 // Package search carries the AuthZEN Search interop scenario — the policy
-// package and the registry of this folder — so that the tests and
-// `make bench-compare` use these very files.
+// package and the registry of this folder — so that
+// `make bench-compare` uses these very files.
 package search
 
 import (
 	"embed"
-	"fmt"
-	"path/filepath"
 
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 )
@@ -20,8 +18,5 @@ var Files embed.FS
 // WriteTo writes the policy package and the registry under dir and returns
 // the paths to give the pdp as --policy-dir and --registry.
 func WriteTo(dir string) (policyDir, registry string, err error) {
-	if err := fsutil.WriteTree(Files, dir); err != nil {
-		return "", "", fmt.Errorf("search: %w", err)
-	}
-	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil
+	return fsutil.WritePackage(Files, dir)
 }

@@ -6,8 +6,6 @@ package secretsengine
 
 import (
 	"embed"
-	"fmt"
-	"path/filepath"
 
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 )
@@ -38,8 +36,5 @@ func mustRead(name string) []byte {
 // WriteTo writes the policy package and the registry under dir and returns
 // the paths to give the pdp as --policy-dir and --registry.
 func WriteTo(dir string) (policyDir, registry string, err error) {
-	if err := fsutil.WriteTree(Files, dir); err != nil {
-		return "", "", fmt.Errorf("secretsengine: %w", err)
-	}
-	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil
+	return fsutil.WritePackage(Files, dir)
 }

@@ -5,8 +5,6 @@ package todo
 
 import (
 	"embed"
-	"fmt"
-	"path/filepath"
 
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 )
@@ -28,8 +26,5 @@ const (
 // WriteTo writes the policy package and the registry under dir and returns
 // the paths to give the pdp as --policy-dir and --registry.
 func WriteTo(dir string) (policyDir, registry string, err error) {
-	if err := fsutil.WriteTree(Files, dir); err != nil {
-		return "", "", fmt.Errorf("todo: %w", err)
-	}
-	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil
+	return fsutil.WritePackage(Files, dir)
 }

@@ -3,6 +3,7 @@
 package fsutil
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,4 +26,14 @@ func WriteTree(fsys fs.FS, dir string) error {
 		}
 		return os.WriteFile(dst, b, 0o600)
 	})
+}
+
+// WritePackage writes a policy package example — policy/ and
+// registry.json — under dir and returns the paths to give the pdp as
+// --policy-dir and --registry.
+func WritePackage(fsys fs.FS, dir string) (policyDir, registry string, err error) {
+	if err := WriteTree(fsys, dir); err != nil {
+		return "", "", fmt.Errorf("fsutil: writing the example under %s: %w", dir, err)
+	}
+	return filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), nil
 }

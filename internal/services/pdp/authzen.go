@@ -115,27 +115,7 @@ func (c canonicalMembers) of(v json.RawMessage) ([]byte, error) {
 // included (what was sent is what is bound; the leaf lists what was
 // ignored).
 func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	first := true
-	for _, k := range decision.EvaluationMembers {
-		v, ok := it.raw[k]
-		if !ok {
-			continue
-		}
-		cv, err := c.of(v)
-		if err != nil {
-			return nil, err
-		}
-		if !first {
-			b.WriteByte(',')
-		}
-		first = false
-		b.WriteString(`"` + k + `":`)
-		b.Write(cv)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return decision.BoundEvaluationWith(it.raw, c.of)
 }
 
 // evaluationMembers are the members of an evaluation request.
@@ -149,12 +129,8 @@ var evaluationMembers = []string{"subject", "action", "resource", "context"}
 // by its path (400); in a batch, what makes one item unreadable is that
 // item's error.
 func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
-	if err := ijson.Check(body); err != nil {
-		var e *ijson.Error
-		if errors.As(err, &e) && e.Member() != "" {
-			return nil, badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
-		}
-		return nil, badField("body", "body is not a JSON object: %v", err)
+	if err := checkBody(body); err != nil {
+		return nil, err
 	}
 	req := &evaluationsRequest{endpoint: "evaluation", semantic: ExecuteAll}
 	known := evaluationMembers
@@ -252,6 +228,19 @@ func (d *memberDefaults) inherit(e *policy.Evaluation, k string) {
 	case "context":
 		e.Context = d.eval.Context
 	}
+}
+
+// checkBody refuses a body that is not I-JSON, naming the member where it
+// can.
+func checkBody(body []byte) error {
+	if err := ijson.Check(body); err != nil {
+		var e *ijson.Error
+		if errors.As(err, &e) && e.Member() != "" {
+			return badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
+		}
+		return badField("body", "body is not a JSON object: %v", err)
+	}
+	return nil
 }
 
 // decodeItem reads one evaluation: its own members, each replacing the

@@ -3,7 +3,6 @@ package pdp
 import (
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -52,12 +51,8 @@ type searchRequest struct {
 // type (its id, if sent, ignored as the text requires), every other member
 // ignored and listed.
 func decodeSearch(body []byte, kind string) (*searchRequest, error) {
-	if err := ijson.Check(body); err != nil {
-		var e *ijson.Error
-		if errors.As(err, &e) && e.Member() != "" {
-			return nil, badField(e.Member(), "member %q: %s", e.Member(), e.Problem)
-		}
-		return nil, badField("body", "body is not a JSON object: %v", err)
+	if err := checkBody(body); err != nil {
+		return nil, err
 	}
 	req := &searchRequest{kind: kind, body: body}
 	known := []string{"subject", "resource", "context", "page"}

@@ -330,23 +330,18 @@ func load(dir, registry, keyFile string) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: --signing-key-file: %w", err)
 	}
-	signer, err := decision.NewSigner(RecordProfile, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	// One key set, one signer per format: a record of one is never taken
+	// for another (each has its own JWS typ).
+	st := &state{pkg: pkg, reg: reg, sig: sig}
+	for _, f := range []struct {
+		p  decision.Profile
+		to **decision.Signer
+	}{{RecordProfile, &st.signer}, {EvaluationProfile, &st.evalSigner}, {SearchProfile, &st.searchSigner}, {MetadataProfile, &st.metaSigner}} {
+		if *f.to, err = decision.NewSigner(f.p, keys...); err != nil {
+			return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+		}
 	}
-	evalSigner, err := decision.NewSigner(EvaluationProfile, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
-	}
-	searchSigner, err := decision.NewSigner(SearchProfile, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
-	}
-	metaSigner, err := decision.NewSigner(MetadataProfile, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
-	}
-	return &state{pkg: pkg, reg: reg, signer: signer, evalSigner: evalSigner, searchSigner: searchSigner, metaSigner: metaSigner, sig: sig}, nil
+	return st, nil
 }
 
 // signature summarises the files' sizes and times, to notice a change.

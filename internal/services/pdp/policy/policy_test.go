@@ -16,15 +16,7 @@ const example = "../../../../examples/secrets-engine"
 
 func load(t *testing.T) (*policy.Package, *policy.Registry) {
 	t.Helper()
-	p, err := policy.LoadPackage(filepath.Join(example, "policy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.LoadRegistry(filepath.Join(example, "registry.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, r
+	return loadAt(t, example)
 }
 
 func request(t *testing.T, name string) policy.Request {
