@@ -42,7 +42,12 @@ var Algorithms = []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}
 // Signed is the PDP's response: the record and its signature.
 type Signed struct {
 	Record    json.RawMessage `json:"record"`
-	RecordJWS string          `json:"record_jws"`
+	RecordJWS string          `json:"record_jws,omitempty"`
+	// RootJWS and Proof: a record signed with others (group.go) carries
+	// the JWS of their Merkle root and its place in the tree instead of a
+	// RecordJWS of its own.
+	RootJWS string `json:"root_jws,omitempty"`
+	Proof   *Proof `json:"proof,omitempty"`
 }
 
 // Signer signs records with the newest of its keys and publishes all of
@@ -53,6 +58,9 @@ type Signer struct {
 	keys    []jose.JSONWebKey // private, oldest first
 	current jose.JSONWebKey
 	header  string // the protected header, base64url: the same for every record
+	// rootHeader is the protected header of a group's root (typ
+	// Profile.Root().Type).
+	rootHeader string
 }
 
 // NewSigner signs records of profile p. It takes keys oldest first; the
@@ -84,24 +92,33 @@ func NewSigner(p Profile, keys ...crypto.Signer) (*Signer, error) {
 	// signer: its protected header never changes, so it is encoded once,
 	// and a record costs one base64 encoding and the signature (go-jose
 	// verifies what this writes in every test).
-	hdr, err := json.Marshal(struct {
-		Alg string `json:"alg"`
-		Kid string `json:"kid"`
-		Typ string `json:"typ"`
-	}{s.current.Algorithm, s.current.KeyID, p.Type})
-	if err != nil {
-		return nil, fmt.Errorf("decision: %w", err)
+	for _, h := range []struct {
+		typ string
+		to  *string
+	}{{p.Type, &s.header}, {p.Root().Type, &s.rootHeader}} {
+		hdr, err := json.Marshal(struct {
+			Alg string `json:"alg"`
+			Kid string `json:"kid"`
+			Typ string `json:"typ"`
+		}{s.current.Algorithm, s.current.KeyID, h.typ})
+		if err != nil {
+			return nil, fmt.Errorf("decision: %w", err)
+		}
+		*h.to = base64.RawURLEncoding.EncodeToString(hdr)
 	}
-	s.header = base64.RawURLEncoding.EncodeToString(hdr)
 	return s, nil
 }
 
 // compact signs payload as a compact JWS (RFC 7515 §7.1) with the current
 // key: ES256 as R||S of 32 bytes each (RFC 7518 §3.4), or EdDSA (RFC 8037).
-func (s *Signer) compact(payload []byte) (string, error) {
+func (s *Signer) compact(payload []byte) (string, error) { return s.sign(s.header, payload) }
+
+// sign writes a compact JWS of payload under the protected header given
+// (base64url).
+func (s *Signer) sign(header string, payload []byte) (string, error) {
 	enc := base64.RawURLEncoding
-	b := make([]byte, 0, len(s.header)+1+enc.EncodedLen(len(payload))+1+enc.EncodedLen(ed25519.SignatureSize))
-	b = append(b, s.header...)
+	b := make([]byte, 0, len(header)+1+enc.EncodedLen(len(payload))+1+enc.EncodedLen(ed25519.SignatureSize))
+	b = append(b, header...)
 	b = append(b, '.')
 	b = enc.AppendEncode(b, payload)
 	var sig []byte

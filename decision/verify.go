@@ -2,7 +2,9 @@ package decision
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,19 +65,29 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 	if err := json.Unmarshal(response, &s); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
 	}
-	if s.RecordJWS == "" {
-		return nil, ErrUnsigned
-	}
-	payload, err := verifyCompact(s.RecordJWS, o)
-	if err != nil {
-		return nil, err
-	}
-	// The unsigned copy, if any, must say exactly what was signed.
-	if len(s.Record) > 0 && string(s.Record) != "null" {
-		c, err := Canonicalize(s.Record)
-		if err != nil || !bytes.Equal(c, payload) {
-			return nil, fmt.Errorf("%w: the unsigned record differs from the signed one", ErrSignature)
+	var payload []byte
+	switch {
+	case s.RecordJWS != "" && s.RootJWS != "":
+		return nil, fmt.Errorf("%w: both record_jws and root_jws", ErrUnsigned)
+	case s.RootJWS != "":
+		var err error
+		if payload, err = verifyGrouped(&s, o); err != nil {
+			return nil, err
 		}
+	case s.RecordJWS != "":
+		var err error
+		if payload, err = verifyCompact(s.RecordJWS, o); err != nil {
+			return nil, err
+		}
+		// The unsigned copy, if any, must say exactly what was signed.
+		if len(s.Record) > 0 && string(s.Record) != "null" {
+			c, err := Canonicalize(s.Record)
+			if err != nil || !bytes.Equal(c, payload) {
+				return nil, fmt.Errorf("%w: the unsigned record differs from the signed one", ErrSignature)
+			}
+		}
+	default:
+		return nil, ErrUnsigned
 	}
 	var r Record
 	if err := ijson.Check(payload); err != nil {
@@ -104,6 +116,42 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// verifyGrouped checks a group-signed response: the root's JWS under the
+// profile's root profile, the root's schema, and the record's inclusion
+// proof from its canonical JSON to the signed Merkle root. It returns the
+// record's canonical JSON.
+func verifyGrouped(s *Signed, o VerifyOptions) ([]byte, error) {
+	if s.Proof == nil || len(s.Record) == 0 || string(s.Record) == "null" {
+		return nil, fmt.Errorf("%w: root_jws without its record and proof", ErrUnsigned)
+	}
+	ro := o
+	ro.Profile = o.Profile.Root()
+	var root Root
+	if err := readRecord(s.RootJWS, ro, &root); err != nil {
+		return nil, err
+	}
+	if root.Schema != ro.Profile.Schema || root.Records < 1 {
+		return nil, fmt.Errorf("%w: root schema %q (want %q), %d records", ErrSchema, root.Schema, ro.Profile.Schema, root.Records)
+	}
+	payload, err := Canonicalize(s.Record)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the record: %w", ErrUnsigned, err)
+	}
+	path := make([][sha256.Size]byte, len(s.Proof.Hashes))
+	for i, h := range s.Proof.Hashes {
+		b, err := base64.RawURLEncoding.DecodeString(h)
+		if err != nil || len(b) != sha256.Size {
+			return nil, fmt.Errorf("%w: proof hash %d is not a base64url SHA-256", ErrSignature, i)
+		}
+		copy(path[i][:], b)
+	}
+	got, err := rootFromProof(s.Proof.Index, root.Records, leafHash(payload), path)
+	if err != nil || "sha256:"+hex.EncodeToString(got[:]) != root.MerkleRoot {
+		return nil, fmt.Errorf("%w: record %d of %d is not what the root signed", ErrSignature, s.Proof.Index, root.Records)
+	}
+	return payload, nil
 }
 
 // digestOfRequest digests the normalized form of a request the consumer

@@ -31,7 +31,7 @@ bound to the system they name (--caller-binding). See docs/pdp.md.`,
 
 func defaults() Options {
 	return Options{Serve: serve.Options{Listen: ":8443", MetricsListen: "127.0.0.1:9090"},
-		AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
+		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
 }
 
 func addFlags(f *pflag.FlagSet, o *Options) {
@@ -46,6 +46,7 @@ func addFlags(f *pflag.FlagSet, o *Options) {
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", nil, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", "", "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
 	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", "", "the https:// URL the AuthZEN metadata names as this PDP (default: the serving certificate's first name and the port served on; never the request's Host; none over plain HTTP)")
+	f.IntVar(&o.SignGroupMax, "sign-group-max", o.SignGroupMax, "the most /v1/check records one signature covers: checks that arrive while one is being signed share the next, through a Merkle root (0: each record its own signature)")
 	f.Int64Var(&o.AuthZENMaxBody, "authzen-max-body-bytes", o.AuthZENMaxBody, "the largest AuthZEN request body (POST /v1/check keeps its 64 KiB)")
 	f.IntVar(&o.SearchPageSize, "authzen-search-page-size", o.SearchPageSize, "a search page's results when the request names no page.limit, and the most page.limit may ask")
 	f.IntVar(&o.SearchMaxCandidates, "authzen-search-max-candidates", o.SearchMaxCandidates, "the candidates one search page evaluates at most; a page that reaches it ends there, with a next_token")

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -54,6 +55,13 @@ const PathJWKS = "/.well-known/jwks.json"
 // MaxBody is the largest check request accepted.
 const MaxBody = 64 << 10
 
+// Group-commit signing of /v1/check records: the default and the most one
+// signature may cover.
+const (
+	DefaultSignGroup = 64
+	MaxSignGroup     = 1024
+)
+
 // AuthZEN's limits: the defaults and the largest values the flags take.
 const (
 	DefaultAuthZENMaxBody      = 1 << 20
@@ -89,6 +97,10 @@ type Options struct {
 	// (--authzen-max-body-bytes): 1,000 fully specified evaluations fit in
 	// the default.
 	AuthZENMaxBody int64
+	// SignGroupMax is the most /v1/check records one signature covers
+	// (--sign-group-max): records that arrive while one is being signed
+	// share the next. 0: every record its own signature.
+	SignGroupMax int
 	// SearchPageSize is a search page's size when the request names no
 	// page.limit, and the largest it may name (--authzen-search-page-size).
 	SearchPageSize int
@@ -141,6 +153,9 @@ func (o Options) Validate() error {
 	}
 	if o.SearchMaxCandidates < o.SearchPageSize || o.SearchMaxCandidates > MaxSearchCandidates {
 		errs = append(errs, fmt.Errorf("pdp: --authzen-search-max-candidates %d: want --authzen-search-page-size (%d) to %d", o.SearchMaxCandidates, o.SearchPageSize, MaxSearchCandidates))
+	}
+	if o.SignGroupMax < 0 || o.SignGroupMax > MaxSignGroup {
+		errs = append(errs, fmt.Errorf("pdp: --sign-group-max %d: want 0 (each record signed alone) to %d", o.SignGroupMax, MaxSignGroup))
 	}
 	if o.ReloadInterval < 0 {
 		errs = append(errs, fmt.Errorf("pdp: --reload-interval %s: want a positive duration", o.ReloadInterval))
@@ -232,7 +247,10 @@ type state struct {
 	searchSigner *decision.Signer
 	// metaSigner signs the AuthZEN metadata's signed_metadata.
 	metaSigner *decision.Signer
-	sig        string // file signature, to see changes
+	// group shares signer's signatures among the checks that arrive
+	// together; nil with --sign-group-max 0.
+	group *decision.Group
+	sig   string // file signature, to see changes
 }
 
 // callerAuthMode reads --caller-auth-mode other than off: enforce, or warn
@@ -263,6 +281,7 @@ type Server struct {
 	// endpoint.
 	evaluations     *prometheus.CounterVec
 	searchEvaluated *prometheus.CounterVec
+	groupSize       prometheus.Histogram
 	azLatency       *prometheus.HistogramVec
 	now             func() time.Time
 }
@@ -281,7 +300,8 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
 	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
-	st, err := load(o.PolicyDir, o.Registry, o.SigningKeyFile)
+	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
+	st, err := s.load()
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +316,7 @@ func New(o Options) (*Server, error) {
 	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
 	s.searchEvaluated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_search_candidates_total", Help: "Candidates AuthZEN searches evaluated, by endpoint."}, []string{"endpoint"})
 	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
-	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures)
+	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures, s.groupSize)
 	bindings, warnings, _ := parseBindings(o.CallerBindings)
 	for _, w := range warnings {
 		s.log.Warn("pdp: " + w)
@@ -314,6 +334,21 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
 	return s, nil
+}
+
+// load reads the package, the registry and the keys, and makes the
+// signers (and the group that shares /v1/check's signatures, unless
+// --sign-group-max is 0).
+func (s *Server) load() (*state, error) {
+	st, err := load(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if s.o.SignGroupMax > 0 {
+		st.group = decision.NewGroup(st.signer, s.o.SignGroupMax, s.now)
+		st.group.Observe = func(n int) { s.groupSize.Observe(float64(n)) }
+	}
+	return st, nil
 }
 
 func load(dir, registry, keyFile string) (*state, error) {
@@ -367,7 +402,7 @@ func signature(dir, registry, keyFile string) string {
 // says why.
 func (s *Server) Reload() error {
 	old := s.state.Load()
-	st, err := load(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
+	st, err := s.load()
 	if err != nil {
 		s.reloads.WithLabelValues("failure").Inc()
 		s.log.Error("pdp: reload failed; the previous policy and keys keep serving", "err", err, "policy_version", old.pkg.Version, "signing_kid", old.signer.KeyID())
@@ -509,14 +544,47 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		rec.Effect = decision.Allow
 	}
 	rec.BindCanonical(req.Canonical())
-	signed, err := st.signer.Sign(rec)
-	if err != nil {
-		s.signingFailed(w, err)
-		return
+	var body []byte
+	if st.group != nil {
+		g, err := st.group.Sign(rec)
+		if err != nil {
+			s.signingFailed(w, err)
+			return
+		}
+		body = groupBody(g)
+	} else {
+		signed, err := st.signer.Sign(rec)
+		if err != nil {
+			s.signingFailed(w, err)
+			return
+		}
+		body = responseBody(signed)
 	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(responseBody(signed))
+	_, _ = w.Write(body)
+}
+
+// groupBody is a group-signed check's response: {"record", "root_jws",
+// "proof"} (decision.Signed).
+func groupBody(g decision.GroupSigned) []byte {
+	b := make([]byte, 0, len(g.Record)+len(g.RootJWS)+64+48*len(g.Proof.Hashes))
+	b = append(b, `{"record":`...)
+	b = append(b, g.Record...)
+	b = append(b, `,"root_jws":"`...)
+	b = append(b, g.RootJWS...)
+	b = append(b, `","proof":{"index":`...)
+	b = strconv.AppendInt(b, int64(g.Proof.Index), 10)
+	b = append(b, `,"hashes":[`...)
+	for i, h := range g.Proof.Hashes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, h...)
+		b = append(b, '"')
+	}
+	return append(b, "]}}\n"...)
 }
 
 // signingFailed answers 500 signing_failed: no unsigned answer ever leaves.

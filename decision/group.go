@@ -1,0 +1,175 @@
+package decision
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A group-signed response carries its record, a JWS over the root of a
+// Merkle tree whose leaves are the records signed together (RFC 9162
+// hashing, as AuthZEN batches), and the record's inclusion proof:
+//
+//	{"record": {...}, "root_jws": "<compact JWS>", "proof": {"index": 3, "hashes": ["<base64url>", …]}}
+//
+// The root's payload is a [Root]; its JWS typ and schema are the record
+// profile's [Profile.Root]. A record signed alone is a tree of one leaf,
+// with an empty proof.
+
+// Root is what a group signature signs: the Merkle root of the records'
+// canonical JSON, how many there are, and when it was signed. It reveals
+// nothing of the other records but their count and a hash.
+type Root struct {
+	Schema     string    `json:"schema"`
+	MerkleRoot string    `json:"merkle_root"` // "sha256:" + hex
+	Records    int       `json:"records"`
+	SignedAt   time.Time `json:"signed_at"`
+}
+
+// Proof is a group-signed record's place in its tree.
+type Proof struct {
+	Index  int      `json:"index"`
+	Hashes []string `json:"hashes"` // base64url SHA-256, leaf to root
+}
+
+// Root is the profile of the roots that sign records of profile p
+// together: schema p.Schema + ".root", typ p.Type with "-root" before
+// "+jwt" — so that a root is never taken for a record, nor a record for a
+// root.
+func (p Profile) Root() Profile {
+	return Profile{Schema: p.Schema + ".root", Type: strings.TrimSuffix(p.Type, "+jwt") + "-root+jwt"}
+}
+
+// SignGroup signs records together: one signature over the Merkle root of
+// their canonical JSON. It completes each record (its schema) and returns,
+// for each, its canonical JSON, the root's JWS and its proof.
+func (s *Signer) SignGroup(records []*Record, now time.Time) ([]GroupSigned, error) {
+	if len(records) == 0 {
+		return nil, errors.New("decision: no record to sign")
+	}
+	payloads := make([][]byte, len(records))
+	hashes := make([][sha256.Size]byte, len(records))
+	for i, r := range records {
+		r.Schema = s.profile.Schema
+		p, err := r.canonical()
+		if err != nil {
+			return nil, err
+		}
+		payloads[i], hashes[i] = p, leafHash(p)
+	}
+	t := newTree(hashes)
+	root := t.hash(0, len(hashes))
+	rp := s.profile.Root()
+	payload, err := CanonicalJSON(Root{Schema: rp.Schema, MerkleRoot: "sha256:" + hex.EncodeToString(root[:]), Records: len(records), SignedAt: now.UTC()})
+	if err != nil {
+		return nil, err
+	}
+	compact, err := s.sign(s.rootHeader, payload)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupSigned, len(records))
+	for i := range records {
+		path := t.proof(i, 0, len(hashes))
+		p := Proof{Index: i, Hashes: make([]string, len(path))}
+		for j, h := range path {
+			p.Hashes[j] = base64url(h[:])
+		}
+		out[i] = GroupSigned{Record: payloads[i], RootJWS: compact, Proof: p}
+	}
+	return out, nil
+}
+
+// GroupSigned is one record of a group: its canonical JSON, the root's
+// JWS and its proof.
+type GroupSigned struct {
+	Record  []byte
+	RootJWS string
+	Proof   Proof
+}
+
+// Group signs records in groups: a record that arrives while a signature
+// is being made waits for the next one, which covers every record waiting
+// then (at most Max). An idle group signs each record alone; no record
+// waits longer than one signature behind another. The first record to find
+// no signature under way signs; when its signature is done, the next
+// waiting record takes over, so no goroutine outlives its request.
+type Group struct {
+	signer *Signer
+	max    int
+	now    func() time.Time
+	// Observe, when set, is told each group's size.
+	Observe func(n int)
+
+	mu      sync.Mutex
+	signing bool
+	queue   []*pending
+}
+
+type pending struct {
+	rec  *Record
+	out  GroupSigned
+	err  error
+	wake chan bool // true: lead the next group; false: signed
+}
+
+// NewGroup signs with signer, at most max records per root (at least 1).
+func NewGroup(signer *Signer, max int, now func() time.Time) *Group {
+	if max < 1 {
+		max = 1
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Group{signer: signer, max: max, now: now}
+}
+
+// Sign signs r with whatever records are waiting with it.
+func (g *Group) Sign(r *Record) (GroupSigned, error) {
+	p := &pending{rec: r, wake: make(chan bool, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, p)
+	if g.signing {
+		g.mu.Unlock()
+		if lead := <-p.wake; !lead {
+			return p.out, p.err
+		}
+		g.mu.Lock()
+	}
+	g.signing = true
+	n := min(len(g.queue), g.max)
+	batch := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+
+	recs := make([]*Record, len(batch))
+	for i, b := range batch {
+		recs[i] = b.rec
+	}
+	out, err := g.signer.SignGroup(recs, g.now())
+	if g.Observe != nil {
+		g.Observe(len(batch))
+	}
+	for i, b := range batch {
+		if err != nil {
+			b.err = err
+		} else {
+			b.out = out[i]
+		}
+		if b != p {
+			b.wake <- false
+		}
+	}
+	// Hand the lead to the first record waiting, if any.
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		g.queue[0].wake <- true
+	} else {
+		g.signing = false
+	}
+	g.mu.Unlock()
+	return p.out, p.err
+}
