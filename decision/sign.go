@@ -50,6 +50,15 @@ type Signed struct {
 	Proof   *Proof `json:"proof,omitempty"`
 }
 
+// JWS is the compact JWS that signs the response: its own record's, or
+// its group's root.
+func (s *Signed) JWS() string {
+	if s.RootJWS != "" {
+		return s.RootJWS
+	}
+	return s.RecordJWS
+}
+
 // Signer signs records with the newest of its keys and publishes all of
 // them, so that keys can rotate without breaking consumers that hold the
 // previous JWKS.

@@ -368,7 +368,7 @@ func (a *pdpAnswer) decode() {
 		return
 	}
 	a.version = r.PolicyVersion
-	if jws, err := jose.ParseSignedCompact(s.RecordJWS, []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}); err == nil && len(jws.Signatures) == 1 {
+	if jws, err := jose.ParseSignedCompact(s.JWS(), []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}); err == nil && len(jws.Signatures) == 1 {
 		a.kid = jws.Signatures[0].Header.KeyID
 	}
 }

@@ -61,7 +61,7 @@ func (e *env) servePDP(name string, writeTo func(dir string) (string, string, er
 	}
 	s, err := pdp.New(pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
 		Auth: serve.AuthOptions{Kubeconfig: e.iss.KubeconfigFile()}, CallerAuthMode: mode, CallerAudience: "flex-auth",
-		CallerBindings: []string{binding}, SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		CallerBindings: []string{binding}, SigningKeyFile: key, SignGroupMax: pdp.DefaultSignGroup, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, "", nil, err
 	}
