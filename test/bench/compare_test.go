@@ -58,6 +58,15 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	if len(loads) != 7 || len(rows) != 7 {
 		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
 	}
+	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 4}, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr := benchcompare.LatencyRows(latency); len(latency) != 4 || len(lr) != 2 {
+		t.Fatalf("%d latency loads, %d rows", len(latency), len(lr))
+	} else {
+		rows = append(rows, lr...)
+	}
 	t.Log("\n" + benchcompare.Markdown(rows, "smoke (not a measurement)"))
 }
 

@@ -478,6 +478,45 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration) ([]Load,
 	return out, nil
 }
 
+// LatencyLoads drives the pdp (caller authentication on, signed records)
+// and OPA with the allow example at each number of connections, one after
+// the other, for the latency rows: p50 and p99 at low and high
+// concurrency, not only throughput.
+func LatencyLoads(ctx context.Context, p *Peers, conns []int, d time.Duration) ([]Load, error) {
+	req := secretsengine.AllowRequest()
+	var out []Load
+	for _, c := range conns {
+		for _, r := range []struct {
+			name, role string
+			cfg        loadgen.Config
+			want       string
+		}{
+			{fmt.Sprintf("pdp at %d connections", c), "pdp", loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
+			{fmt.Sprintf("OPA at %d connections", c), "opa", loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+				Header: http.Header{"Content-Type": {"application/json"}}}, `"allow":true`},
+		} {
+			want := []byte(r.want)
+			r.cfg.Connections, r.cfg.Duration = c, d
+			r.cfg.Check = func(status int, body []byte) error {
+				if status != http.StatusOK || !bytes.Contains(body, want) {
+					return fmt.Errorf("%s answered %d %.200s", r.name, status, body)
+				}
+				return nil
+			}
+			res, err := loadgen.Run(ctx, r.cfg)
+			if err != nil {
+				return nil, err
+			}
+			if res.Errors > 0 || res.Requests == 0 {
+				return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %w", r.name, res.Requests, res.Errors, res.FirstError)
+			}
+			out = append(out, Load{Name: r.name, Role: r.role, Decisions: c, Result: res})
+		}
+	}
+	return out, nil
+}
+
 // OPAVersion is the OPA the Makefile builds.
 const OPAVersion = "v1.22.3"
 

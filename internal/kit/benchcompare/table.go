@@ -91,6 +91,21 @@ func LoadRows(loads []Load) []Row {
 	return rows
 }
 
+// LatencyRows compares the pdp's p99 with OPA's at each concurrency of
+// LatencyLoads (Decisions holds the connections there), target ≤ 1×.
+func LatencyRows(loads []Load) []Row {
+	var rows []Row
+	for i := 0; i+1 < len(loads); i += 2 {
+		ours, theirs := loads[i], loads[i+1]
+		fig := func(l Load) string {
+			return fmt.Sprintf("p50 %s, p99 %s (%.0f/s)", l.Result.P50.Round(10*time.Microsecond), l.Result.P99.Round(10*time.Microsecond), l.Result.PerSecond())
+		}
+		rows = append(rows, Row{Name: fmt.Sprintf("pdp: caller auth + signed record vs OPA, %d connections: p99 latency", ours.Decisions),
+			Ours: fig(ours), Base: fig(theirs), Ratio: float64(ours.Result.P99) / float64(theirs.Result.P99), Target: 1})
+	}
+	return rows
+}
+
 // PairRows turns measured benchmarks into rows; a pair not measured is an
 // error.
 func PairRows(pairs []Pair, m map[string]Measured) ([]Row, error) {

@@ -61,6 +61,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 64}, *duration)
+	if err != nil {
+		return err
+	}
 	peers.Close()
 	m, err := benchcompare.RunPairs(ctx, "go", ".", *benchtime, benchcompare.Pairs)
 	if err != nil {
@@ -70,9 +74,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rows := append(benchcompare.LoadRows(loads), pairRows...)
+	rows := append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), pairRows...)
 	host, _ := os.Hostname()
-	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections × %s each, one peer at a time, plain HTTP on loopback; paired Go benchmarks at -benchtime %s. The pdp and OPA agreed on all %d requests first.",
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each, one peer at a time, plain HTTP on loopback; paired Go benchmarks at -benchtime %s. The pdp and OPA agreed on all %d requests first.",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *benchtime, n)
 	table := benchcompare.Markdown(rows, about)
 	fmt.Println(table)
