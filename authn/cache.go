@@ -148,7 +148,7 @@ func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	if _, err := rand.Read(key); err != nil {
 		panic("authn: no randomness for the cache key: " + err.Error())
 	}
-	c.hmacs.New = func() any { return hmac.New(sha256.New, key) }
+	c.hmacs.New = func() any { return &keyHasher{h: hmac.New(sha256.New, key)} }
 	return c
 }
 
@@ -160,15 +160,23 @@ func (c *Cache) RequiredAudiences() []string {
 	return nil
 }
 
+// keyHasher is a pooled HMAC and the buffer its sum is written into (a
+// local array handed to the hash interface would escape: one allocation
+// per lookup).
+type keyHasher struct {
+	h   hash.Hash
+	buf [sha256.Size]byte
+}
+
 func (c *Cache) keyOf(token string) [sha256.Size]byte {
-	h := c.hmacs.Get().(hash.Hash)
-	h.Reset()
-	h.Write(c.audPrefix)
+	kh := c.hmacs.Get().(*keyHasher)
+	kh.h.Reset()
+	kh.h.Write(c.audPrefix)
 	// The hash reads the bytes and keeps nothing: no copy of the token.
-	h.Write(unsafe.Slice(unsafe.StringData(token), len(token))) //nolint:gosec // read-only view of the token for the hash; saves a copy per request.
-	var k [sha256.Size]byte
-	h.Sum(k[:0])
-	c.hmacs.Put(h)
+	kh.h.Write(unsafe.Slice(unsafe.StringData(token), len(token))) //nolint:gosec // read-only view of the token for the hash; saves a copy per request.
+	kh.h.Sum(kh.buf[:0])
+	k := kh.buf
+	c.hmacs.Put(kh)
 	return k
 }
 
@@ -202,6 +210,13 @@ func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, 
 		}
 		return caller, true, err
 	}
+	return c.lookup(ctx, token, key)
+}
+
+// lookup asks the inner authenticator on a miss, once however many ask at
+// the same time. (Apart from AuthenticateCached so that the key the
+// closure captures is this function's: a hit allocates nothing for it.)
+func (c *Cache) lookup(ctx context.Context, token string, key [sha256.Size]byte) (*Caller, bool, error) {
 	// The shared lookup must not die with the first caller's context; the
 	// inner authenticator bounds its own time.
 	ch := c.group.DoChan(string(key[:]), func() (any, error) {
