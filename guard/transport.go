@@ -156,25 +156,28 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			req := binding.Request{Method: r.Method + " " + r.URL.Path}
+			// The method is "VERB /path" unless the extractor names it:
+			// built only when needed (one string per request saved).
+			method := func() string { return r.Method + " " + r.URL.Path }
 			a := g.Authenticate(r.Context(), bearer.FromHeader(r.Header))
 			if m.requireIdentity && a.absent {
 				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated, Detail: "no token; this handler requires one"}
 			}
 			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
-				m.refuse(w, r, g.Decide(r.Context(), a, req))
+				m.refuse(w, r, g.Decide(r.Context(), a, binding.Request{Method: method()}))
 				return
 			}
+			var req binding.Request
 			if extract != nil {
 				x, err := extract(r)
 				if err != nil {
 					m.badRequest(w, r, err)
 					return
 				}
-				if x.Method == "" {
-					x.Method = req.Method
-				}
 				req = x
+			}
+			if req.Method == "" {
+				req.Method = method()
 			}
 			v := g.Decide(r.Context(), a, req)
 			if !v.Allowed {
