@@ -134,7 +134,16 @@ type Verdict struct {
 // request asks to say. It is [Guard.Authenticate] followed by
 // [Guard.Decide].
 func (g *Guard) Check(ctx context.Context, cred bearer.Credential, req binding.Request) *Verdict {
-	return g.Decide(ctx, g.Authenticate(ctx, cred), req)
+	d := new(decided)
+	g.authenticate(ctx, cred, &d.a)
+	return g.decide(ctx, &d.a, req, &d.v)
+}
+
+// decided holds a request's authentication and verdict in one allocation
+// (the verdict outlives the request handler's frame in its context).
+type decided struct {
+	a Authentication
+	v Verdict
 }
 
 // Authentication is what a credential proved, before any rule looked at
@@ -175,6 +184,11 @@ func (a *Authentication) Err() error { return a.err }
 // read off the request, verified by auth. Nothing is counted or logged.
 func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credential) *Authentication {
 	a := &Authentication{}
+	identify(ctx, auth, cred, a)
+	return a
+}
+
+func identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credential, a *Authentication) {
 	switch cred.Kind {
 	case bearer.Absent:
 		a.absent = true
@@ -197,7 +211,6 @@ func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 			a.subject.Caller = caller
 		}
 	}
-	return a
 }
 
 // Authenticate verifies the credential ([Identify]) and applies
@@ -205,7 +218,13 @@ func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 // [Guard.Decide], which must follow (also for a refusal), so that every
 // request is counted and logged exactly once.
 func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authentication {
-	a := Identify(ctx, g.cfg.Authenticator, cred)
+	a := &Authentication{}
+	g.authenticate(ctx, cred, a)
+	return a
+}
+
+func (g *Guard) authenticate(ctx context.Context, cred bearer.Credential, a *Authentication) {
+	identify(ctx, g.cfg.Authenticator, cred, a)
 	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.ReasonOf(a.err).SaysNothingAboutCaller() {
 		// The request goes on as a degraded subject; Decide counts the
 		// validator's reason as the violation it is.
@@ -213,14 +232,17 @@ func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authe
 		a.degraded = true
 		a.viol.Code = binding.Unavailable
 	}
-	return a
 }
 
 // Decide judges the request of an authenticated credential: the rules, the
 // mode, the metrics and the log line. It is the second half of
 // [Guard.Check].
 func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Request) *Verdict {
-	v := &Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller}
+	return g.decide(ctx, a, req, new(Verdict))
+}
+
+func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Request, v *Verdict) *Verdict {
+	*v = Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller}
 	viol := a.viol
 	if a.degraded {
 		// Counted now, as the violation it is; the rules then judge the

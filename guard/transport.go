@@ -159,12 +159,14 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 			// The method is "VERB /path" unless the extractor names it:
 			// built only when needed (one string per request saved).
 			method := func() string { return r.Method + " " + r.URL.Path }
-			a := g.Authenticate(r.Context(), bearer.FromHeader(r.Header))
+			d := new(decided) // the authentication and the verdict, one allocation
+			a := &d.a
+			g.authenticate(r.Context(), bearer.FromHeader(r.Header), a)
 			if m.requireIdentity && a.absent {
 				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated, Detail: "no token; this handler requires one"}
 			}
 			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
-				m.refuse(w, r, g.Decide(r.Context(), a, binding.Request{Method: method()}))
+				m.refuse(w, r, g.decide(r.Context(), a, binding.Request{Method: method()}, &d.v))
 				return
 			}
 			var req binding.Request
@@ -179,7 +181,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 			if req.Method == "" {
 				req.Method = method()
 			}
-			v := g.Decide(r.Context(), a, req)
+			v := g.decide(r.Context(), a, req, &d.v)
 			if !v.Allowed {
 				m.refuse(w, r, v)
 				return
