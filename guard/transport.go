@@ -60,6 +60,17 @@ func (v *Verdict) Status() *status.Status {
 	return st
 }
 
+// Refuse is a service's own refusal over gRPC, shaped as the guard's are:
+// the code the reason table gives the reason (binding.Define), msg as the
+// message, and an ErrorInfo carrying the reason.
+func Refuse(reason, msg string) error {
+	st := status.New(GRPCCode(binding.Describe(reason).Code), msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
 // GRPCRequest extracts what a gRPC request asks to say. The method is
 // filled in by the interceptor; an extractor sets System and Nodes from
 // the message. A nil extractor judges the method alone.

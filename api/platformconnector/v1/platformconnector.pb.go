@@ -94,11 +94,19 @@ func (RecommendedAction) EnumDescriptor() ([]byte, []int) {
 
 // HealthEvents is one batch.
 type HealthEvents struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Events        []*HealthEvent         `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Events  []*HealthEvent         `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// idempotency_key names the batch: chosen by the publisher, the same on
+	// every retry of it. A batch whose key the connector has already stored
+	// for the same caller is answered OK without being stored again, so a
+	// retry after a connection cut past the commit does not duplicate it;
+	// the same key with other events is refused (InvalidArgument,
+	// idempotency_key_reused). At most 128 characters of [A-Za-z0-9._:-].
+	// Empty: no deduplication.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HealthEvents) Reset() {
@@ -143,6 +151,13 @@ func (x *HealthEvents) GetEvents() []*HealthEvent {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *HealthEvents) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // Entity is something an event impacts, e.g. a GPU by UUID.
@@ -345,10 +360,11 @@ var File_platformconnector_v1_platformconnector_proto protoreflect.FileDescripto
 
 const file_platformconnector_v1_platformconnector_proto_rawDesc = "" +
 	"\n" +
-	",platformconnector/v1/platformconnector.proto\x12\x14platformconnector.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
+	",platformconnector/v1/platformconnector.proto\x12\x14platformconnector.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x01\n" +
 	"\fHealthEvents\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x129\n" +
-	"\x06events\x18\x02 \x03(\v2!.platformconnector.v1.HealthEventR\x06events\"L\n" +
+	"\x06events\x18\x02 \x03(\v2!.platformconnector.v1.HealthEventR\x06events\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"L\n" +
 	"\x06Entity\x12\x1f\n" +
 	"\ventity_type\x18\x01 \x01(\tR\n" +
 	"entityType\x12!\n" +

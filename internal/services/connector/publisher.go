@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,21 +40,32 @@ func NewPublisher(cfg credentials.Config) (*Publisher, error) {
 // Close closes the connection.
 func (p *Publisher) Close() error { return p.conn.Close() }
 
-// Publish sends one batch once.
+// Publish sends one batch once, under a new idempotency key.
 func (p *Publisher) Publish(ctx context.Context, events ...*pcv1.HealthEvent) error {
-	_, err := p.client.HealthEventOccurredV1(ctx, &pcv1.HealthEvents{Version: 1, Events: events})
+	return p.PublishKeyed(ctx, NewIdempotencyKey(), events...)
+}
+
+// PublishKeyed sends one batch once under the idempotency key given: a
+// caller that retries on its own sends the same key each time.
+func (p *Publisher) PublishKeyed(ctx context.Context, key string, events ...*pcv1.HealthEvent) error {
+	_, err := p.client.HealthEventOccurredV1(ctx, &pcv1.HealthEvents{Version: 1, Events: events, IdempotencyKey: key})
 	return err
 }
 
+// NewIdempotencyKey is a fresh batch key: a random UUID.
+func NewIdempotencyKey() string { return uuid.NewString() }
+
 // PublishRetrying sends one batch, retrying while the connector answers
-// Unavailable (its validator is down, or its datastore) until ctx ends. A
-// refusal with any other code is returned at once: retrying cannot change
-// it. An Unavailable answer means the batch was not stored, so a retry does
-// not duplicate it.
+// Unavailable (its validator or its datastore is down, or the connection
+// broke) until ctx ends. A refusal with any other code is returned at
+// once: retrying cannot change it. Every attempt carries the same
+// idempotency key, so a batch the connector stored before the connection
+// broke (its answer lost) is not stored again by the retry.
 func (p *Publisher) PublishRetrying(ctx context.Context, events ...*pcv1.HealthEvent) error {
+	key := NewIdempotencyKey()
 	wait := p.Backoff
 	for {
-		err := p.Publish(ctx, events...)
+		err := p.PublishKeyed(ctx, key, events...)
 		if status.Code(err) != codes.Unavailable {
 			return err
 		}

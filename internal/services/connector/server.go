@@ -134,6 +134,8 @@ type Server struct {
 	refused *prometheus.CounterVec
 	stored  prometheus.Counter // events
 	failed  prometheus.Counter // batches the datastore could not store
+	// duplicates are retried batches whose idempotency key was stored.
+	duplicates prometheus.Counter
 	// The node-binding settings in force: the deployment role always
 	// enforces and never fails open, whatever config.json says.
 	mode     guard.Mode
@@ -175,7 +177,9 @@ func New(o Options) (*Server, error) {
 		Help: "Events stored (durable before the call returned)."})
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_datastore_failures_total",
 		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
-	s.health.Registry.MustRegister(s.refused, s.stored, s.failed)
+	s.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_duplicate_batches_total",
+		Help: "Batches answered OK without being stored again: a retry whose idempotency key the datastore already held (a connection cut after the commit)."})
+	s.health.Registry.MustRegister(s.refused, s.stored, s.failed, s.duplicates)
 	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, metricsPrefix)
 	if err != nil {
 		return nil, err
@@ -344,11 +348,49 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	if len(events) == 0 {
 		return &emptypb.Empty{}, nil
 	}
-	if err := s.store.Append(ctx, caller, scope, events); err != nil {
+	key := in.GetIdempotencyKey()
+	if !validKey(key) {
+		return nil, guard.Refuse(ReasonBadIdempotencyKey, fmt.Sprintf("idempotency_key: at most %d characters of [A-Za-z0-9._:-]; nothing was stored", MaxIdempotencyKey))
+	}
+	duplicate, err := s.store.Append(ctx, caller, scope, key, events)
+	switch {
+	case errors.Is(err, ErrKeyReused):
+		return nil, guard.Refuse(ReasonKeyReused, "idempotency_key was already used for another batch of yours; nothing was stored")
+	case err != nil:
 		s.failed.Inc()
 		s.log.Error("connector: storing a batch failed", "err", err, "events", len(events))
 		return nil, status.Error(codes.Unavailable, "datastore unavailable; the batch was not stored, retry")
+	case duplicate:
+		// A retry of a stored batch (a connection cut after the commit):
+		// answered as the first time, stored once.
+		s.duplicates.Inc()
+		s.log.Info("connector: a retried batch was already stored", "events", len(events), "caller", guard.LogValue(caller))
+		return &emptypb.Empty{}, nil
 	}
 	s.stored.Add(float64(len(events)))
 	return &emptypb.Empty{}, nil
+}
+
+// MaxIdempotencyKey bounds a batch's idempotency key.
+const MaxIdempotencyKey = 128
+
+// The connector's own refusals of a batch's idempotency key.
+var (
+	ReasonBadIdempotencyKey = binding.Define("idempotency_key_invalid", binding.InvalidArgument, "the batch's idempotency key is too long or has a character outside [A-Za-z0-9._:-]")
+	ReasonKeyReused         = binding.Define("idempotency_key_reused", binding.InvalidArgument, "the batch's idempotency key names another batch already stored")
+)
+
+// validKey reports whether key is empty or at most MaxIdempotencyKey
+// characters of [A-Za-z0-9._:-].
+func validKey(key string) bool {
+	if len(key) > MaxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

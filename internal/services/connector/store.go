@@ -2,13 +2,16 @@ package connector
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
@@ -52,38 +55,76 @@ func OpenStore(target string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
+// ErrKeyReused is a batch whose idempotency key the caller already used
+// for other events.
+var ErrKeyReused = errors.New("connector: the idempotency key was used for another batch")
+
 // Append stores a batch in one transaction. Every event must carry a node
-// name by now.
-func (s *Store) Append(ctx context.Context, caller, scope string, events []*pcv1.HealthEvent) error {
+// name by now. With an idempotency key, the key is stored in the same
+// transaction (unique per caller): a batch whose key is already stored
+// with the same events is not stored again (duplicate true, no error), and
+// one with other events is ErrKeyReused.
+func (s *Store) Append(ctx context.Context, caller, scope, key string, events []*pcv1.HealthEvent) (duplicate bool, err error) {
+	bodies := make([]string, len(events))
+	sum := sha256.New()
 	for i, e := range events {
 		if e.GetNodeName() == "" {
-			return fmt.Errorf("connector: event %d has no node name", i)
+			return false, fmt.Errorf("connector: event %d has no node name", i)
 		}
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("connector: datastore: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
-	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`))
-	if err != nil {
-		return fmt.Errorf("connector: datastore: %w", err)
-	}
-	defer stmt.Close()
-	now := time.Now().UnixNano()
-	for _, e := range events {
 		b, err := protojson.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("connector: encoding event: %w", err)
+			return false, fmt.Errorf("connector: encoding event: %w", err)
 		}
-		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, string(b)); err != nil {
-			return fmt.Errorf("connector: datastore: %w", err)
+		bodies[i] = string(b)
+		// The digest reads the deterministic binary form: protojson's
+		// spacing may differ between builds, a retry may meet another.
+		w, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
+		if err != nil {
+			return false, fmt.Errorf("connector: encoding event: %w", err)
+		}
+		fmt.Fprintf(sum, "%d:", len(w))
+		sum.Write(w)
+	}
+	digest := hex.EncodeToString(sum.Sum(nil))
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
+	now := time.Now().UnixNano()
+	if key != "" {
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO health_event_batches(caller, idempotency_key, digest, events, received_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (caller, idempotency_key) DO NOTHING`), caller, key, digest, len(events), now)
+		if err != nil {
+			return false, fmt.Errorf("connector: datastore: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return false, fmt.Errorf("connector: datastore: %w", err)
+		} else if n == 0 {
+			var stored string
+			if err := tx.QueryRowContext(ctx, s.db.Rebind(`SELECT digest FROM health_event_batches WHERE caller = ? AND idempotency_key = ?`), caller, key).Scan(&stored); err != nil {
+				return false, fmt.Errorf("connector: datastore: %w", err)
+			}
+			if stored != digest {
+				return false, ErrKeyReused
+			}
+			return true, nil
+		}
+	}
+	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`))
+	if err != nil {
+		return false, fmt.Errorf("connector: datastore: %w", err)
+	}
+	defer stmt.Close()
+	for i, e := range events {
+		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, bodies[i]); err != nil {
+			return false, fmt.Errorf("connector: datastore: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("connector: datastore: %w", err)
+		return false, fmt.Errorf("connector: datastore: %w", err)
 	}
-	return nil
+	return false, nil
 }
 
 // List returns stored events in order, for one node or all ("").

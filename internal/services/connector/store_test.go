@@ -5,8 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
@@ -35,7 +38,7 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			if err := s.Append(ctx, "u", "node_local", []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "first"}}); err != nil {
+			if _, err := s.Append(ctx, "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "first"}}); err != nil {
 				t.Fatal(err)
 			}
 			// A trigger, installed through a second connection, refuses one
@@ -57,7 +60,7 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 				}
 			}
 			db.Close()
-			err = s.Append(ctx, "u", "cross_node", []*pcv1.HealthEvent{{NodeName: "node-b"}, {NodeName: "poison"}, {NodeName: "node-c"}})
+			_, err = s.Append(ctx, "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-b"}, {NodeName: "poison"}, {NodeName: "node-c"}})
 			if err == nil || !strings.Contains(err.Error(), "poisoned") {
 				t.Fatalf("Append = %v; want the trigger's refusal", err)
 			}
@@ -65,11 +68,11 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].Event.GetCheckName() != "first" {
 				t.Fatalf("after a failed batch: %+v %v; want only the first batch", got, err)
 			}
-			if err := s.Append(ctx, "u", "node_local", []*pcv1.HealthEvent{{NodeName: ""}}); err == nil {
+			if _, err := s.Append(ctx, "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: ""}}); err == nil {
 				t.Fatal("an event with no node name was stored")
 			}
 			// Order, the node filter and the limit.
-			if err := s.Append(ctx, "v", "node_local", []*pcv1.HealthEvent{{NodeName: "node-b", CheckName: "second"}, {NodeName: "node-a", CheckName: "third"}}); err != nil {
+			if _, err := s.Append(ctx, "v", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-b", CheckName: "second"}, {NodeName: "node-a", CheckName: "third"}}); err != nil {
 				t.Fatal(err)
 			}
 			all, err := s.List(ctx, "", 0)
@@ -79,6 +82,62 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 			a, err := s.List(ctx, "node-a", 1)
 			if err != nil || len(a) != 1 || a[0].Event.GetCheckName() != "first" {
 				t.Fatalf("node-a, limit 1: %+v %v", a, err)
+			}
+			// The failed batch's key went with it: the retry is stored.
+			if dup, err := s.Append(ctx, "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-c", CheckName: "retried"}}); dup || err != nil {
+				t.Fatalf("the retry of a failed batch: %t %v", dup, err)
+			}
+		})
+	}
+}
+
+// TestStoreIdempotencyKey: a batch retried under its key is stored once
+// (the retry answered as a duplicate), the same key with other events is
+// refused, and another caller's same key is its own — on both backends,
+// with retries racing each other. (A failed batch's key goes with it:
+// TestStoreBatchIsAllOrNothing.)
+func TestStoreIdempotencyKey(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.driver, func(t *testing.T) {
+			s, err := connector.OpenStore(b.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			batch := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "GpuXid"}, {NodeName: "node-b", CheckName: "GpuXid"}}
+			if dup, err := s.Append(ctx, "u", "cross_node", "k1", batch); dup || err != nil {
+				t.Fatalf("first: %t %v", dup, err)
+			}
+			// Eight retries at once, as after a cut connection.
+			var wg sync.WaitGroup
+			var dups atomic.Int32
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					dup, err := s.Append(ctx, "u", "cross_node", "k1", batch)
+					if err != nil {
+						t.Error(err)
+					}
+					if dup {
+						dups.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if dups.Load() != 8 {
+				t.Errorf("%d of 8 retries answered as duplicates", dups.Load())
+			}
+			if _, err := s.Append(ctx, "u", "cross_node", "k1", batch[:1]); !errors.Is(err, connector.ErrKeyReused) {
+				t.Errorf("the key with other events: %v; want ErrKeyReused", err)
+			}
+			if dup, err := s.Append(ctx, "v", "cross_node", "k1", batch[:1]); dup || err != nil {
+				t.Errorf("another caller's same key: %t %v", dup, err)
+			}
+			all, err := s.List(ctx, "", 0)
+			if err != nil || len(all) != 3 {
+				t.Fatalf("stored %d events (%v); want 3: the batch once and the other caller's", len(all), err)
 			}
 		})
 	}
@@ -95,7 +154,7 @@ func testEventsCommand(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(context.Background(), "system:serviceaccount:ns:mon", "cross_node", []*pcv1.HealthEvent{
+	if _, err := s.Append(context.Background(), "system:serviceaccount:ns:mon", "cross_node", "", []*pcv1.HealthEvent{
 		{NodeName: "node-a", CheckName: "GpuXid"}, {NodeName: "node-b", CheckName: "GpuXid", IsFatal: true},
 	}); err != nil {
 		t.Fatal(err)

@@ -50,13 +50,7 @@ var errBadReport = errors.New("scores")
 
 // refuse is a status with its reason in an ErrorInfo, as the guard's are,
 // and the code the reason table gives it.
-func refuse(reason, msg string) error {
-	st := status.New(guard.GRPCCode(binding.Describe(reason).Code), msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: guard.ErrorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
+func refuse(reason, msg string) error { return guard.Refuse(reason, msg) }
 
 // CheckSpec refuses a spec over a limit, naming the field and the limit:
 // each clip a path relative to the tenant's clip directory of at most
