@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target until it
@@ -18,6 +19,27 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]struct{}
+	// hold swallows what the target sends back (HoldReplies).
+	hold atomic.Bool
+}
+
+// HoldReplies makes the proxy swallow what the target sends back, on open
+// connections and new ones, until released: a request reaches the server
+// and is acted on, its answer never reaches the client. Cut then breaks
+// the connection — the answer lost after the commit.
+func (p *Proxy) HoldReplies(hold bool) { p.hold.Store(hold) }
+
+// heldWriter writes through to the client unless the replies are held.
+type heldWriter struct {
+	c    net.Conn
+	hold *atomic.Bool
+}
+
+func (w heldWriter) Write(b []byte) (int, error) {
+	if w.hold.Load() {
+		return len(b), nil
+	}
+	return w.c.Write(b)
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
@@ -103,6 +125,6 @@ func (p *Proxy) forward(c net.Conn) {
 	defer p.untrack(c, up)
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(heldWriter{c: c, hold: &p.hold}, up); done <- struct{}{} }()
 	<-done
 }
