@@ -1,0 +1,298 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/test/kubeapi"
+)
+
+var apiserver *kubeapi.Server
+
+func TestMain(m *testing.M) { e2e.Main(m, nil, nil, kubeapi.ForTests(&apiserver)) }
+
+// cluster applies manifests to the real kube-apiserver by server-side
+// apply with strict field validation: an unknown field, a wrong type or an
+// invalid object is an error naming it.
+type cluster struct {
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(apiserver.REST)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(apiserver.REST)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+// objects splits rendered YAML documents into objects, skipping empty
+// ones (a template that rendered nothing).
+func objects(t *testing.T, docs ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, d := range docs {
+		for _, part := range strings.Split("\n"+d, "\n---") {
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(part), &m); err != nil {
+				t.Fatalf("a rendered document is not YAML: %v\n%s", err, part)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// apply server-side applies each object (in namespace where namespaced)
+// and returns the errors, each naming its object.
+func (c *cluster) apply(ctx context.Context, namespace string, objs []*unstructured.Unstructured) []error {
+	var errs []error
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		name := fmt.Sprintf("%s %s", gvk.Kind, o.GetName())
+		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			c.mapper.Reset() // a CRD applied since the last discovery
+			mapping, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		data, err := o.MarshalJSON()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		var r dynamic.ResourceInterface = c.dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := o.GetNamespace()
+			if ns == "" {
+				ns = namespace
+			}
+			r = c.dyn.Resource(mapping.Resource).Namespace(ns)
+		}
+		force := true
+		if _, err := r.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "chart-test", Force: &force, FieldValidation: "Strict"}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errs
+}
+
+// applyCRDs applies CRD files and waits until each is established.
+func (c *cluster) applyCRDs(ctx context.Context, t *testing.T, files ...string) {
+	t.Helper()
+	var docs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(b))
+	}
+	crds := objects(t, docs...)
+	for _, err := range c.apply(ctx, "", crds) {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, crd := range crds {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			got, err := c.dyn.Resource(gvr).Get(ctx, crd.GetName(), metav1.GetOptions{})
+			if err == nil && established(got) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CRD %s not established: %v", crd.GetName(), err)
+			}
+		}
+	}
+	c.mapper.Reset()
+}
+
+func established(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// chartCase is a chart rendered with a set of values.
+type chartCase struct {
+	name, chart, release, namespace, values string
+	crds                                   []string // the chart's own crds/ files
+}
+
+// TestChartsApplyToARealAPIServer: each chart, with its default values and
+// with values that turn every option on, renders to manifests the real
+// kube-apiserver accepts by server-side apply with strict field validation
+// — CRDs first, the Prometheus Operator's ServiceMonitor and
+// PrometheusRule CRDs (generated from its Go module,
+// test/testdata/crds/README.md) among them, so those objects are
+// validated too. A field the API does not know, a wrong type, an invalid
+// projected-token volume or RBAC rule fails, naming the object.
+func TestChartsApplyToARealAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	c.applyCRDs(ctx, t, "../testdata/crds/monitoring.coreos.com_servicemonitors.yaml", "../testdata/crds/monitoring.coreos.com_prometheusrules.yaml")
+	monitoring := "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nprometheusRule: {enabled: true}\ndashboard: {enabled: true}\n"
+	pdpFull := examplePDPValues(t, set(true, "autoscaling", "enabled"), set(true, "caller", "watchBoundObjects"), set("30m", "caller", "reviewInterval"),
+		set("https://pdp.example.com", "authzenBaseURL"), set(map[string]any{"enabled": true}, "serviceMonitor"),
+		set(map[string]any{"enabled": true}, "prometheusRule"), set(map[string]any{"enabled": true}, "dashboard"))
+	pgURL := "postgres://connector@db.example:5432/events?sslmode=verify-full&sslrootcert=/etc/platform-connector/postgres-ca/ca.crt"
+	connectorFull := auth("    enabled: true\n    apiServerIssuer: https://kubernetes.default.svc.cluster.local\n") +
+		"deployment:\n  enabled: true\n  replicas: 3\n  watchBoundObjects: true\n  postgres:\n    url: '" + pgURL + "'\n    passwordSecret: {name: events-db}\n    caConfigMap: events-db-ca\n" +
+		"monitors:\n  csp-health-monitor: {enabled: true}\n  kubernetes-object-monitor: {enabled: true}\n  nvcre-certification-monitor: {enabled: true}\n  slurm-drain-monitor: {enabled: true}\n  health-events-analyzer: {enabled: true}\n" + monitoring
+	vmafxPG := "postgres://vmafx@db.example:5432/vmafx?sslmode=verify-full&sslrootcert=/etc/vmafx/postgres-ca/ca.crt"
+	vmafxFull := goodVmafx + "  mode: refresher\n  refresher: {tokenURL: 'https://idp.tenant-a.example/oauth2/token'}\n" +
+		"controller:\n  replicas: 2\n  postgres:\n    url: '" + vmafxPG + "'\n    passwordSecret: {name: vmafx-db}\n    caConfigMap: vmafx-db-ca\n" + monitoring
+	vmafxCRDs := []string{filepath.Join(vmafxChart, "crds", "vmafx.callerauth.dev_vmafxjobs.yaml")}
+	cases := []chartCase{
+		{"pdp, default values", pdpChart, "flex-auth", "flex-auth", examplePDPValues(t), nil},
+		{"pdp, every option on", pdpChart, "flex-auth-full", "flex-auth-full", pdpFull, nil},
+		{"platform-connector, default values", chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n"), nil},
+		{"platform-connector, every option on", chartDir, "nvsentinel-full", "nvsentinel-full", connectorFull, nil},
+		{"vmafx, default values", vmafxChart, "vmafx", "vmafx-system", goodVmafx, vmafxCRDs},
+		{"vmafx, every option on", vmafxChart, "vmafx-full", "vmafx-full", vmafxFull, vmafxCRDs},
+	}
+	for _, cc := range cases {
+		t.Run(cc.name, func(t *testing.T) {
+			if len(cc.crds) > 0 {
+				c.applyCRDs(ctx, t, cc.crds...)
+			}
+			out, err := renderChart(t, cc.chart, cc.release, cc.namespace, cc.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			if err := apiserver.Namespace(ctx, cc.namespace); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			names := make([]string, 0, len(out))
+			for n := range out {
+				if strings.HasSuffix(n, ".yaml") {
+					names = append(names, n)
+				}
+			}
+			sort.Strings(names)
+			var docs []string
+			for _, n := range names {
+				docs = append(docs, out[n])
+			}
+			objs := objects(t, docs...)
+			kinds := map[string]int{}
+			for _, o := range objs {
+				kinds[o.GetKind()]++
+			}
+			for _, err := range c.apply(ctx, cc.namespace, objs) {
+				t.Error(err)
+			}
+			t.Logf("%d objects applied: %v", len(objs), kinds)
+		})
+	}
+
+	// The check can fail: an unknown field, a projected token shorter than
+	// the API server allows, and an RBAC rule without verbs are each
+	// refused, naming the object.
+	out, err := renderChart(t, chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n")+monitoring+"monitors:\n  csp-health-monitor: {enabled: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, d := range out {
+		docs = append(docs, d)
+	}
+	for name, edit := range map[string]func(o *unstructured.Unstructured) bool{
+		"an unknown field in a ServiceMonitor": func(o *unstructured.Unstructured) bool {
+			return o.GetKind() == "ServiceMonitor" && unstructured.SetNestedField(o.Object, int64(1), "spec", "bogusField") == nil
+		},
+		"a projected token of 60 s": func(o *unstructured.Unstructured) bool {
+			if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+				return false
+			}
+			vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				for _, src := range nestedSlice(v, "projected", "sources") {
+					if tok, ok := src.(map[string]any)["serviceAccountToken"].(map[string]any); ok {
+						tok["expirationSeconds"] = int64(60)
+						_ = unstructured.SetNestedSlice(o.Object, vols, "spec", "template", "spec", "volumes")
+						return true
+					}
+				}
+			}
+			return false
+		},
+		"an RBAC rule without verbs": func(o *unstructured.Unstructured) bool {
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			if o.GetKind() != "ClusterRole" || len(rules) == 0 {
+				return false
+			}
+			delete(rules[0].(map[string]any), "verbs")
+			return unstructured.SetNestedSlice(o.Object, rules, "rules") == nil
+		},
+	} {
+		var hit *unstructured.Unstructured
+		for _, o := range objects(t, docs...) {
+			if edit(o) {
+				hit = o
+				break
+			}
+		}
+		if hit == nil {
+			t.Errorf("%s: no object to edit", name)
+			continue
+		}
+		errs := c.apply(ctx, "nvsentinel", []*unstructured.Unstructured{hit})
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), hit.GetName()) {
+			t.Errorf("%s: %v; want one error naming %s", name, errs, hit.GetName())
+		} else {
+			t.Logf("%s: refused: %v", name, errs[0])
+		}
+	}
+}
+
+// nestedSlice is the slice at path in a JSON object — itself, not a copy
+// (unstructured.NestedSlice copies) — nil when absent.
+func nestedSlice(v any, path ...string) []any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	s, _ := v.([]any)
+	return s
+}
