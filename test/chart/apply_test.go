@@ -26,9 +26,18 @@ import (
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
-var apiserver *kubeapi.Server
+var (
+	apiserver *kubeapi.Server
+	pdpBin    string
+)
 
-func TestMain(m *testing.M) { e2e.Main(m, nil, nil, kubeapi.ForTests(&apiserver)) }
+func TestMain(m *testing.M) {
+	var bins map[string]string
+	e2e.Main(m, &bins, []string{"cmd/pdp"}, func() (func(), error) {
+		pdpBin = bins["pdp"]
+		return nil, nil
+	}, kubeapi.ForTests(&apiserver))
+}
 
 // cluster applies manifests to the real kube-apiserver by server-side
 // apply with strict field validation: an unknown field, a wrong type or an

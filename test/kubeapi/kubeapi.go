@@ -335,7 +335,12 @@ func (s *Server) RESTAs(token string) *rest.Config {
 
 // WriteKubeconfig writes a kubeconfig for the admin user to path, for
 // binaries under test that take --kubeconfig.
-func (s *Server) WriteKubeconfig(path string) error {
+func (s *Server) WriteKubeconfig(path string) error { return s.WriteKubeconfigAs(path, AdminToken) }
+
+// WriteKubeconfigAs writes a kubeconfig that authenticates with token (a
+// service account's, say: the binary then has that account's permissions
+// and no others).
+func (s *Server) WriteKubeconfigAs(path, token string) error {
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -351,7 +356,7 @@ contexts:
 - name: test
   context: {cluster: test, user: admin}
 current-context: test
-`, s.URL, s.CAFile, AdminToken)
+`, s.URL, s.CAFile, token)
 	return os.WriteFile(path, []byte(kc), 0o600)
 }
 
