@@ -2,8 +2,6 @@ package chart_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,17 +9,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 
+	"github.com/callerauth/callerauth/test/charts"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/kubeapi"
 )
@@ -39,129 +29,10 @@ func TestMain(m *testing.M) {
 	}, kubeapi.ForTests(&apiserver))
 }
 
-// cluster applies manifests to the real kube-apiserver by server-side
-// apply with strict field validation: an unknown field, a wrong type or an
-// invalid object is an error naming it.
-type cluster struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-}
-
-func newCluster(t *testing.T) *cluster {
-	t.Helper()
-	dc, err := discovery.NewDiscoveryClientForConfig(apiserver.REST)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(apiserver.REST)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
-}
-
-// objects splits rendered YAML documents into objects, skipping empty
-// ones (a template that rendered nothing).
-func objects(t *testing.T, docs ...string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	for _, d := range docs {
-		for _, part := range strings.Split("\n"+d, "\n---") {
-			var m map[string]any
-			if err := yaml.Unmarshal([]byte(part), &m); err != nil {
-				t.Fatalf("a rendered document is not YAML: %v\n%s", err, part)
-			}
-			if len(m) == 0 {
-				continue
-			}
-			out = append(out, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return out
-}
-
-// apply server-side applies each object (in namespace where namespaced)
-// and returns the errors, each naming its object.
-func (c *cluster) apply(ctx context.Context, namespace string, objs []*unstructured.Unstructured) []error {
-	var errs []error
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		name := fmt.Sprintf("%s %s", gvk.Kind, o.GetName())
-		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if meta.IsNoMatchError(err) {
-			c.mapper.Reset() // a CRD applied since the last discovery
-			mapping, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			continue
-		}
-		data, err := o.MarshalJSON()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			continue
-		}
-		var r dynamic.ResourceInterface = c.dyn.Resource(mapping.Resource)
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			ns := o.GetNamespace()
-			if ns == "" {
-				ns = namespace
-			}
-			r = c.dyn.Resource(mapping.Resource).Namespace(ns)
-		}
-		force := true
-		if _, err := r.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "chart-test", Force: &force, FieldValidation: "Strict"}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	return errs
-}
-
-// applyCRDs applies CRD files and waits until each is established.
-func (c *cluster) applyCRDs(ctx context.Context, t *testing.T, files ...string) {
-	t.Helper()
-	var docs []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, string(b))
-	}
-	crds := objects(t, docs...)
-	for _, err := range c.apply(ctx, "", crds) {
-		t.Fatal(err)
-	}
-	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	for _, crd := range crds {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			got, err := c.dyn.Resource(gvr).Get(ctx, crd.GetName(), metav1.GetOptions{})
-			if err == nil && established(got) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CRD %s not established: %v", crd.GetName(), err)
-			}
-		}
-	}
-	c.mapper.Reset()
-}
-
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
-}
-
 // chartCase is a chart rendered with a set of values.
 type chartCase struct {
 	name, chart, release, namespace, values string
-	crds                                   []string // the chart's own crds/ files
+	crds                                    []string // the chart's own crds/ files
 }
 
 // TestChartsApplyToARealAPIServer: each chart, with its default values and
@@ -175,8 +46,8 @@ type chartCase struct {
 func TestChartsApplyToARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := newCluster(t)
-	c.applyCRDs(ctx, t, "../testdata/crds/monitoring.coreos.com_servicemonitors.yaml", "../testdata/crds/monitoring.coreos.com_prometheusrules.yaml")
+	c := charts.NewCluster(t, apiserver.REST)
+	c.ApplyCRDs(ctx, t, "../testdata/crds/monitoring.coreos.com_servicemonitors.yaml", "../testdata/crds/monitoring.coreos.com_prometheusrules.yaml")
 	monitoring := "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nprometheusRule: {enabled: true}\ndashboard: {enabled: true}\n"
 	pdpFull := examplePDPValues(t, set(true, "autoscaling", "enabled"), set(true, "caller", "watchBoundObjects"), set("30m", "caller", "reviewInterval"),
 		set("https://pdp.example.com", "authzenBaseURL"), set(map[string]any{"enabled": true}, "serviceMonitor"),
@@ -200,7 +71,7 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 	for _, cc := range cases {
 		t.Run(cc.name, func(t *testing.T) {
 			if len(cc.crds) > 0 {
-				c.applyCRDs(ctx, t, cc.crds...)
+				c.ApplyCRDs(ctx, t, cc.crds...)
 			}
 			out, err := renderChart(t, cc.chart, cc.release, cc.namespace, cc.values)
 			if err != nil {
@@ -220,12 +91,12 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 			for _, n := range names {
 				docs = append(docs, out[n])
 			}
-			objs := objects(t, docs...)
+			objs := charts.Objects(t, docs...)
 			kinds := map[string]int{}
 			for _, o := range objs {
 				kinds[o.GetKind()]++
 			}
-			for _, err := range c.apply(ctx, cc.namespace, objs) {
+			for _, err := range c.Apply(ctx, cc.namespace, objs) {
 				t.Error(err)
 			}
 			t.Logf("%d objects applied: %v", len(objs), kinds)
@@ -273,7 +144,7 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 		},
 	} {
 		var hit *unstructured.Unstructured
-		for _, o := range objects(t, docs...) {
+		for _, o := range charts.Objects(t, docs...) {
 			if edit(o) {
 				hit = o
 				break
@@ -283,7 +154,7 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 			t.Errorf("%s: no object to edit", name)
 			continue
 		}
-		errs := c.apply(ctx, "nvsentinel", []*unstructured.Unstructured{hit})
+		errs := c.Apply(ctx, "nvsentinel", []*unstructured.Unstructured{hit})
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), hit.GetName()) {
 			t.Errorf("%s: %v; want one error naming %s", name, errs, hit.GetName())
 		} else {

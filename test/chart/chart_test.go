@@ -10,13 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/services/connector"
+	"github.com/callerauth/callerauth/test/charts"
 )
 
 const chartDir = "../../deploy/charts/platform-connector"
@@ -31,19 +29,7 @@ func render(t *testing.T, namespace, values string) (map[string]string, error) {
 // values given as YAML, as helm template does.
 func renderChart(t *testing.T, dir, name, namespace, values string) (map[string]string, error) {
 	t.Helper()
-	ch, err := loader.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vals map[string]any
-	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
-		t.Fatal(err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	return engine.Render(ch, rv)
+	return charts.Render(dir, name, namespace, values)
 }
 
 // configJSON extracts config.json from the rendered ConfigMap.

@@ -18,12 +18,13 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/test/charts"
 	"github.com/callerauth/callerauth/test/e2e"
 )
 
 // appliedChart applies a rendered chart to the real API server and returns
 // its objects.
-func appliedChart(ctx context.Context, t *testing.T, c *cluster, chart, release, namespace, values string) []*unstructured.Unstructured {
+func appliedChart(ctx context.Context, t *testing.T, c *charts.Cluster, chart, release, namespace, values string) []*unstructured.Unstructured {
 	t.Helper()
 	out, err := renderChart(t, chart, release, namespace, values)
 	if err != nil {
@@ -38,8 +39,8 @@ func appliedChart(ctx context.Context, t *testing.T, c *cluster, chart, release,
 			docs = append(docs, d)
 		}
 	}
-	objs := objects(t, docs...)
-	for _, err := range c.apply(ctx, namespace, objs) {
+	objs := charts.Objects(t, docs...)
+	for _, err := range c.Apply(ctx, namespace, objs) {
 		t.Fatal(err)
 	}
 	return objs
@@ -121,7 +122,7 @@ func check(t *testing.T, client *http.Client, url, token string) (int, string) {
 func TestPDPRunsAsItsChartsServiceAccount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := newCluster(t)
+	c := charts.NewCluster(t, apiserver.REST)
 	const ns = "flex-auth-sa"
 	objs := appliedChart(ctx, t, c, pdpChart, "flex-auth", ns, examplePDPValues(t, set(true, "caller", "watchBoundObjects")))
 	sas := named(objs, "ServiceAccount")
