@@ -30,6 +30,7 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
+	"github.com/callerauth/callerauth/test/charts"
 	"github.com/callerauth/callerauth/test/e2e"
 	"github.com/callerauth/callerauth/test/hydra"
 	"github.com/callerauth/callerauth/test/kubeapi"
@@ -155,8 +156,12 @@ func TestOperator(t *testing.T) {
 	waitFile(t, nodeToken)
 	e2e.Start(t, bins["vmafx-node"], []string{"--config", connection("node", nodeToken), "--poll", "200ms", "--report-every", "1s",
 		"--clip-root", filepath.Join(dir, "clips"), "--metrics-listen", "127.0.0.1:0"})
+	// The operator runs as the vmafx chart's operator ServiceAccount, with
+	// the chart's RBAC and nothing else: its ServiceAccount, ClusterRole,
+	// leader-election Role and their bindings applied to the API server, and
+	// a token the API server issues for that account.
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := apiserver.WriteKubeconfig(kubeconfig); err != nil {
+	if err := apiserver.WriteKubeconfigAs(kubeconfig, chartOperatorToken(ctx, t)); err != nil {
 		t.Fatal(err)
 	}
 	op := e2e.Start(t, bins["vmafx-operator"], []string{"--kubeconfig", kubeconfig, "--config", connection("operator", opToken), "--poll", "300ms",
@@ -253,12 +258,47 @@ func TestOperator(t *testing.T) {
 		startOpRefresher()
 		status("stalled", phase("Succeeded"))
 	})
+	// Everything it did, it did with the chart's permissions: nothing was
+	// forbidden.
+	if out := op.Output(); strings.Contains(out, "forbidden") {
+		t.Errorf("the operator, as the chart's ServiceAccount, was refused something:\n%s", out)
+	}
 	// controller-runtime's families beside the process's, none twice.
 	if code, body := httpGet(opMetrics + "/metrics"); code != http.StatusOK || !strings.Contains(body, "controller_runtime_reconcile_total") ||
 		strings.Count(body, "# TYPE go_goroutines ") != 1 {
 		t.Fatalf("the operator's /metrics: %d, controller-runtime's families %v, go_goroutines %d times", code,
 			strings.Contains(body, "controller_runtime_reconcile_total"), strings.Count(body, "# TYPE go_goroutines "))
 	}
+}
+
+// chartOperatorToken applies the vmafx chart's operator account and RBAC
+// (rendered into vmafx-system, server-side apply, strict validation) and
+// returns a token for that account.
+func chartOperatorToken(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	out, err := charts.Render("../../deploy/charts/vmafx", "vmafx", "vmafx-system",
+		"tenants:\n  - {name: tenant-a, issuer: 'https://idp.tenant-a.example/', audiences: [vmafx-controller]}\ncredentials: {tenant: tenant-a}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rbac []*unstructured.Unstructured
+	for _, o := range charts.Objects(t, out["vmafx/templates/operator.yaml"]) {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if len(rbac) != 5 {
+		t.Fatalf("the chart's operator.yaml has %d account and RBAC objects; want 5", len(rbac))
+	}
+	for _, err := range charts.NewCluster(t, apiserver.REST).Apply(ctx, "vmafx-system", rbac) {
+		t.Fatal(err)
+	}
+	tok, err := apiserver.Token(ctx, "vmafx-system", "vmafx-operator", nil, 3600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func waitFile(t *testing.T, path string) {
