@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/callerauth/callerauth/test/charts"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,14 +53,40 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 		}
 		return writeToken(t, tok)
 	}
+	// The connector runs as the chart's ServiceAccount, with the chart's
+	// RBAC (rbac.yaml: the account, the auth-delegator binding, the
+	// bound-object ClusterRole) applied and nothing else.
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := s.WriteKubeconfig(kubeconfig); err != nil {
+	if err := s.WriteKubeconfigAs(kubeconfig, chartConnectorToken(ctx, t, ns)); err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{"enforce", "audit"} {
 		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, crossNode, pod, token) })
 	}
 	t.Run("deployment", func(t *testing.T) { kubeDeploymentRole(t, kubeconfig, crossNode, pod, token) })
+}
+
+// chartConnectorToken applies the platform-connector chart's account and
+// RBAC, rendered into ns (server-side apply, strict validation), and
+// returns a token the API server issues for that account.
+func chartConnectorToken(ctx context.Context, t *testing.T, ns string) string {
+	t.Helper()
+	out, err := charts.Render("../../deploy/charts/platform-connector", "pc", ns, "global:\n  platformConnectorAuth:\n    enabled: true\ndeployment: {enabled: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbac := charts.Objects(t, out["platform-connector/templates/rbac.yaml"])
+	if len(rbac) < 3 {
+		t.Fatalf("the chart's rbac.yaml has %d objects", len(rbac))
+	}
+	for _, err := range charts.NewCluster(t, apiserver.REST).Apply(ctx, ns, rbac) {
+		t.Fatal(err)
+	}
+	tok, err := apiserver.Token(ctx, ns, "pc-platform-connector", nil, 3600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
@@ -82,6 +111,16 @@ func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, p
 		refuse("unbound_cross_node_token", "absent", localNode))
 	check(t, "allowlisted monitor whose pod was never scheduled", send(t, p, token("csp-health-monitor", pod("csp-pending-"+mode, "csp-health-monitor", "")), "node-b"),
 		refuse("cross_node_claim_absent", "absent", "node-b"))
+	noRefusal(t, p)
+}
+
+// noRefusal fails the test if the connector, running as the chart's
+// ServiceAccount, was refused anything by the API server.
+func noRefusal(t *testing.T, p *proc) {
+	t.Helper()
+	if out := p.Output(); strings.Contains(out, "forbidden") {
+		t.Errorf("the connector, as the chart's ServiceAccount, was refused something:\n%s", out)
+	}
 }
 
 func kubeDeploymentRole(t *testing.T, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
@@ -97,4 +136,5 @@ func kubeDeploymentRole(t *testing.T, kubeconfig string, crossNode []string, pod
 		outcome{code: codes.OK, stored: []string{"node-b", "node-b"}, moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
 	check(t, "deployment: another node", sendTLS(t, p, caFile, onB, localNode),
 		outcome{code: codes.PermissionDenied, reason: "node_mismatch", moved: "node_claim_total{verified}+1 violations_total{node_mismatch}+1"})
+	noRefusal(t, p)
 }
