@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/test/kubeapi"
 )
 
 // Render renders the chart in dir as release name in namespace, with
@@ -165,4 +168,53 @@ func established(crd *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// Unused lists what the Roles and ClusterRoles among objs grant that no
+// request in reqs used, as "verb group/resource" (group "" is core): the
+// grants a least-privilege chart should drop or justify.
+func Unused(objs []*unstructured.Unstructured, reqs []kubeapi.Request) []string {
+	used := map[string]bool{}
+	for _, r := range reqs {
+		res := r.Resource
+		if r.Subresource != "" {
+			res += "/" + r.Subresource
+		}
+		used[r.Verb+" "+r.APIGroup+"/"+res] = true
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, o := range objs {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, rule := range rules {
+			m, _ := rule.(map[string]any)
+			for _, g := range stringList(m["apiGroups"]) {
+				for _, res := range stringList(m["resources"]) {
+					for _, v := range stringList(m["verbs"]) {
+						k := v + " " + g + "/" + res
+						if !used[k] && !seen[k] {
+							seen[k] = true
+							out = append(out, k)
+						}
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func stringList(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -135,6 +136,7 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 		"--api-audiences=" + Issuer,
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
+		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + filepath.Join(dir, "audit.log"),
 		"--endpoint-reconciler-type=none"}, extra...)...); err != nil {
 		return nil, err
 	}
@@ -179,6 +181,9 @@ func (s *Server) writeFiles() error {
 		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
 		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
 		"tokens.csv": []byte(AdminToken + `,admin,admin-uid,"system:masters"` + "\n"),
+		// Every request a service account makes, at Metadata level: what a
+		// service running as its chart's account used (Requests).
+		"audit-policy.yaml": []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n    userGroups: [\"system:serviceaccounts\"]\n  - level: None\n"),
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(s.Dir, name), b, 0o600); err != nil {
@@ -331,6 +336,49 @@ func (s *Server) RESTAs(token string) *rest.Config {
 	c := rest.CopyConfig(s.REST)
 	c.BearerToken = token
 	return c
+}
+
+// Request is one API request a service account made, from the audit log.
+type Request struct {
+	Verb, APIGroup, Resource, Subresource, Namespace string
+	Code                                             int
+}
+
+// Requests are the requests user made (a service account's username), in
+// the order the API server logged them.
+func (s *Server) Requests(user string) ([]Request, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, "audit.log"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Request
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Stage string `json:"stage"`
+			Verb  string `json:"verb"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef *struct {
+				APIGroup    string `json:"apiGroup"`
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
+				Namespace   string `json:"namespace"`
+			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		// A watch is logged when it starts (it may outlive the test); any
+		// other request when it completes.
+		if json.Unmarshal([]byte(line), &e) != nil || e.User.Username != user || e.ObjectRef == nil ||
+			(e.Stage != "ResponseComplete" && (e.Stage != "ResponseStarted" || e.Verb != "watch")) {
+			continue
+		}
+		out = append(out, Request{Verb: e.Verb, APIGroup: e.ObjectRef.APIGroup, Resource: e.ObjectRef.Resource, Subresource: e.ObjectRef.Subresource,
+			Namespace: e.ObjectRef.Namespace, Code: e.ResponseStatus.Code})
+	}
+	return out, nil
 }
 
 // WriteKubeconfig writes a kubeconfig for the admin user to path, for
