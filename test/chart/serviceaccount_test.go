@@ -179,6 +179,20 @@ func TestPDPRunsAsItsChartsServiceAccount(t *testing.T) {
 		}
 	}
 
+	// What the chart grants and the pdp never used (the audit log of its
+	// requests): each must be justified in rbac.yaml.
+	reqs, err := apiserver.Requests("system:serviceaccount:" + ns + ":" + sa)
+	if err != nil || len(reqs) == 0 {
+		t.Fatalf("the audit log of the pdp's requests: %d, %v", len(reqs), err)
+	}
+	unused := charts.Unused(objs, reqs)
+	t.Logf("the pdp made %d requests; granted by the chart and not used: %v", len(reqs), unused)
+	for _, u := range unused {
+		if u != "list /pods" && u != "list /serviceaccounts" { // the initial list where the API server does not stream it in the watch
+			t.Errorf("the chart grants %q, which the pdp never used and rbac.yaml does not justify: least privilege", u)
+		}
+	}
+
 	// Without the chart's TokenReview binding, the same pdp is refused, and
 	// says which verb on which resource.
 	var bindingName string
