@@ -58,6 +58,7 @@ type Cluster struct {
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 }
 
+// NewCluster connects to the API server cfg names.
 func NewCluster(t testing.TB, cfg *rest.Config) *Cluster {
 	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
