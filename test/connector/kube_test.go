@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"google.golang.org/grpc/codes"
 )
@@ -57,19 +58,39 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 	// RBAC (rbac.yaml: the account, the auth-delegator binding, the
 	// bound-object ClusterRole) applied and nothing else.
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := s.WriteKubeconfigAs(kubeconfig, chartConnectorToken(ctx, t, ns)); err != nil {
+	saToken, rbac := chartConnectorToken(ctx, t, ns)
+	if err := s.WriteKubeconfigAs(kubeconfig, saToken); err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{"enforce", "audit"} {
 		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, crossNode, pod, token) })
 	}
+	// The chart's default for the socket role: tokens verified offline, the
+	// pods of this node and the service accounts watched.
+	t.Run("enforce, bound-object watch", func(t *testing.T) {
+		kubeSocketRole(t, "enforce", kubeconfig, crossNode, pod, token, "--caller-watch-bound-objects")
+	})
 	t.Run("deployment", func(t *testing.T) { kubeDeploymentRole(t, kubeconfig, crossNode, pod, token) })
+
+	// What the chart grants and the connector never used (the audit log of
+	// its requests) must be justified in rbac.yaml.
+	reqs, err := s.Requests("system:serviceaccount:" + ns + ":pc-platform-connector")
+	if err != nil || len(reqs) == 0 {
+		t.Fatalf("the audit log of the connector's requests: %d, %v", len(reqs), err)
+	}
+	unused := charts.Unused(rbac, reqs)
+	t.Logf("the connector made %d requests; granted by the chart and not used: %v", len(reqs), unused)
+	for _, u := range unused {
+		if u != "list /pods" && u != "list /serviceaccounts" { // the initial list where the API server does not stream it in the watch
+			t.Errorf("the chart grants %q, which the connector never used and rbac.yaml does not justify: least privilege", u)
+		}
+	}
 }
 
 // chartConnectorToken applies the platform-connector chart's account and
 // RBAC, rendered into ns (server-side apply, strict validation), and
 // returns a token the API server issues for that account.
-func chartConnectorToken(ctx context.Context, t *testing.T, ns string) string {
+func chartConnectorToken(ctx context.Context, t *testing.T, ns string) (string, []*unstructured.Unstructured) {
 	t.Helper()
 	out, err := charts.Render("../../deploy/charts/platform-connector", "pc", ns, "global:\n  platformConnectorAuth:\n    enabled: true\ndeployment: {enabled: true}\n")
 	if err != nil {
@@ -86,11 +107,15 @@ func chartConnectorToken(ctx context.Context, t *testing.T, ns string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	return tok, rbac
 }
 
-func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string) {
-	p := startProc(t, configJSON(crossNode, mode, false), []string{"NODE_NAME=" + localNode}, "--kubeconfig", kubeconfig)
+func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, pod func(name, sa, node string) *corev1.Pod, token func(sa string, p *corev1.Pod) string, extra ...string) {
+	p := startProc(t, configJSON(crossNode, mode, false), []string{"NODE_NAME=" + localNode}, append([]string{"--kubeconfig", kubeconfig}, extra...)...)
+	suffix := mode
+	if len(extra) > 0 {
+		suffix += "-w"
+	}
 	audit := mode == "audit"
 	refuse := func(reason, claim string, wouldStore ...string) outcome {
 		if audit {
@@ -99,17 +124,17 @@ func kubeSocketRole(t *testing.T, mode, kubeconfig string, crossNode []string, p
 		return outcome{code: codes.PermissionDenied, reason: reason, moved: "node_claim_total{" + claim + "}+1 violations_total{" + reason + "}+1"}
 	}
 
-	agent := token("gpu-health-monitor", pod("gpu-mon-a-"+mode, "gpu-health-monitor", localNode))
+	agent := token("gpu-health-monitor", pod("gpu-mon-a-"+suffix, "gpu-health-monitor", localNode))
 	check(t, "own-node agent, blank stamped", send(t, p, agent, ""),
 		outcome{code: codes.OK, stored: []string{localNode}, moved: "decisions_total{node_local}+1 node_claim_total{verified}+1"})
 	check(t, "own-node agent names another node", send(t, p, agent, "node-b"), refuse("node_mismatch", "verified", "node-b"))
-	check(t, "a token issued on node-b presented to node-a", send(t, p, token("gpu-health-monitor", pod("gpu-mon-b-"+mode, "gpu-health-monitor", "node-b")), ""),
+	check(t, "a token issued on node-b presented to node-a", send(t, p, token("gpu-health-monitor", pod("gpu-mon-b-"+suffix, "gpu-health-monitor", "node-b")), ""),
 		refuse("node_claim_mismatch", "verified", localNode))
-	check(t, "allowlisted monitor bound to a pod on this node names other nodes", send(t, p, token("csp-health-monitor", pod("csp-0-"+mode, "csp-health-monitor", localNode)), "node-b"),
+	check(t, "allowlisted monitor bound to a pod on this node names other nodes", send(t, p, token("csp-health-monitor", pod("csp-0-"+suffix, "csp-health-monitor", localNode)), "node-b"),
 		outcome{code: codes.OK, stored: []string{"node-b"}, moved: "decisions_total{cross_node}+1 node_claim_total{verified}+1"})
 	check(t, "allowlisted monitor without a bound pod (kubectl create token)", send(t, p, token("csp-health-monitor", nil), localNode),
 		refuse("unbound_cross_node_token", "absent", localNode))
-	check(t, "allowlisted monitor whose pod was never scheduled", send(t, p, token("csp-health-monitor", pod("csp-pending-"+mode, "csp-health-monitor", "")), "node-b"),
+	check(t, "allowlisted monitor whose pod was never scheduled", send(t, p, token("csp-health-monitor", pod("csp-pending-"+suffix, "csp-health-monitor", "")), "node-b"),
 		refuse("cross_node_claim_absent", "absent", "node-b"))
 	noRefusal(t, p)
 }
