@@ -76,6 +76,9 @@ func (s *Store) Append(ctx context.Context, caller, scope, key string, events []
 			return false, fmt.Errorf("connector: encoding event: %w", err)
 		}
 		bodies[i] = string(b)
+		if key == "" {
+			continue // no key, no digest to compare
+		}
 		// The digest reads the deterministic binary form: protojson's
 		// spacing may differ between builds, a retry may meet another.
 		w, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)

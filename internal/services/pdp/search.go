@@ -42,7 +42,7 @@ type searchRequest struct {
 	limit    int    // page.limit; 0: the default
 	token    string // page.token; "": the first page
 	binding  string // the digest every page of this search shares: the request without page.token
-	body     []byte
+	digest   string // the request's own digest, page.token included: what its page's record binds
 	ignored  []string
 }
 
@@ -54,7 +54,7 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 	if err := checkBody(body); err != nil {
 		return nil, err
 	}
-	req := &searchRequest{kind: kind, body: body}
+	req := &searchRequest{kind: kind}
 	known := []string{"subject", "resource", "context", "page"}
 	if kind != "action" {
 		known = append(known, "action") // an action search has none (§8.5)
@@ -93,12 +93,14 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 			return nil, err
 		}
 	}
+	hasToken := false
 	if v, ok := top["page"]; ok {
 		page, err := object(v, "page", []string{"token", "limit"}, &req.ignored)
 		if err != nil {
 			return nil, err
 		}
 		if v, ok := page["token"]; ok {
+			hasToken = true
 			if req.token, err = str(v, "page.token"); err != nil {
 				return nil, err
 			}
@@ -111,7 +113,14 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 			req.limit = int(n)
 		}
 	}
+	if req.digest, err = decision.Digest(body); err != nil {
+		return nil, badField("body", "the request cannot be canonicalized: %v", err)
+	}
 	// Every page of one search shares every member but page.token (§8.2).
+	if !hasToken {
+		req.binding = req.digest // nothing to take out
+		return req, nil
+	}
 	var m map[string]json.RawMessage
 	_ = json.Unmarshal(body, &m)
 	if raw, ok := m["page"]; ok {
@@ -273,13 +282,8 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		return
 	}
 	caller, mode := s.caller(r)
-	reqDigest, err := decision.Digest(req.body)
-	if err != nil {
-		badRequest(w, r, badField("body", "the request cannot be canonicalized: %v", err))
-		return
-	}
 	rec := &decision.SearchRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
-		Endpoint: strings.TrimPrefix(path, "/access/v1/"), RequestDigest: reqDigest, RequestID: requestID(r), Ignored: ignored,
+		Endpoint: strings.TrimPrefix(path, "/access/v1/"), RequestDigest: req.digest, RequestID: requestID(r), Ignored: ignored,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
 	proof, err := st.searchSigner.SignSearch(rec, unsigned)

@@ -304,30 +304,30 @@ func prune(v json.RawMessage, shape resolved.RecordType, path string, ignored *[
 // lacks (in name order), by path; "" when none is missing. Nested records
 // present are checked likewise.
 func missingRequired(kept map[string]json.RawMessage, shape resolved.RecordType, path string) string {
-	names := make([]string, 0, len(shape))
-	for n := range shape {
-		names = append(names, string(n))
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		at := shape[types.String(n)]
-		v, ok := kept[n]
-		if !ok {
-			if !at.Optional {
-				return path + "." + n
-			}
+	// No sort on the way (it would run for every evaluation): the first
+	// missing attribute in name order is kept as the others are seen.
+	first, found := "", ""
+	for n, at := range shape {
+		name := string(n)
+		if found != "" && name > first {
 			continue
 		}
-		if rt, isRec := at.Type.(resolved.RecordType); isRec && len(v) > 0 && v[0] == '{' {
+		missing := ""
+		if v, ok := kept[name]; !ok {
+			if !at.Optional {
+				missing = path + "." + name
+			}
+		} else if rt, isRec := at.Type.(resolved.RecordType); isRec && len(v) > 0 && v[0] == '{' {
 			var inner map[string]json.RawMessage
 			if json.Unmarshal(v, &inner) == nil {
-				if m := missingRequired(inner, rt, path+"."+n); m != "" {
-					return m
-				}
+				missing = missingRequired(inner, rt, path+"."+name)
 			}
 		}
+		if missing != "" {
+			first, found = name, missing
+		}
 	}
-	return ""
+	return found
 }
 
 // marshalMembers writes members as a JSON object (the values are JSON
