@@ -261,4 +261,5 @@ var pdpScenarios = []func(context.Context, *env) Result{
 	pdpWarn,
 	pdpForged,
 	pdpAuthZENBatch,
+	pdpAuthZENSearch,
 }
