@@ -115,7 +115,7 @@ func pdpAuthZENSearch(ctx context.Context, e *env) Result {
 		}
 		var buf bytes.Buffer
 		_, _ = buf.ReadFrom(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != 200 {
 			return fail(r, fmt.Errorf("page %d: %d %s", pages+1, resp.StatusCode, buf.String()))
 		}
