@@ -5,20 +5,22 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// Proxy forwards TCP connections from a loopback port to a target until it
-// is cut: Cut closes every open connection and refuses new ones (each is
-// closed as soon as it is accepted) until Mend. It breaks a long-lived
-// connection — a watch — the way a network partition or a restarted
-// server does.
+// Proxy forwards connections — TCP from a loopback port, or from a Unix
+// socket — to a target until it is cut: Cut closes every open connection
+// and refuses new ones (each is closed as soon as it is accepted) until
+// Mend. It breaks a long-lived connection — a watch — the way a network
+// partition or a restarted server does.
 type Proxy struct {
-	lis    net.Listener
-	target string
+	lis     net.Listener
+	network string // of the target: "tcp" or "unix"
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex
+	target string
+	cut    bool
+	conns  map[net.Conn]struct{}
 	// hold swallows what the target sends back (HoldReplies).
 	hold atomic.Bool
 }
@@ -42,19 +44,42 @@ func (w heldWriter) Write(b []byte) (int, error) {
 	return w.c.Write(b)
 }
 
-// NewProxy listens on a free loopback port and forwards to target.
+// NewProxy listens on a free loopback port and forwards to target
+// (host:port).
 func NewProxy(target string) (*Proxy, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
-	go p.accept()
-	return p, nil
+	return newProxy(lis, "tcp", target), nil
 }
 
-// Addr is the proxy's host:port.
+// NewUnixProxy listens on the Unix socket path and forwards to the Unix
+// socket target: a proxy in front of a node-local service.
+func NewUnixProxy(path, target string) (*Proxy, error) {
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return newProxy(lis, "unix", target), nil
+}
+
+func newProxy(lis net.Listener, network, target string) *Proxy {
+	p := &Proxy{lis: lis, network: network, target: target, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	return p
+}
+
+// Addr is the proxy's host:port, or its socket's path.
 func (p *Proxy) Addr() string { return p.lis.Addr().String() }
+
+// Retarget forwards new connections to target: a server restarted on
+// another port stays behind the same address.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
 
 // Cut closes the open connections and refuses new ones.
 func (p *Proxy) Cut() {
@@ -112,7 +137,10 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 }
 
 func (p *Proxy) forward(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout(p.network, target, 5*time.Second)
 	if err != nil {
 		_ = c.Close()
 		return
