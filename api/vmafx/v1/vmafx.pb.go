@@ -689,7 +689,17 @@ type ClaimJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// node_name names the claiming pod when the token carries no pod claim
 	// (the node's --node-name); at most 253 bytes.
-	NodeName      string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// claim_key makes a claim idempotent: a ClaimJob carrying the key of a
+	// claim that still holds its lease — the same tenant and node — returns
+	// that claim again (the same job and lease_id) instead of leasing another
+	// job. A node sends a fresh key with each new claim and the same key
+	// when it retries one whose answer it did not get (Unavailable: the
+	// connection cut, the controller restarted), so a claim whose answer was
+	// lost is not left to expire. A key whose claim has ended (reported,
+	// given back, expired, cancelled) claims anew. Optional; at most 128
+	// bytes.
+	ClaimKey      string `protobuf:"bytes,2,opt,name=claim_key,json=claimKey,proto3" json:"claim_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +737,13 @@ func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
 func (x *ClaimJobRequest) GetNodeName() string {
 	if x != nil {
 		return x.NodeName
+	}
+	return ""
+}
+
+func (x *ClaimJobRequest) GetClaimKey() string {
+	if x != nil {
+		return x.ClaimKey
 	}
 	return ""
 }
@@ -799,7 +816,9 @@ type ReportJobRequest struct {
 	// error of a FAILED report, at most 2048 bytes.
 	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// lease_id is the one ClaimJob returned; another or a stale one is
-	// FailedPrecondition.
+	// FailedPrecondition. A SUCCEEDED or FAILED report repeated under the
+	// lease that ended the job (a retry after a lost answer) returns the job
+	// as it ended and changes nothing.
 	LeaseId string `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// reason of a FAILED report: a stable word (a-z, '_', at most 64 bytes).
 	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -1067,9 +1086,10 @@ const file_vmafx_v1_vmafx_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"]\n" +
 	"\x10ListJobsResponse\x12!\n" +
 	"\x04jobs\x18\x01 \x03(\v2\r.vmafx.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"K\n" +
 	"\x0fClaimJobRequest\x12\x1b\n" +
-	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"N\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
+	"\tclaim_key\x18\x02 \x01(\tR\bclaimKey\"N\n" +
 	"\x10ClaimJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.vmafx.v1.JobR\x03job\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\xda\x01\n" +

@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -374,7 +376,11 @@ func metric(t *testing.T, s *controller.Server, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			sum := 0.0 // every label's
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
 		}
 	}
 	t.Fatalf("no %s", name)
@@ -441,7 +447,7 @@ func TestClaimExactlyOnce(t *testing.T) {
 					node := fmt.Sprintf("node-%d-%d", r, c)
 					wg.Go(func() {
 						for {
-							j, _, err := s.Claim(ctx, "tenant-a", node, time.Minute)
+							j, _, _, err := s.Claim(ctx, "tenant-a", node, "", time.Minute)
 							if err != nil {
 								t.Errorf("%s: %v", node, err)
 								return
@@ -618,7 +624,9 @@ func TestReflection(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		// A stream the server refused may end before the request is sent:
+		// Send then says io.EOF, and Recv has the status.
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		resp, err := stream.Recv()
@@ -652,5 +660,94 @@ func TestReflection(t *testing.T) {
 	off := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
 	if _, err := list(off, mint(off, controller.RoleReader)); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("reflection off: %v; want Unimplemented (not served)", err)
+	}
+}
+
+// TestRetriedClaimsAndReports: a claim retried with its claim_key — after
+// a lost answer, or several at once — holds the one job and lease it
+// leased; a key is a node's own, and free again once its claim ends; a
+// final report repeated under the lease that ended the job returns the job
+// as it ended, changing nothing, while another outcome or another lease is
+// refused. On SQLite and PostgreSQL.
+func TestRetriedClaimsAndReports(t *testing.T) {
+	dir := t.TempDir()
+	for name, target := range backends(t, dir) {
+		t.Run(name, func(t *testing.T) { testRetriedClaimsAndReports(t, target) })
+	}
+}
+
+func testRetriedClaimsAndReports(t *testing.T, datastore string) {
+	e := startOn(t, t.TempDir(), datastore)
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter)
+	var ids []string
+	for range 4 {
+		r, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.GetJob().GetId())
+	}
+	n1, n2 := e.client(t, "tenant-a", "node-1", controller.RoleNode), e.client(t, "tenant-a", "node-2", controller.RoleNode)
+
+	// Eight claims with one key at once: one job leased, every answer it.
+	answers := make([]*vmafxv1.ClaimJobResponse, 8)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i], errs[i] = n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{ClaimKey: "k-1"}) })
+	}
+	wg.Wait()
+	first := answers[0]
+	for i, a := range answers {
+		if errs[i] != nil || a.GetJob().GetId() != ids[0] || a.GetLeaseId() != first.GetLeaseId() || a.GetJob().GetAttempts() != 1 {
+			t.Fatalf("claim %d with key k-1: %v, job %s attempt %d; want %s attempt 1 under one lease", i, errs[i], a.GetJob().GetId(), a.GetJob().GetAttempts(), ids[0])
+		}
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_replays_total"); got != 7 {
+		t.Errorf("replays counted: %v; want 7", got)
+	}
+	// Another node's claim with the same key is its own claim.
+	other, err := n2.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{ClaimKey: "k-1"})
+	if err != nil || other.GetJob().GetId() != ids[1] {
+		t.Fatalf("node-2 with node-1's key: %v %v; want its own claim of %s", other, err, ids[1])
+	}
+	// Without a key, a claim is always a new one.
+	plain, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{})
+	if err != nil || plain.GetJob().GetId() != ids[2] {
+		t.Fatalf("a claim without a key: %v %v", plain, err)
+	}
+
+	// The outcome, then the same outcome again: the job as it ended.
+	done := &vmafxv1.ReportJobRequest{Id: ids[0], LeaseId: first.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}
+	r1, err := n1.ReportJob(ctx, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := n1.ReportJob(ctx, done)
+	if err != nil || r2.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || !r2.GetJob().GetUpdatedAt().AsTime().Equal(r1.GetJob().GetUpdatedAt().AsTime()) {
+		t.Fatalf("the final report repeated: %v %v; want the job as it ended", r2, err)
+	}
+	if got := metric(t, e.ctl, "vmafx_controller_replays_total"); got != 8 {
+		t.Errorf("replays counted: %v; want 8", got)
+	}
+	for name, r := range map[string]*vmafxv1.ReportJobRequest{
+		"another outcome": {Id: ids[0], LeaseId: first.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "late", Reason: "late"},
+		"another lease":   {Id: ids[0], LeaseId: other.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores},
+		"no lease":        {Id: ids[0], State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores},
+		"progress":        {Id: ids[0], LeaseId: first.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_RUNNING},
+	} {
+		if _, err := n1.ReportJob(ctx, r); code(err) != codes.FailedPrecondition {
+			t.Errorf("%s after the job succeeded: %v; want FailedPrecondition", name, err)
+		}
+	}
+	// The claim ended, so its key claims anew: the last pending job.
+	again, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{ClaimKey: "k-1"})
+	if err != nil || again.GetJob().GetId() != ids[3] || again.GetLeaseId() == first.GetLeaseId() {
+		t.Fatalf("k-1 after its claim ended: %v %v; want a new claim of %s", again, err, ids[3])
+	}
+	// A key is bounded.
+	if _, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{ClaimKey: strings.Repeat("k", 129)}); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "claim_key") {
+		t.Errorf("a 129-byte key: %v", err)
 	}
 }

@@ -159,6 +159,7 @@ type Server struct {
 	grpc      *grpc.Server
 	requeued  prometheus.Counter
 	exhausted prometheus.Counter
+	replays   *prometheus.CounterVec
 	lis       net.Listener
 }
 
@@ -207,7 +208,12 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.exhausted = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_attempts_exhausted_total", Help: "Jobs FAILED attempts_exhausted: claimed --max-attempts times without an outcome."})
-	reg.MustRegister(s.requeued, s.exhausted, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	s.replays = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_controller_replays_total",
+		Help: "Retries answered with what an earlier request already did, changing nothing: a ClaimJob with the key of a live claim (rpc=claim), a final ReportJob repeated under the lease that ended the job (rpc=report)."}, []string{"rpc"})
+	for _, rpc := range []string{"claim", "report"} {
+		s.replays.WithLabelValues(rpc)
+	}
+	reg.MustRegister(s.requeued, s.exhausted, s.replays, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	roles := maps.Clone(MethodRoles)
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
@@ -232,7 +238,7 @@ func New(o Options) (*Server, error) {
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)),
 		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
-	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log})
+	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays})
 	if o.Reflection {
 		reflection.Register(s.grpc)
 	}
@@ -329,6 +335,16 @@ type Service struct {
 	Lease       time.Duration
 	MaxAttempts int
 	Log         *slog.Logger
+	// Replays counts, by rpc ("claim", "report"), retries answered with
+	// what an earlier request already did (nil: not counted).
+	Replays *prometheus.CounterVec
+}
+
+// replayed counts one retry answered as its first time.
+func (s *Service) replayed(rpc string) {
+	if s.Replays != nil {
+		s.Replays.WithLabelValues(rpc).Inc()
+	}
 }
 
 var _ vmafxv1.JobServiceServer = (*Service)(nil)
@@ -439,9 +455,20 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	if len(node) > maxNodeName || !utf8.ValidString(node) {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
 	}
-	j, lease, err := s.Store.Claim(ctx, c.Tenant, node, s.Lease)
+	key := in.GetClaimKey()
+	if len(key) > maxRequestID {
+		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("claim_key: %d bytes; at most %d", len(key), maxRequestID))
+	}
+	j, lease, replayed, err := s.Store.Claim(ctx, c.Tenant, node, key, s.Lease)
 	if err != nil {
 		return nil, s.storeError(ctx, err)
+	}
+	if replayed {
+		s.replayed("claim")
+		if s.Log != nil {
+			s.Log.InfoContext(ctx, "controller: a retried claim holds its job", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username, "node", node, "attempt", j.GetAttempts())
+		}
+		return &vmafxv1.ClaimJobResponse{Job: j, LeaseId: lease}, nil
 	}
 	if j != nil && s.Log != nil {
 		s.Log.InfoContext(ctx, "controller: claimed", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username, "node", node, "attempt", j.GetAttempts())
@@ -461,9 +488,15 @@ func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (
 	if err := CheckReport(in); err != nil {
 		return nil, refuse(ReasonInvalidArgument, err.Error())
 	}
-	j, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
+	j, replayed, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
 	if err != nil {
 		return nil, s.storeError(ctx, err)
+	}
+	if replayed {
+		s.replayed("report")
+		if s.Log != nil {
+			s.Log.InfoContext(ctx, "controller: a repeated final report changes nothing", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username, "state", j.GetState().String())
+		}
 	}
 	return &vmafxv1.ReportJobResponse{Job: j}, nil
 }

@@ -229,7 +229,45 @@ func newLeaseID() string {
 // Claim leases the first queued PENDING job of tenant to node until
 // now+lease, counting an attempt, and returns it with the lease ID every
 // report of this claim must carry. It returns nil when nothing is pending.
-func (s *Store) Claim(ctx context.Context, tenant, node string, lease time.Duration) (*vmafxv1.Job, string, error) {
+//
+// key (optional) makes the claim idempotent: when a claim of tenant and
+// node with that key still holds its lease, Claim returns that job and
+// lease again and replayed is true — the retry of a claim whose answer was
+// lost. Concurrent claims with one key lease at most one job (a unique
+// index), and each returns it.
+func (s *Store) Claim(ctx context.Context, tenant, node, key string, lease time.Duration) (j *vmafxv1.Job, leaseID string, replayed bool, err error) {
+	if key != "" {
+		if j, leaseID, err := s.claimed(ctx, tenant, node, key); err != nil || j != nil {
+			return j, leaseID, err == nil, err
+		}
+	}
+	j, leaseID, err = s.claim(ctx, tenant, node, key, lease)
+	if err != nil && key != "" {
+		// A concurrent claim with the same key won the unique index.
+		if j, leaseID, lerr := s.claimed(ctx, tenant, node, key); lerr == nil && j != nil {
+			return j, leaseID, true, nil
+		}
+	}
+	return j, leaseID, false, err
+}
+
+// claimed finds the live claim of tenant and node under key: its job and
+// lease, or nil.
+func (s *Store) claimed(ctx context.Context, tenant, node, key string) (*vmafxv1.Job, string, error) {
+	var id, leaseID string
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT id, lease_id FROM jobs WHERE tenant = ? AND node = ? AND claim_key = ? AND state = ? AND lease_expires_at > ?`),
+		tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), s.now().UnixNano()).Scan(&id, &leaseID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	j, err := s.Get(ctx, tenant, id)
+	return j, leaseID, err
+}
+
+func (s *Store) claim(ctx context.Context, tenant, node, key string, lease time.Duration) (*vmafxv1.Job, string, error) {
 	now := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -246,8 +284,9 @@ func (s *Store) Claim(ctx context.Context, tenant, node string, lease time.Durat
 		return nil, "", err
 	}
 	leaseID := newLeaseID()
-	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = ?, lease_id = ?, attempts = attempts + 1, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`),
-		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, leaseID, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
+	claimKey := sql.NullString{String: key, Valid: key != ""}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = ?, lease_id = ?, claim_key = ?, attempts = attempts + 1, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`),
+		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, leaseID, claimKey, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
 		return nil, "", err
 	}
 	if err := tx.Commit(); err != nil {
@@ -261,12 +300,14 @@ func (s *Store) Claim(ctx context.Context, tenant, node string, lease time.Durat
 // the report names: RUNNING renews the lease and records progress;
 // SUCCEEDED stores the scores; FAILED the error and reason; PENDING gives
 // the job back (queued again, or FAILED attempts_exhausted after
-// maxAttempts claims). Anything else is ErrConflict.
-func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobRequest, lease time.Duration, maxAttempts int) (*vmafxv1.Job, error) {
+// maxAttempts claims). A SUCCEEDED or FAILED report repeated under the
+// lease that ended the job returns the job as it ended, replayed, and
+// changes nothing. Anything else is ErrConflict.
+func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobRequest, lease time.Duration, maxAttempts int) (j *vmafxv1.Job, replayed bool, err error) {
 	now := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	var (
@@ -279,18 +320,25 @@ func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobR
 	err = tx.QueryRowContext(ctx, s.q(`SELECT state, node, lease_id, lease_expires_at, metrics, attempts FROM jobs WHERE id = ? AND tenant = ?`+s.lockRow(false)),
 		r.GetId(), tenant).Scan(&state, &holder, &leaseID, &expires, &metrics, &attempts)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, false, ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	switch {
-	case vmafxv1.JobState(state) != vmafxv1.JobState_JOB_STATE_RUNNING:
-		return nil, fmt.Errorf("%w: it is %s, not RUNNING", ErrConflict, vmafxv1.JobState(state))
-	case subtle.ConstantTimeCompare([]byte(leaseID), []byte(r.GetLeaseId())) != 1:
-		return nil, fmt.Errorf("%w: lease_id is not the job's current lease (another claim holds it, or this one was lost)", ErrConflict)
+	sameLease := subtle.ConstantTimeCompare([]byte(leaseID), []byte(r.GetLeaseId())) == 1
+	switch st := vmafxv1.JobState(state); {
+	case sameLease && r.GetLeaseId() != "" && st == r.GetState() && (st == vmafxv1.JobState_JOB_STATE_SUCCEEDED || st == vmafxv1.JobState_JOB_STATE_FAILED):
+		// The outcome this lease already reported, sent again after a lost
+		// answer: the job as it ended, nothing changed.
+		_ = tx.Rollback()
+		j, err := s.Get(ctx, tenant, r.GetId())
+		return j, true, err
+	case st != vmafxv1.JobState_JOB_STATE_RUNNING:
+		return nil, false, fmt.Errorf("%w: it is %s, not RUNNING", ErrConflict, st)
+	case !sameLease:
+		return nil, false, fmt.Errorf("%w: lease_id is not the job's current lease (another claim holds it, or this one was lost)", ErrConflict)
 	case !expires.Valid || now.UnixNano() >= expires.Int64:
-		return nil, fmt.Errorf("%w: the lease expired", ErrConflict)
+		return nil, false, fmt.Errorf("%w: the lease expired", ErrConflict)
 	}
 	switch r.GetState() {
 	case vmafxv1.JobState_JOB_STATE_RUNNING:
@@ -298,16 +346,16 @@ func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobR
 			r.GetProgress(), now.Add(lease).UnixNano(), now.UnixNano(), r.GetId())
 	case vmafxv1.JobState_JOB_STATE_SUCCEEDED:
 		if err := ScoresMatch(r.GetScores(), strings.Split(metrics, ",")); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		b, merr := json.Marshal(r.GetScores())
 		if merr != nil {
-			return nil, merr
+			return nil, false, merr
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, scores = ?, lease_id = '', lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, scores = ?, claim_key = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
 			int32(vmafxv1.JobState_JOB_STATE_SUCCEEDED), string(b), now.UnixNano(), r.GetId())
 	case vmafxv1.JobState_JOB_STATE_FAILED:
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, error = ?, reason = ?, lease_id = '', lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, error = ?, reason = ?, claim_key = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
 			int32(vmafxv1.JobState_JOB_STATE_FAILED), r.GetError(), r.GetReason(), now.UnixNano(), r.GetId())
 	case vmafxv1.JobState_JOB_STATE_PENDING:
 		msg := "given back by " + holder
@@ -316,15 +364,16 @@ func (s *Store) Report(ctx context.Context, tenant string, r *vmafxv1.ReportJobR
 		}
 		err = s.requeue(ctx, tx, r.GetId(), attempts, maxAttempts, msg, now)
 	default:
-		return nil, fmt.Errorf("%w: a report is RUNNING, SUCCEEDED, FAILED or PENDING (given back), not %s", ErrConflict, r.GetState())
+		return nil, false, fmt.Errorf("%w: a report is RUNNING, SUCCEEDED, FAILED or PENDING (given back), not %s", ErrConflict, r.GetState())
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return s.Get(ctx, tenant, r.GetId())
+	j, err = s.Get(ctx, tenant, r.GetId())
+	return j, false, err
 }
 
 // ReasonAttemptsExhausted is the reason of a job failed because it was
@@ -339,11 +388,11 @@ const ReasonCancelled = "cancelled"
 // attempts_exhausted; lastError says why the claim ended.
 func (s *Store) requeue(ctx context.Context, tx *sql.Tx, id string, attempts, maxAttempts int, lastError string, now time.Time) error {
 	if attempts >= maxAttempts {
-		_, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, reason = ?, error = ?, lease_id = '', lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
+		_, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, reason = ?, error = ?, lease_id = '', claim_key = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`),
 			int32(vmafxv1.JobState_JOB_STATE_FAILED), ReasonAttemptsExhausted, fmt.Sprintf("claimed %d times without an outcome; the last: %s", attempts, lastError), now.UnixNano(), id)
 		return err
 	}
-	_, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, error = ?, lease_id = '', lease_expires_at = NULL, progress = 0, queued_at = ?, updated_at = ? WHERE id = ?`),
+	_, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, error = ?, lease_id = '', claim_key = NULL, lease_expires_at = NULL, progress = 0, queued_at = ?, updated_at = ? WHERE id = ?`),
 		int32(vmafxv1.JobState_JOB_STATE_PENDING), lastError, now.UnixNano(), now.UnixNano(), id)
 	return err
 }
@@ -352,7 +401,7 @@ func (s *Store) requeue(ctx context.Context, tx *sql.Tx, id string, attempts, ma
 // returned as it is; a finished one is ErrConflict.
 func (s *Store) Cancel(ctx context.Context, tenant, id string) (*vmafxv1.Job, error) {
 	now := s.now().UnixNano()
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, reason = ?, lease_id = '', lease_expires_at = NULL, updated_at = ? WHERE id = ? AND tenant = ? AND state IN (?, ?)`),
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, reason = ?, lease_id = '', claim_key = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? AND tenant = ? AND state IN (?, ?)`),
 		int32(vmafxv1.JobState_JOB_STATE_CANCELLED), ReasonCancelled, now, id, tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING), int32(vmafxv1.JobState_JOB_STATE_RUNNING))
 	if err != nil {
 		return nil, err

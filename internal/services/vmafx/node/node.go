@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -82,6 +83,11 @@ type Node struct {
 	tokens token.Source
 	conn   *grpc.ClientConn
 	client vmafxv1.JobServiceClient
+	// claimKey is the key of the claim under way: kept while ClaimJob
+	// answers Unavailable or times out (the claim may have been made and
+	// its answer lost: the retry finds it), replaced after any other
+	// answer. Only the claim loop uses it.
+	claimKey string
 }
 
 // New loads and validates the controller connection — a combination that
@@ -185,7 +191,13 @@ func (n *Node) once(ctx context.Context) bool {
 			return false
 		}
 	}
-	resp, err := n.client.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: n.o.NodeName})
+	if n.claimKey == "" {
+		n.claimKey = uuid.NewString()
+	}
+	resp, err := n.client.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: n.o.NodeName, ClaimKey: n.claimKey})
+	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		n.claimKey = "" // answered: the next claim is another one
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			n.log.Warn("node: claiming a job", "code", status.Code(err).String(), "err", status.Convert(err).Message())
@@ -244,6 +256,9 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 		defer stop()
 	}
 	var frames atomic.Int64
+	// leaseEnd is when the claim lapses unless renewed: the outcome is
+	// worth sending again until then (afterwards the job is queued again).
+	leaseEnd := job.GetLeaseExpiresAt().AsTime()
 	done := make(chan outcome, 1)
 	go func() {
 		scores, err := n.measureJob(mctx, job, &frames)
@@ -254,7 +269,7 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 	for {
 		select {
 		case out := <-done:
-			n.finish(ctx, mctx, job, lease, out, frames.Load())
+			n.finish(ctx, mctx, job, lease, leaseEnd, out, frames.Load())
 			return
 		case <-ctx.Done():
 			cancel(ctx.Err())
@@ -267,10 +282,11 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 			return
 		case <-tick.C:
 			// Progress renews the lease; a frame count is all a stream gives.
-			_, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_RUNNING,
+			r, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_RUNNING,
 				Progress: float64(frames.Load())})
 			switch status.Code(err) {
 			case codes.OK:
+				leaseEnd = r.GetJob().GetLeaseExpiresAt().AsTime()
 			case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
 				// The job is no longer this claim's (cancelled, lease lost,
 				// re-claimed): stop measuring it at once.
@@ -290,8 +306,11 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 }
 
 // finish reports a measurement that ended by itself, or gives the job back
-// when it outlasted --max-job-duration.
-func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string, out outcome, frames int64) {
+// when it outlasted --max-job-duration. An outcome answered Unavailable is
+// sent again, under the same lease, every second until the lease would
+// lapse: the controller answers a repeat of an outcome it stored with the
+// job as it ended (the first answer was lost), so the job ends once.
+func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string, leaseEnd time.Time, out outcome, frames int64) {
 	switch cause := context.Cause(mctx); {
 	case errors.Is(cause, errTooLong):
 		n.giveBack(job, lease, fmt.Sprintf("the measurement outlasted --max-job-duration %s after %d frames", n.o.MaxJobDuration, frames))
@@ -313,11 +332,13 @@ func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string,
 			n.log.Info("node: reported", "job", job.GetId(), "state", report.GetState().String(), "frames", frames, "reason", report.GetReason(), "error", report.GetError())
 			return
 		}
-		if status.Code(rerr) != codes.Unavailable || attempt == 5 || ctx.Err() != nil {
+		if status.Code(rerr) != codes.Unavailable || !time.Now().Add(time.Second).Before(leaseEnd) || ctx.Err() != nil {
 			n.jobs.WithLabelValues("unreported").Inc()
 			n.log.Error("node: the report was not accepted", "job", job.GetId(), "code", status.Code(rerr).String(), "err", status.Convert(rerr).Message())
 			return
 		}
+		n.log.Warn("node: the outcome was not acknowledged; sending it again", "job", job.GetId(), "state", report.GetState().String(), "attempt", attempt+1,
+			"err", status.Convert(rerr).Message())
 		select {
 		case <-ctx.Done():
 			return
