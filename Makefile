@@ -112,8 +112,9 @@ bench:
 # callerauth beside its peers in one run: the pdp and OPA under the same
 # load, the paired benchmarks; the table goes into docs/performance.md.
 BENCH_DURATION ?= 10s
+BENCH_COUNT ?= 3
 bench-compare: opa-tools
-	$(GO) run ./internal/kit/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME)
+	$(GO) run ./internal/kit/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME) --count $(BENCH_COUNT)
 
 demo:
 	$(GO) run ./cmd/callerauth demo

@@ -15,6 +15,7 @@
 package bearer
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -104,6 +105,23 @@ func FromHeader(h http.Header) Credential { return Parse(h.Values("Authorization
 // FromMetadata reads the "authorization" key of gRPC metadata.
 func FromMetadata(md metadata.MD) Credential { return Parse(md.Get("authorization")) }
 
+// FromIncomingContext reads the "authorization" key of a gRPC server
+// call's metadata, copying that key's values alone (not the whole
+// metadata, as metadata.FromIncomingContext does).
+func FromIncomingContext(ctx context.Context) Credential {
+	return Parse(metadata.ValueFromIncomingContext(ctx, "authorization"))
+}
+
+// token68 marks the bytes of a b64token before its "=" padding: one
+// table lookup per byte of a token that is checked on every request.
+var token68 = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
+	}
+	return t
+}()
+
 func malformed(why string) Credential { return Credential{Kind: Malformed, Problem: why} }
 
 // isToken68 reports whether s matches RFC 6750's b64token:
@@ -113,13 +131,7 @@ func isToken68(s string) bool {
 		return false
 	}
 	i := 0
-	for ; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/' {
-			continue
-		}
-		break
+	for ; i < len(s) && token68[s[i]]; i++ {
 	}
 	if i == 0 {
 		return false

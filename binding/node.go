@@ -80,10 +80,10 @@ func (g *NodeGrant) Decided(allowed bool) {
 		return
 	}
 	if g.NodeClaim != "" {
-		m.claims.WithLabelValues(g.NodeClaim).Inc()
+		m.inc(m.claims, m.claimCounters, g.NodeClaim)
 	}
 	if allowed && g.Scope != "" {
-		m.decisions.WithLabelValues(g.Scope).Inc()
+		m.inc(m.decisions, m.scopeCounters, g.Scope)
 	}
 }
 
@@ -118,6 +118,18 @@ func StampNodes(nodes []string, node string) []string {
 type NodeMetrics struct {
 	decisions *prometheus.CounterVec
 	claims    *prometheus.CounterVec
+	// The children of every label value, resolved once: counting a
+	// request hashes no label.
+	scopeCounters, claimCounters map[string]prometheus.Counter
+}
+
+// inc counts one for label: its resolved child, else through the vector.
+func (m *NodeMetrics) inc(vec *prometheus.CounterVec, children map[string]prometheus.Counter, label string) {
+	if c, ok := children[label]; ok {
+		c.Inc()
+		return
+	}
+	vec.WithLabelValues(label).Inc()
 }
 
 // NewNodeMetrics registers node binding's counters on reg, every label
@@ -141,11 +153,12 @@ func NewNodeMetrics(reg prometheus.Registerer, prefix string) (*NodeMetrics, err
 			return nil, fmt.Errorf("binding: registering node metrics: %w", err)
 		}
 	}
+	m.scopeCounters, m.claimCounters = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	for _, d := range []string{ScopeNodeLocal, ScopeCrossNode} {
-		m.decisions.WithLabelValues(d)
+		m.scopeCounters[d] = m.decisions.WithLabelValues(d)
 	}
 	for _, r := range []string{claimVerified, claimAbsent} {
-		m.claims.WithLabelValues(r)
+		m.claimCounters[r] = m.claims.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/callerauth/callerauth/bearer"
@@ -88,8 +87,7 @@ func (g *Guard) UnaryServerInterceptor(extract GRPCRequest) grpc.UnaryServerInte
 			r.Method = info.FullMethod
 			req = r
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		v := g.Check(ctx, bearer.FromMetadata(md), req)
+		v := g.Check(ctx, bearer.FromIncomingContext(ctx), req)
 		if !v.Allowed {
 			return nil, v.Status().Err()
 		}
@@ -101,8 +99,7 @@ func (g *Guard) UnaryServerInterceptor(extract GRPCRequest) grpc.UnaryServerInte
 // on the method alone.
 func (g *Guard) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		v := g.Check(ss.Context(), bearer.FromMetadata(md), binding.Request{Method: info.FullMethod})
+		v := g.Check(ss.Context(), bearer.FromIncomingContext(ss.Context()), binding.Request{Method: info.FullMethod})
 		if !v.Allowed {
 			return v.Status().Err()
 		}

@@ -73,7 +73,7 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 // TestPairsMeasured: every paired benchmark the table names exists and is
 // parsed.
 func TestPairsMeasured(t *testing.T) {
-	m, err := benchcompare.RunPairs(context.Background(), "go", "../..", "1x", benchcompare.Pairs)
+	m, err := benchcompare.RunPairs(context.Background(), "go", "../..", "1x", 1, benchcompare.Pairs)
 	if err != nil {
 		t.Fatal(err)
 	}
