@@ -47,7 +47,7 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	if n < 10 {
 		t.Fatalf("only %d requests compared", n)
 	}
-	loads, err := benchcompare.LoadAll(ctx, peers, 2, 300*time.Millisecond)
+	loads, err := benchcompare.LoadAll(ctx, peers, 2, 300*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	if len(loads) != 7 || len(rows) != 7 {
 		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
 	}
-	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 4}, 200*time.Millisecond)
+	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 4}, 200*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

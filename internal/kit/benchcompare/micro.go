@@ -43,11 +43,12 @@ type Measured struct {
 	NsPerOp, BytesPerOp, AllocsPerOp float64
 }
 
-// RunPairs runs each package's paired benchmarks count times (benchtime
-// as go test takes it, e.g. "1s" or "200x") and returns, by full benchmark
-// name (without the GOMAXPROCS suffix), the figures of each benchmark's
-// fastest run: on a shared 2-core machine a run slowed by something else
-// is not the code's cost, and both halves of a pair are treated alike.
+// RunPairs runs each package's paired benchmarks count times, the packages
+// in turn (benchtime as go test takes it, e.g. "1s" or "200x"), and
+// returns, by full benchmark name (without the GOMAXPROCS suffix), the
+// figures of each benchmark's fastest run: on a shared 2-core machine a
+// run slowed by something else is not the code's cost, and both halves of
+// a pair are treated alike.
 func RunPairs(ctx context.Context, goBin, moduleDir, benchtime string, count int, pairs []Pair) (map[string]Measured, error) {
 	if count < 1 {
 		count = 1
@@ -61,16 +62,20 @@ func RunPairs(ctx context.Context, goBin, moduleDir, benchtime string, count int
 		byPkg[p.Pkg] = append(byPkg[p.Pkg], "^"+strings.SplitN(p.Bench, "/", 2)[0]+"$")
 	}
 	out := map[string]Measured{}
-	for _, pkg := range order {
-		cmd := exec.CommandContext(ctx, goBin, "test", "-run", "^$", "-bench", strings.Join(dedupe(byPkg[pkg]), "|"), "-benchmem", "-benchtime", benchtime, "-count", strconv.Itoa(count), pkg) //nolint:gosec // the go command on the module's own packages.
-		cmd.Dir = moduleDir
-		var buf bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("benchcompare: go test -bench %s: %w\n%s", pkg, err, buf.String())
-		}
-		for name, m := range parseBench(buf.Bytes()) {
-			out[name] = m
+	for range count { // the packages in turn, count times: drift falls on every pair alike
+		for _, pkg := range order {
+			cmd := exec.CommandContext(ctx, goBin, "test", "-run", "^$", "-bench", strings.Join(dedupe(byPkg[pkg]), "|"), "-benchmem", "-benchtime", benchtime, "-count", "1", pkg) //nolint:gosec // the go command on the module's own packages.
+			cmd.Dir = moduleDir
+			var buf bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &buf, &buf
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("benchcompare: go test -bench %s: %w\n%s", pkg, err, buf.String())
+			}
+			for name, m := range parseBench(buf.Bytes()) {
+				if prev, ok := out[name]; !ok || m.NsPerOp < prev.NsPerOp {
+					out[name] = m // the fastest of the runs
+				}
+			}
 		}
 	}
 	return out, nil
@@ -88,8 +93,7 @@ func dedupe(s []string) []string {
 	return out
 }
 
-// parseBench reads go test -bench -benchmem output: the fastest run of
-// each benchmark it holds several of (-count).
+// parseBench reads go test -bench -benchmem output.
 func parseBench(b []byte) map[string]Measured {
 	out := map[string]Measured{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -113,9 +117,8 @@ func parseBench(b []byte) map[string]Measured {
 				m.AllocsPerOp = v
 			}
 		}
-		name := shortName(f[0])
-		if prev, ok := out[name]; m.NsPerOp > 0 && (!ok || m.NsPerOp < prev.NsPerOp) {
-			out[name] = m // the fastest of the runs
+		if m.NsPerOp > 0 {
+			out[shortName(f[0])] = m
 		}
 	}
 	return out

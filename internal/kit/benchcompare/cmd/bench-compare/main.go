@@ -28,7 +28,7 @@ func run() error {
 	duration := flag.Duration("duration", 10*time.Second, "how long each HTTP load runs")
 	conns := flag.Int("connections", 8, "connections of the load generator")
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime for the paired benchmarks")
-	count := flag.Int("count", 3, "go test -count for the paired benchmarks: each row takes the fastest run of each half")
+	count := flag.Int("count", 3, "rounds: each HTTP load runs this many times for --duration/count, the peers in turn, and each paired benchmark this many times, both halves in turn; every figure is its fastest round")
 	write := flag.String("write", "docs/performance.md", "the file whose bench-compare section receives the table (empty: print only)")
 	flag.Parse()
 	if _, err := os.Stat(*opa); err != nil { //nolint:gosec // the operator's own flag, naming a binary to run.
@@ -58,11 +58,11 @@ func run() error {
 		return fmt.Errorf("the pdp and OPA disagree: %w", err)
 	}
 	fmt.Printf("the pdp and OPA agree on all %d requests\n", n)
-	loads, err := benchcompare.LoadAll(ctx, peers, *conns, *duration)
+	loads, err := benchcompare.LoadAll(ctx, peers, *conns, *duration, *count)
 	if err != nil {
 		return err
 	}
-	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 64}, *duration)
+	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 64}, *duration, *count)
 	if err != nil {
 		return err
 	}
@@ -77,8 +77,8 @@ func run() error {
 	}
 	rows := append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), pairRows...)
 	host, _ := os.Hostname()
-	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each, one peer at a time, plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each. The pdp and OPA agreed on all %d requests first.",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *benchtime, *count, n)
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first.",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n)
 	table := benchcompare.Markdown(rows, about)
 	fmt.Println(table)
 	if *write != "" {
