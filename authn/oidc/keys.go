@@ -125,11 +125,29 @@ func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 	return nil, &authn.Error{Reason: authn.TokenInvalid, Uncacheable: true, Err: fmt.Errorf("no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)}
 }
 
+// match returns the keys whose kid is kid (every key when kid is ""). One
+// match — the usual case — is a subslice of keys: nothing is allocated per
+// token. (A fetch replaces the key set's slice, never writes into it.)
 func match(keys []jose.JSONWebKey, kid string) []jose.JSONWebKey {
 	if kid == "" {
 		return keys
 	}
-	var found []jose.JSONWebKey
+	first, n := -1, 0
+	for i := range keys {
+		if keys[i].KeyID == kid {
+			if n == 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil
+	case 1:
+		return keys[first : first+1 : first+1]
+	}
+	found := make([]jose.JSONWebKey, 0, n)
 	for i := range keys {
 		if keys[i].KeyID == kid {
 			found = append(found, keys[i])

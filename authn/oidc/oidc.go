@@ -95,6 +95,9 @@ func (a *Authenticator) Prefetch(ctx context.Context) error {
 type claims struct {
 	token.Claims
 	other []member
+	// inline holds the first members of other: a token's claims are read
+	// with no allocation of their own.
+	inline [12]member
 }
 
 type member struct {
@@ -173,6 +176,7 @@ func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw
 	// The claims are read from the payload segment of the very signing
 	// input that verified; a second "iss" is refused there.
 	c := &claims{}
+	c.other = c.inline[:0]
 	if err := token.DecodeClaims(raw, &c.Claims, func(name, v []byte) error {
 		c.other = append(c.other, member{name, v})
 		return nil

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -43,37 +46,55 @@ type Measured struct {
 	NsPerOp, BytesPerOp, AllocsPerOp float64
 }
 
-// RunPairs runs each package's paired benchmarks count times, the packages
-// in turn (benchtime as go test takes it, e.g. "1s" or "200x"), and
-// returns, by full benchmark name (without the GOMAXPROCS suffix), the
-// figures of each benchmark's fastest run: on a shared 2-core machine a
-// run slowed by something else is not the code's cost, and both halves of
-// a pair are treated alike.
+// RunPairs measures each pair's two halves in turn, count rounds, each
+// half alone in its own run of the package's compiled test binary
+// (benchtime as go test takes it, e.g. "1s" or "200x"): ours then the
+// baseline in one round, the baseline then ours in the next, so that a
+// machine slowing down or speeding up over the run weighs on both halves
+// alike. It returns, by full benchmark name (without the GOMAXPROCS
+// suffix), the figures of each half's fastest run: a run slowed by
+// something else on a shared 2-core machine is not the code's cost.
 func RunPairs(ctx context.Context, goBin, moduleDir, benchtime string, count int, pairs []Pair) (map[string]Measured, error) {
-	if count < 1 {
-		count = 1
+	count = max(1, count)
+	dir, err := os.MkdirTemp("", "bench-pairs")
+	if err != nil {
+		return nil, err
 	}
-	byPkg := map[string][]string{}
-	var order []string
+	defer os.RemoveAll(dir)
+	bins := map[string]string{}
 	for _, p := range pairs {
-		if _, ok := byPkg[p.Pkg]; !ok {
-			order = append(order, p.Pkg)
+		if _, ok := bins[p.Pkg]; ok {
+			continue
 		}
-		byPkg[p.Pkg] = append(byPkg[p.Pkg], "^"+strings.SplitN(p.Bench, "/", 2)[0]+"$")
+		bin := filepath.Join(dir, fmt.Sprintf("pkg%d.test", len(bins)))
+		cmd := exec.CommandContext(ctx, goBin, "test", "-c", "-o", bin, p.Pkg) //nolint:gosec // the go command on the module's own packages.
+		cmd.Dir = moduleDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("benchcompare: go test -c %s: %w\n%s", p.Pkg, err, out)
+		}
+		bins[p.Pkg] = bin
 	}
 	out := map[string]Measured{}
-	for range count { // the packages in turn, count times: drift falls on every pair alike
-		for _, pkg := range order {
-			cmd := exec.CommandContext(ctx, goBin, "test", "-run", "^$", "-bench", strings.Join(dedupe(byPkg[pkg]), "|"), "-benchmem", "-benchtime", benchtime, "-count", "1", pkg) //nolint:gosec // the go command on the module's own packages.
-			cmd.Dir = moduleDir
-			var buf bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &buf, &buf
-			if err := cmd.Run(); err != nil {
-				return nil, fmt.Errorf("benchcompare: go test -bench %s: %w\n%s", pkg, err, buf.String())
+	done := map[string]int{} // runs of each half so far, in this round
+	for round := range count {
+		clear(done)
+		for _, p := range pairs {
+			halves := []string{p.Ours, p.Base}
+			if round%2 == 1 {
+				halves[0], halves[1] = halves[1], halves[0]
 			}
-			for name, m := range parseBench(buf.Bytes()) {
+			for _, half := range halves {
+				name := p.Bench + "/" + half
+				if done[name] > 0 {
+					continue // a baseline two rows share: measured once a round
+				}
+				done[name]++
+				m, err := runOne(ctx, bins[p.Pkg], filepath.Join(moduleDir, p.Pkg), name, benchtime)
+				if err != nil {
+					return nil, err
+				}
 				if prev, ok := out[name]; !ok || m.NsPerOp < prev.NsPerOp {
-					out[name] = m // the fastest of the runs
+					out[name] = m
 				}
 			}
 		}
@@ -81,16 +102,25 @@ func RunPairs(ctx context.Context, goBin, moduleDir, benchtime string, count int
 	return out, nil
 }
 
-func dedupe(s []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, x := range s {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
+// runOne runs one benchmark of a compiled test binary in its package's
+// directory and returns its figures.
+func runOne(ctx context.Context, bin, pkgDir, name, benchtime string) (Measured, error) {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
-	return out
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^$", "-test.bench", strings.Join(parts, "/"), "-test.benchmem", "-test.benchtime", benchtime) //nolint:gosec // a test binary this run compiled.
+	cmd.Dir = pkgDir
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return Measured{}, fmt.Errorf("benchcompare: %s: %w\n%s", name, err, buf.String())
+	}
+	m, ok := parseBench(buf.Bytes())[name]
+	if !ok {
+		return Measured{}, fmt.Errorf("benchcompare: %s: no result in\n%s", name, buf.String())
+	}
+	return m, nil
 }
 
 // parseBench reads go test -bench -benchmem output.
