@@ -181,29 +181,47 @@ func ParseClaims(tok string, other func(name, value []byte) error) (*Claims, []b
 // list of strings, exp, nbf and iat NumericDates — null is none of these.
 // Every other member is given to other, when set, with its raw value.
 func DecodeClaims(raw []byte, c *Claims, other func(name, value []byte) error) error {
+	return DecodeClaimsText(ijson.Text{}, raw, c, other)
+}
+
+// DecodeClaimsText is DecodeClaims reading its strings with text (a
+// [ijson.Text] of raw: one copy of the payload for every string; the zero
+// Text: a copy each).
+func DecodeClaimsText(text ijson.Text, raw []byte, c *Claims, other func(name, value []byte) error) error {
+	var dates *[3]NumericDate // exp, nbf, iat: one allocation for the three
+	date := func(name string, v []byte, i int, out **NumericDate) error {
+		if dates == nil {
+			dates = new([3]NumericDate)
+		}
+		if err := dates[i].UnmarshalJSON(v); err != nil {
+			return fmt.Errorf("token: claim %q: %w", name, err)
+		}
+		*out = &dates[i]
+		return nil
+	}
 	err := ijson.Members(raw, func(name, v []byte) error {
 		var err error
 		switch string(name) {
 		case "iss":
-			err = readString("iss", v, &c.Issuer)
+			err = readString(text, "iss", v, &c.Issuer)
 		case "sub":
-			err = readString("sub", v, &c.Subject)
+			err = readString(text, "sub", v, &c.Subject)
 		case "jti":
-			err = readString("jti", v, &c.ID)
+			err = readString(text, "jti", v, &c.ID)
 		case "aud":
-			if s, ok := ijson.String(v); ok {
+			if s, ok := text.String(v); ok {
 				c.Audience = Audience{s}
-			} else if l, ok := ijson.Strings(v); ok {
+			} else if l, ok := text.Strings(v); ok {
 				c.Audience = l
 			} else {
 				err = errors.New("token: aud is neither a string nor a list of strings")
 			}
 		case "exp":
-			err = readDate("exp", v, &c.Expiry)
+			err = date("exp", v, 0, &c.Expiry)
 		case "nbf":
-			err = readDate("nbf", v, &c.NotBefore)
+			err = date("nbf", v, 1, &c.NotBefore)
 		case "iat":
-			err = readDate("iat", v, &c.IssuedAt)
+			err = date("iat", v, 2, &c.IssuedAt)
 		default:
 			if other != nil {
 				err = other(name, v)
@@ -218,21 +236,12 @@ func DecodeClaims(raw []byte, c *Claims, other func(name, value []byte) error) e
 	return err
 }
 
-func readString(name string, v []byte, out *string) error {
-	s, ok := ijson.String(v)
+func readString(text ijson.Text, name string, v []byte, out *string) error {
+	s, ok := text.String(v)
 	if !ok {
 		return fmt.Errorf("token: claim %q is not a string", name)
 	}
 	*out = s
-	return nil
-}
-
-func readDate(name string, v []byte, out **NumericDate) error {
-	n := new(NumericDate)
-	if err := n.UnmarshalJSON(v); err != nil {
-		return fmt.Errorf("token: claim %q: %w", name, err)
-	}
-	*out = n
 	return nil
 }
 

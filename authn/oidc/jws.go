@@ -105,39 +105,39 @@ var compactBytes = func() (t [256]bool) {
 // parseCompact splits and decodes a compact JWS whose bytes compactAlphabet
 // has allowed, and checks its header against the algorithms allowed; it
 // does not verify the signature.
-func parseCompact(tok string, algs []string) (*compactJWS, error) {
+func parseCompact(tok string, algs []string) (compactJWS, error) {
 	h, rest, ok := strings.Cut(tok, ".")
 	if !ok {
-		return nil, errNotCompact
+		return compactJWS{}, errNotCompact
 	}
 	p, s, ok := strings.Cut(rest, ".")
 	if !ok || strings.IndexByte(s, '.') >= 0 || h == "" || p == "" || s == "" {
-		return nil, errNotCompact
+		return compactJWS{}, errNotCompact
 	}
 	if base64.RawURLEncoding.DecodedLen(len(h)) > maxHeader {
-		return nil, fmt.Errorf("protected header longer than %d bytes", maxHeader)
+		return compactJWS{}, fmt.Errorf("protected header longer than %d bytes", maxHeader)
 	}
 	raw, err := base64.RawURLEncoding.AppendDecode(make([]byte, 0, base64.RawURLEncoding.DecodedLen(len(h))), bytesOf(h))
 	if err != nil {
-		return nil, errors.New("protected header is not unpadded base64url")
+		return compactJWS{}, errors.New("protected header is not unpadded base64url")
 	}
 	var hdr jwsHeader
 	if err := readHeader(raw, &hdr); err != nil {
-		return nil, fmt.Errorf("protected header: %w", err)
+		return compactJWS{}, fmt.Errorf("protected header: %w", err)
 	}
 	switch {
 	case !hdr.hasAlg:
-		return nil, errors.New(`protected header has no "alg"`)
+		return compactJWS{}, errors.New(`protected header has no "alg"`)
 	case hdr.crit != nil:
-		return nil, errors.New(`protected header has "crit": no extension is understood here`)
+		return compactJWS{}, errors.New(`protected header has "crit": no extension is understood here`)
 	case !slices.Contains(algs, hdr.alg):
-		return nil, fmt.Errorf("algorithm %q is not allowed", hdr.alg)
+		return compactJWS{}, fmt.Errorf("algorithm %q is not allowed", hdr.alg)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return nil, errors.New("signature is not unpadded base64url")
+		return compactJWS{}, errors.New("signature is not unpadded base64url")
 	}
-	return &compactJWS{alg: hdr.alg, kid: hdr.kid, signingInput: tok[:len(h)+1+len(p)], sig: sig}, nil
+	return compactJWS{alg: hdr.alg, kid: hdr.kid, signingInput: tok[:len(h)+1+len(p)], sig: sig}, nil
 }
 
 // verifyWith reports whether key signed the JWS under its algorithm.

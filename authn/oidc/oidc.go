@@ -98,7 +98,15 @@ type claims struct {
 	// inline holds the first members of other: a token's claims are read
 	// with no allocation of their own.
 	inline [12]member
+	// text reads the claims' strings: substrings of one copy of the
+	// payload when it is small (maxTextPayload), else a copy each.
+	text ijson.Text
 }
+
+// maxTextPayload bounds the payload whose one copy the caller's strings
+// share: a cached caller keeps that copy alive, so a large payload (a
+// token with many claims) is not kept whole for a few short strings.
+const maxTextPayload = 4 << 10
 
 type member struct {
 	name, value []byte // slices of the decoded payload
@@ -170,14 +178,17 @@ func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw
 	if err != nil {
 		return nil, err
 	}
-	if !verifyAny(jws, keys) {
+	if !verifyAny(&jws, keys) {
 		return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", jws.alg, jws.kid)
 	}
 	// The claims are read from the payload segment of the very signing
 	// input that verified; a second "iss" is refused there.
 	c := &claims{}
 	c.other = c.inline[:0]
-	if err := token.DecodeClaims(raw, &c.Claims, func(name, v []byte) error {
+	if len(raw) <= maxTextPayload {
+		c.text = ijson.NewText(raw)
+	}
+	if err := token.DecodeClaimsText(c.text, raw, &c.Claims, func(name, v []byte) error {
 		c.other = append(c.other, member{name, v})
 		return nil
 	}); err != nil {
@@ -231,7 +242,7 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 	if v, ok := c.get("kubernetes.io"); ok {
 		// A Kubernetes service-account token: the same identity TokenReview
 		// would report.
-		if err := kubernetesClaim(v, c.Subject, caller); err != nil {
+		if err := kubernetesClaim(c.text, v, c.Subject, caller); err != nil {
 			return nil, err
 		}
 	}
@@ -244,23 +255,23 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 // kubernetesClaim reads the kubernetes.io claim of a service-account
 // token (names matched exactly, like every claim) into the caller, and
 // requires it to name the service account sub names.
-func kubernetesClaim(v []byte, sub string, caller *authn.Caller) error {
+func kubernetesClaim(text ijson.Text, v []byte, sub string, caller *authn.Caller) error {
 	var namespace, saName string
 	hasSA := false
 	err := ijson.Members(v, func(name, v []byte) error {
 		switch string(name) {
 		case "namespace":
 			var ok bool
-			if namespace, ok = ijson.String(v); !ok {
+			if namespace, ok = text.String(v); !ok {
 				return errors.New("namespace is not a string")
 			}
 		case "serviceaccount":
 			hasSA = true
-			return readRef("serviceaccount", v, &saName, &caller.UID)
+			return readRef(text, "serviceaccount", v, &saName, &caller.UID)
 		case "pod":
-			return readRef("pod", v, &caller.PodName, &caller.PodUID)
+			return readRef(text, "pod", v, &caller.PodName, &caller.PodUID)
 		case "node":
-			return readRef("node", v, &caller.NodeName, &caller.NodeUID)
+			return readRef(text, "node", v, &caller.NodeName, &caller.NodeUID)
 		}
 		return nil
 	})
@@ -283,14 +294,14 @@ func serviceAccountIs(sub, namespace, name string) bool {
 }
 
 // readRef reads a {name, uid} object of the kubernetes.io claim.
-func readRef(what string, v []byte, name, uid *string) error {
+func readRef(text ijson.Text, what string, v []byte, name, uid *string) error {
 	return ijson.Members(v, func(member, v []byte) error {
 		var ok bool
 		switch string(member) {
 		case "name":
-			*name, ok = ijson.String(v)
+			*name, ok = text.String(v)
 		case "uid":
-			*uid, ok = ijson.String(v)
+			*uid, ok = text.String(v)
 		default:
 			return nil
 		}
@@ -316,7 +327,7 @@ func (a *Authenticator) extraClaims(ic *IssuerConfig, c *claims, caller *authn.C
 	}
 	if ic.TenantClaim != "" {
 		v, present := c.get(ic.TenantClaim)
-		t, ok := ijson.String(v)
+		t, ok := c.text.String(v)
 		switch {
 		case !present || (ok && t == ""):
 			// The token states no tenant: the caller has none, and a
@@ -344,10 +355,10 @@ func stringList(c *claims, name string) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	if l, ok := ijson.Strings(v); ok {
+	if l, ok := c.text.Strings(v); ok {
 		return l, nil
 	}
-	if s, ok := ijson.String(v); ok {
+	if s, ok := c.text.String(v); ok {
 		return strings.Fields(s), nil
 	}
 	return nil, authn.Fail(authn.TokenInvalid, "claim %q is neither a list of strings nor a string", name)

@@ -239,6 +239,61 @@ func Strings(v []byte) ([]string, bool) {
 	return out, true
 }
 
+// Text is a document and one string copy of it: the strings read from
+// its values with [Text.String] are substrings of that copy — one
+// allocation for every string of a document, instead of one each. A
+// string kept keeps the whole copy alive: use it for small documents (a
+// token's claims), and the zero Text (no copy: each string allocated) for
+// the rest.
+type Text struct {
+	b []byte
+	s string
+}
+
+// NewText copies doc once into a Text.
+func NewText(doc []byte) Text { return Text{b: doc, s: string(doc)} }
+
+// String is [String], as a substring of t's copy when v is a plain string
+// value inside t's document.
+func (t Text) String(v []byte) (string, bool) {
+	if off, ok := t.offset(v); ok && len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plain(v[1:len(v)-1]) {
+		return t.s[off+1 : off+len(v)-1], true
+	}
+	return String(v)
+}
+
+// Strings is [Strings], each element as [Text.String] reads it.
+func (t Text) Strings(v []byte) ([]string, bool) {
+	out := []string{}
+	err := Elements(v, func(e []byte) error {
+		str, ok := t.String(e)
+		if !ok {
+			return errNotString
+		}
+		out = append(out, str)
+		return nil
+	})
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// offset is where v starts in t's document, when v is a part of it: a
+// value the scanner sliced from the document keeps the document's
+// capacity, so the offset is the difference of the capacities — checked
+// by comparing the addresses of that byte.
+func (t Text) offset(v []byte) (int, bool) {
+	if t.s == "" || len(v) == 0 {
+		return 0, false
+	}
+	off := cap(t.b) - cap(v)
+	if off < 0 || off+len(v) > len(t.b) || &t.b[off] != &v[0] {
+		return 0, false
+	}
+	return off, true
+}
+
 // plain reports whether b is printable ASCII without '"' or '\\': the
 // contents of a JSON string that needs no decoding.
 func plain(b []byte) bool {

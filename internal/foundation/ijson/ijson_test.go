@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestCheck(t *testing.T) {
@@ -238,4 +239,60 @@ func FuzzElements(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestText: strings read through a Text are the same as String's, share
+// the document's one copy when plain, and fall back to a copy each for an
+// escaped string, a value from another document and the zero Text.
+func TestText(t *testing.T) {
+	doc := []byte(`{"a":"plain","b":"esc\u0041ped","c":["x","y"],"d":7}`)
+	text := NewText(doc)
+	got := map[string]string{}
+	err := Members(doc, func(name, v []byte) error {
+		switch string(name) {
+		case "a", "b":
+			s, ok := text.String(v)
+			want, wantOK := String(v)
+			if s != want || ok != wantOK {
+				t.Errorf("%s: %q %v; String says %q %v", name, s, ok, want, wantOK)
+			}
+			got[string(name)] = s
+		case "c":
+			l, ok := text.Strings(v)
+			if !ok || len(l) != 2 || l[0] != "x" || l[1] != "y" {
+				t.Errorf("c: %q %v", l, ok)
+			}
+		case "d":
+			if _, ok := text.String(v); ok {
+				t.Error("a number read as a string")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["a"] != "plain" || got["b"] != "escAped" {
+		t.Fatalf("%q", got)
+	}
+	// "plain" is a substring of the copy: its bytes lie inside it.
+	in := func(s string) bool {
+		base := unsafe.StringData(text.s)
+		p := unsafe.StringData(s)
+		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(base)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(base))+uintptr(len(text.s))
+	}
+	if !in(got["a"]) {
+		t.Error("a plain string was copied, not taken from the text")
+	}
+	if in(got["b"]) {
+		t.Error("an escaped string points into the text")
+	}
+	// A value from another document, and the zero Text: a copy each.
+	other := []byte(`"plain"`)
+	if s, ok := text.String(other); !ok || s != "plain" || in(s) {
+		t.Errorf("another document's value: %q %v", s, ok)
+	}
+	if s, ok := (Text{}).String(doc[5:12]); !ok || s != "plain" {
+		t.Errorf("zero Text: %q %v", s, ok)
+	}
 }
