@@ -51,6 +51,15 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every check the pdp answered was signed: alone or in a group, never
+	// more signatures than records.
+	records, signatures, err := peers.SigningGroups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if records < float64(loads[0].Result.Requests) || signatures < 1 || signatures > records {
+		t.Fatalf("the pdp signed %v records with %v signatures; it answered %d checks", records, signatures, loads[0].Result.Requests)
+	}
 	rows := benchcompare.LoadRows(loads)
 	// Loads: the pdp, the pdp without caller auth, AuthZEN single, batches of
 	// 10 and 100, a search, OPA. Rows: one per load but OPA's, and the pdp's

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/cedar-policy/cedar-go/types"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
@@ -75,10 +77,12 @@ type Peers struct {
 	// scenario), caller authentication on.
 	Search *Server
 	// Empty answers every request with a fixed body: net/http's floor.
-	Empty     *Server
-	Token     string // a caller token the pdp accepts
-	TodoToken string // one the AuthZEN pdps accept
-	stop      func()
+	Empty *Server
+	// PDPMetrics is the host:port of PDP's metrics listener.
+	PDPMetrics string
+	Token      string // a caller token the pdp accepts
+	TodoToken  string // one the AuthZEN pdps accept
+	stop       func()
 }
 
 // Close stops every server.
@@ -156,7 +160,10 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			args = append(args, "--policy-dir", searchPolicy, "--registry", searchRegistry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "authzen-search=system:serviceaccount:todo:todo-backend")
 		default:
-			args = append(args, "--policy-dir", policyDir, "--registry", registry,
+			if p.PDPMetrics, err = loopback.Addr(); err != nil {
+				return fail(err)
+			}
+			args = append(args, "--policy-dir", policyDir, "--registry", registry, "--metrics-listen", p.PDPMetrics,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine")
 		}
 		s, err := start(ctx, name, pdpBin, addr, "/readyz", args...)
@@ -206,6 +213,40 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 		p.Empty = e
 	}
 	return p, nil
+}
+
+// SigningGroups reads the pdp's pdp_signing_group_records: the /v1/check
+// records it has signed, and the signatures it made for them (group-commit
+// signing shares one among the records that wait while one is made).
+func (p *Peers) SigningGroups(ctx context.Context) (records, signatures float64, err error) {
+	b, err := get(ctx, "http://"+p.PDPMetrics+"/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return 0, 0, fmt.Errorf("benchcompare: the pdp's metrics: %w", err)
+	}
+	mf, ok := mfs["pdp_signing_group_records"]
+	if !ok || len(mf.GetMetric()) == 0 {
+		return 0, 0, errors.New("benchcompare: the pdp exports no pdp_signing_group_records")
+	}
+	h := mf.GetMetric()[0].GetHistogram()
+	return h.GetSampleSum(), float64(h.GetSampleCount()), nil
+}
+
+func get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 }
 
 // OPAData is the registry (Cedar entities) in the shape the Rego policy

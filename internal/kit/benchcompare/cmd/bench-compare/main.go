@@ -58,7 +58,15 @@ func run() error {
 		return fmt.Errorf("the pdp and OPA disagree: %w", err)
 	}
 	fmt.Printf("the pdp and OPA agree on all %d requests\n", n)
+	rec0, sig0, err := peers.SigningGroups(ctx)
+	if err != nil {
+		return err
+	}
 	loads, err := benchcompare.LoadAll(ctx, peers, *conns, *duration, *count)
+	if err != nil {
+		return err
+	}
+	rec1, sig1, err := peers.SigningGroups(ctx)
 	if err != nil {
 		return err
 	}
@@ -77,8 +85,8 @@ func run() error {
 	}
 	rows := append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), pairRows...)
 	host, _ := os.Hostname()
-	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first.",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n)
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n, *conns, rec1-rec0, sig1-sig0, (rec1-rec0)/max(1, sig1-sig0))
 	table := benchcompare.Markdown(rows, about)
 	fmt.Println(table)
 	if *write != "" {
