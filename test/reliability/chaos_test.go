@@ -452,36 +452,10 @@ func chaosConnector(t *testing.T, role string) {
 	v := startValidator(t)
 	dir := t.TempDir()
 	datastore := filepath.Join(dir, "events.db")
-	config := filepath.Join(dir, "config.json")
-	writeAtomic(t, config, []byte(`{"enableNodeBindingAuth": true, "AuthAudience": "`+aud+`", "AuthCrossNodeServiceAccounts": [], "AuthMode": "enforce", "AuthFailOpenOnUnavailable": false}`))
-	args := []string{"--role", role, "--config", config, "--datastore", datastore, "--metrics-listen", "127.0.0.1:0",
-		"--kubeconfig", v.iss.KubeconfigFile(), "--caller-cache-ttl", cacheTTL.String(), "--caller-review-timeout", "1s"}
-	var env []string
-	cred := credentials.Config{}
-	node := func(int) string { return "node-a" }
+	c := newConnectorSetup(t, v, dir, role, aud, datastore, "--caller-cache-ttl", cacheTTL.String(), "--caller-review-timeout", "1s")
+	args, env, cred, node := c.args, c.env, c.cred, c.node
 	if role == "socket" {
-		sock := filepath.Join(dir, "pc.sock")
-		args = append(args, "--socket", sock)
-		env = append(env, "NODE_NAME=node-a")
-		cred.Address = "unix://" + sock
-	} else {
-		ca, err := pki.NewCA("chaos")
-		if err != nil {
-			t.Fatal(err)
-		}
-		certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-		writeAtomic(t, certFile, certPEM)
-		writeAtomic(t, keyFile, keyPEM)
-		if cred.CAFile, err = ca.WriteCA(filepath.Join(dir, "ca.crt")); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile)
-		cred.TLS, cred.ServerName = true, "localhost"
-		node = func(i int) string { return fmt.Sprintf("node-%d", i) }
+		cred.Address = "unix://" + c.sock
 	}
 	p := e2e.Start(t, connectorBin, args, env...)
 	metrics := p.LogValue(t, "connector: serving", "metrics", 60*time.Second)
@@ -679,6 +653,55 @@ func chaosConnector(t *testing.T, role string) {
 	if len(batches) < minRequests {
 		t.Errorf("only %d batches in two minutes: want %d", len(batches), minRequests)
 	}
+}
+
+// connectorSetup is how the chaos tests run a connector of a role: its
+// flags and environment, the publishers' credentials (without an address
+// for the socket role's proxy to decide), each publisher's node, and the
+// socket role's socket.
+type connectorSetup struct {
+	args, env []string
+	cred      credentials.Config
+	node      func(publisher int) string
+	sock      string
+}
+
+// newConnectorSetup writes the connector's configuration (node binding,
+// enforce, fail-closed) for aud into dir: the socket role on a socket in
+// dir as NODE_NAME node-a (every publisher there), the deployment role on
+// a loopback port with TLS from a CA of its own (publisher i on node-i).
+func newConnectorSetup(t *testing.T, v *validator, dir, role, aud, datastore string, extra ...string) connectorSetup {
+	t.Helper()
+	config := filepath.Join(dir, "config.json")
+	writeAtomic(t, config, []byte(`{"enableNodeBindingAuth": true, "AuthAudience": "`+aud+`", "AuthCrossNodeServiceAccounts": [], "AuthMode": "enforce", "AuthFailOpenOnUnavailable": false}`))
+	c := connectorSetup{
+		args: append([]string{"--role", role, "--config", config, "--datastore", datastore, "--metrics-listen", "127.0.0.1:0", "--kubeconfig", v.iss.KubeconfigFile()}, extra...),
+		node: func(int) string { return "node-a" },
+	}
+	if role == "socket" {
+		c.sock = filepath.Join(dir, "pc.sock")
+		c.args = append(c.args, "--socket", c.sock)
+		c.env = append(c.env, "NODE_NAME=node-a")
+		return c
+	}
+	ca, err := pki.NewCA("chaos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeAtomic(t, certFile, certPEM)
+	writeAtomic(t, keyFile, keyPEM)
+	if c.cred.CAFile, err = ca.WriteCA(filepath.Join(dir, "ca.crt")); err != nil {
+		t.Fatal(err)
+	}
+	c.args = append(c.args, "--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile)
+	c.cred.TLS, c.cred.ServerName = true, "localhost"
+	c.node = func(i int) string { return fmt.Sprintf("node-%d", i) }
+	return c
 }
 
 // scrape reads a Prometheus text endpoint into "name{labels}" → value, and

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
-	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
-	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
@@ -50,35 +48,8 @@ func exactlyOnce(t *testing.T, role, store string) {
 	if store == "postgres" {
 		datastore = pgtest.Start(t).NewDatabase(t)
 	}
-	config := filepath.Join(dir, "config.json")
-	writeAtomic(t, config, []byte(`{"enableNodeBindingAuth": true, "AuthAudience": "`+aud+`", "AuthCrossNodeServiceAccounts": [], "AuthMode": "enforce", "AuthFailOpenOnUnavailable": false}`))
-	args := []string{"--role", role, "--config", config, "--datastore", datastore, "--metrics-listen", "127.0.0.1:0", "--kubeconfig", v.iss.KubeconfigFile()}
-	var env []string
-	cred := credentials.Config{}
-	node := func(int) string { return "node-a" }
-	sock := filepath.Join(dir, "pc.sock")
-	if role == "socket" {
-		args = append(args, "--socket", sock)
-		env = append(env, "NODE_NAME=node-a")
-	} else {
-		ca, err := pki.NewCA("exactly once")
-		if err != nil {
-			t.Fatal(err)
-		}
-		certPEM, keyPEM, err := ca.Issue("localhost", pki.LoopbackHosts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-		writeAtomic(t, certFile, certPEM)
-		writeAtomic(t, keyFile, keyPEM)
-		if cred.CAFile, err = ca.WriteCA(filepath.Join(dir, "ca.crt")); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile)
-		cred.TLS, cred.ServerName = true, "localhost"
-		node = func(i int) string { return fmt.Sprintf("node-%d", i) }
-	}
+	c := newConnectorSetup(t, v, dir, role, aud, datastore)
+	args, env, cred, node, sock := c.args, c.env, c.cred, c.node, c.sock
 
 	// The connector, and the proxy the publishers reach it through: the
 	// same address across restarts (a restarted deployment binds another

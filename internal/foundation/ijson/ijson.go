@@ -223,21 +223,7 @@ func String(v []byte) (string, bool) {
 // Strings returns the values of a JSON array of strings given as raw text,
 // and false when the text is anything else (an element that is not a
 // string included).
-func Strings(v []byte) ([]string, bool) {
-	out := []string{}
-	err := Elements(v, func(e []byte) error {
-		str, ok := String(e)
-		if !ok {
-			return errNotString
-		}
-		out = append(out, str)
-		return nil
-	})
-	if err != nil {
-		return nil, false
-	}
-	return out, true
-}
+func Strings(v []byte) ([]string, bool) { return Text{}.Strings(v) }
 
 // Text is a document and one string copy of it: the strings read from
 // its values with [Text.String] are substrings of that copy — one
