@@ -1,9 +1,11 @@
 package decision
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,25 @@ type Root struct {
 	MerkleRoot string    `json:"merkle_root"` // "sha256:" + hex
 	Records    int       `json:"records"`
 	SignedAt   time.Time `json:"signed_at"`
+}
+
+// canonical is the root's canonical JSON (CanonicalJSON's, written
+// directly: one root is made per signature).
+func (r Root) canonical() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(160 + len(r.Schema))
+	b.WriteString(`{"merkle_root":`)
+	writeString(&b, r.MerkleRoot)
+	b.WriteString(`,"records":`)
+	b.WriteString(strconv.Itoa(r.Records))
+	b.WriteString(`,"schema":`)
+	writeString(&b, r.Schema)
+	b.WriteString(`,"signed_at":`)
+	if err := writeTime(&b, r.SignedAt); err != nil {
+		return nil, err
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // Proof is a group-signed record's place in its tree.
@@ -63,7 +84,7 @@ func (s *Signer) SignGroup(records []*Record, now time.Time) ([]GroupSigned, err
 	t := newTree(hashes)
 	root := t.hash(0, len(hashes))
 	rp := s.profile.Root()
-	payload, err := CanonicalJSON(Root{Schema: rp.Schema, MerkleRoot: "sha256:" + hex.EncodeToString(root[:]), Records: len(records), SignedAt: now.UTC()})
+	payload, err := Root{Schema: rp.Schema, MerkleRoot: "sha256:" + hex.EncodeToString(root[:]), Records: len(records), SignedAt: now.UTC()}.canonical()
 	if err != nil {
 		return nil, err
 	}

@@ -148,3 +148,4 @@ func TestGroupSharesASignature(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+

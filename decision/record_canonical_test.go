@@ -84,3 +84,23 @@ func TestEvaluationRecordCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestRootCanonical: the root written directly is CanonicalJSON's, byte
+// for byte, whatever its time (nanoseconds, whole seconds, another zone)
+// and schema (escaping included).
+func TestRootCanonical(t *testing.T) {
+	for _, r := range []Root{
+		{Schema: "flex-auth.decision.v2.root", MerkleRoot: "sha256:00ff", Records: 1, SignedAt: time.Date(2026, 12, 1, 22, 40, 0, 123456789, time.UTC)},
+		{Schema: "a\"b\\c<>&\u2028", MerkleRoot: "sha256:", Records: 64, SignedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+		{Schema: "s", MerkleRoot: "x", Records: 0, SignedAt: time.Date(2026, 6, 1, 0, 0, 0, 1000, time.FixedZone("x", 3600))},
+	} {
+		want, err := CanonicalJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.canonical()
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%+v:\n got %s %v\nwant %s", r, got, err, want)
+		}
+	}
+}
