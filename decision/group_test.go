@@ -148,4 +148,3 @@ func TestGroupSharesASignature(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
