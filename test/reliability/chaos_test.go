@@ -567,23 +567,9 @@ func chaosConnector(t *testing.T, role string) {
 	wg.Wait()
 	after := scrape(t, metrics)
 
-	// Count every event in the database.
-	store, err := connector.OpenStore(datastore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := store.List(context.Background(), "", 1<<30)
-	store.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for _, e := range stored {
-		count[e.Event.GetMessage()]++
-	}
-	var sent, failed, lost, dups int
+	var failed int
 	var successes, freshSuccesses []span
-	want := map[string]bool{}
+	var delivered [][]string
 	for _, b := range batches {
 		if b.err != nil {
 			failed++
@@ -594,23 +580,10 @@ func chaosConnector(t *testing.T, role string) {
 		if b.fresh {
 			freshSuccesses = append(freshSuccesses, b.span)
 		}
-		for _, id := range b.ids {
-			sent++
-			want[id] = true
-			switch n := count[id]; {
-			case n == 0:
-				lost++
-			case n > 1:
-				dups += n - 1
-			}
-		}
+		delivered = append(delivered, b.ids)
 	}
-	extra := 0
-	for id := range count {
-		if !want[id] {
-			extra++ // stored, though its publisher was told it failed
-		}
-	}
+	l := tallyStore(t, datastore, delivered)
+	sent, lost, dups, extra := l.acknowledged, l.lost, l.duplicated, l.unacknowledged // extra: stored, though its publisher was told it failed
 	d := func(name string) int { return int(after[name] - before[name]) }
 	requests := d("platform_connector_auth_decisions_total") + d("platform_connector_auth_violations_total")
 
@@ -624,7 +597,7 @@ func chaosConnector(t *testing.T, role string) {
 			t.Logf("%-44s %d", "answer "+k, int(after[k]-before[k]))
 		}
 	}
-	t.Logf("%-44s %d sent, %d stored, %d lost, %d duplicates, %d stored but reported failed", "events", sent, len(stored), lost, dups, extra)
+	t.Logf("%-44s %d sent, %d stored, %d lost, %d duplicates, %d stored but reported failed", "events", sent, l.stored, lost, dups, extra)
 	for i, r := range recovery(v.restarts, freshSuccesses, false) {
 		t.Logf("%-44s %s (cache TTL %s)", fmt.Sprintf("recovery after validator return %d", i+1), r.Round(time.Millisecond), cacheTTL)
 		if r < 0 || r > cacheTTL {
@@ -641,8 +614,8 @@ func chaosConnector(t *testing.T, role string) {
 	if lost != 0 || dups != 0 || extra != 0 || failed != 0 {
 		t.Errorf("%d events lost, %d duplicated, %d stored but reported failed, %d batches not delivered; want none", lost, dups, extra, failed)
 	}
-	if got := d("platform_connector_events_stored_total"); got != len(stored) {
-		t.Errorf("platform_connector_events_stored_total rose by %d; the database holds %d", got, len(stored))
+	if got := d("platform_connector_events_stored_total"); got != l.stored {
+		t.Errorf("platform_connector_events_stored_total rose by %d; the database holds %d", got, l.stored)
 	}
 	if d(`platform_connector_auth_violations_total{reason="validator_unavailable"}`) == 0 {
 		t.Error("no batch was refused while the validator was down: the outage was not exercised")
@@ -653,6 +626,55 @@ func chaosConnector(t *testing.T, role string) {
 	if len(batches) < minRequests {
 		t.Errorf("only %d batches in two minutes: want %d", len(batches), minRequests)
 	}
+}
+
+// ledger is what a connector's datastore holds against what its
+// publishers were told.
+type ledger struct {
+	acknowledged   int // events of the batches answered OK
+	stored         int // events in the datastore
+	lost           int // acknowledged, not stored
+	duplicated     int // stored more than once (each extra copy)
+	unacknowledged int // stored, though no acknowledged batch held them
+}
+
+// tallyStore counts every event in datastore by its message (each event's
+// unique id) against the ids of the acknowledged batches.
+func tallyStore(t *testing.T, datastore string, acknowledged [][]string) ledger {
+	t.Helper()
+	s, err := connector.OpenStore(datastore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.List(context.Background(), "", 1<<30)
+	_ = s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, e := range stored {
+		count[e.Event.GetMessage()]++
+	}
+	l := ledger{stored: len(stored)}
+	want := map[string]bool{}
+	for _, ids := range acknowledged {
+		for _, id := range ids {
+			l.acknowledged++
+			want[id] = true
+			switch n := count[id]; {
+			case n == 0:
+				l.lost++
+			case n > 1:
+				l.duplicated += n - 1
+			}
+		}
+	}
+	for id := range count {
+		if !want[id] {
+			l.unacknowledged++
+		}
+	}
+	return l
 }
 
 // connectorSetup is how the chaos tests run a connector of a role: its

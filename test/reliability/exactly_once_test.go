@@ -165,50 +165,24 @@ func exactlyOnce(t *testing.T, role, store string) {
 	wg.Wait()
 	duplicates += scrape(t, metrics)["platform_connector_duplicate_batches_total"]
 
-	s, err := connector.OpenStore(datastore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := s.List(context.Background(), "", 1<<30)
-	_ = s.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for _, e := range stored {
-		count[e.Event.GetMessage()]++
-	}
-	acknowledged, failed, lost, dups := 0, 0, 0, 0
-	want := map[string]bool{}
+	failed := 0
+	var acked [][]string
 	for _, b := range batches {
 		if b.err != nil {
 			failed++
 			t.Errorf("a batch was not acknowledged: %v", b.err)
 			continue
 		}
-		for _, id := range b.ids {
-			acknowledged++
-			want[id] = true
-			switch n := count[id]; {
-			case n == 0:
-				lost++
-			case n > 1:
-				dups += n - 1
-			}
-		}
+		acked = append(acked, b.ids)
 	}
-	extra := 0
-	for id := range count {
-		if !want[id] {
-			extra++
-		}
-	}
+	l := tallyStore(t, datastore, acked)
+	acknowledged, stored, lost, dups, extra := l.acknowledged, l.stored, l.lost, l.duplicated, l.unacknowledged
 	t.Logf("%s, %s: %d batches of %d from %d publishers; %d cuts after the commit, %d SIGKILLs and restarts; %d events acknowledged, %d stored; "+
 		"%d lost, %d duplicated, %d stored but not acknowledged, %d batches never acknowledged; at least %d retries answered as duplicates",
-		role, store, len(batches), perBatch, publishers, cuts, kills, acknowledged, len(stored), lost, dups, extra, failed, int(duplicates))
-	if lost != 0 || dups != 0 || extra != 0 || failed != 0 || len(stored) != acknowledged {
+		role, store, len(batches), perBatch, publishers, cuts, kills, acknowledged, stored, lost, dups, extra, failed, int(duplicates))
+	if lost != 0 || dups != 0 || extra != 0 || failed != 0 || stored != acknowledged {
 		t.Errorf("%d lost, %d duplicated, %d stored but not acknowledged, %d batches not acknowledged, %d stored of %d acknowledged; want 0, 0, 0, 0 and stored = acknowledged",
-			lost, dups, extra, failed, len(stored), acknowledged)
+			lost, dups, extra, failed, stored, acknowledged)
 	}
 	if duplicates == 0 {
 		t.Error("no retry was answered as a duplicate: no answer was lost after its commit, the faults were not exercised")
