@@ -319,6 +319,64 @@ func vmafxPoison(ctx context.Context, e *env) Result {
 	return fail(r, fmt.Errorf("the poison job did not fail in 30 s"))
 }
 
+// vmafxRetries: a claim sent again with its claim_key (its answer lost)
+// holds the job it leased, and an outcome sent again under the lease that
+// ended the job changes nothing: a job is claimed once and ends once.
+func vmafxRetries(ctx context.Context, e *env) Result {
+	r := Result{Scenario: "vmafx: a claim and an outcome sent twice (answers lost)",
+		Expected: "the retried claim holds the same job and lease (1 attempt); the repeated outcome returns the job as it ended; the next job still PENDING"}
+	w, err := e.startVmafx()
+	if err != nil {
+		return fail(r, err)
+	}
+	defer w.stop()
+	c, closeC, err := w.client(w.mint("tenant-a", "ci-a", time.Time{}, controller.RoleSubmitter, controller.RoleReader))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeC()
+	n, closeN, err := w.client(w.mint("tenant-a", "node-a1", time.Time{}, controller.RoleNode))
+	if err != nil {
+		return fail(r, err)
+	}
+	defer closeN()
+	var ids []string
+	for range 2 {
+		sub, err := c.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: &vmafxv1.JobSpec{Reference: "ref.y4m", Distorted: "dist.y4m", Metrics: []string{"psnr"}}})
+		if err != nil {
+			return fail(r, err)
+		}
+		ids = append(ids, sub.GetJob().GetId())
+	}
+	var claims [2]*vmafxv1.ClaimJobResponse
+	for i := range claims {
+		if claims[i], err = n.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{ClaimKey: "claim-1"}); err != nil {
+			return fail(r, err)
+		}
+	}
+	report := &vmafxv1.ReportJobRequest{Id: ids[0], LeaseId: claims[0].GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED,
+		Scores: []*vmafxv1.Score{{Metric: "psnr", Mean: 40, Min: 39, Frames: 10}}}
+	var outcomes [2]*vmafxv1.ReportJobResponse
+	for i := range outcomes {
+		if outcomes[i], err = n.ReportJob(ctx, report); err != nil {
+			return fail(r, err)
+		}
+	}
+	next, err := c.GetJob(ctx, &vmafxv1.GetJobRequest{Id: ids[1]})
+	if err != nil {
+		return fail(r, err)
+	}
+	jobID := func(id string) string { return id[:min(8, len(id))] + "…" }
+	sameClaim := claims[0].GetJob().GetId() == ids[0] && claims[1].GetJob().GetId() == ids[0] && claims[0].GetLeaseId() == claims[1].GetLeaseId()
+	r.Observed = fmt.Sprintf("claims: %s, %s (same lease %v, attempt %d); outcomes: %s, %s; next job %s",
+		jobID(claims[0].GetJob().GetId()), jobID(claims[1].GetJob().GetId()), claims[0].GetLeaseId() == claims[1].GetLeaseId(), claims[1].GetJob().GetAttempts(),
+		outcomes[0].GetJob().GetState(), outcomes[1].GetJob().GetState(), next.GetJob().GetState())
+	r.Pass = sameClaim && claims[1].GetJob().GetAttempts() == 1 &&
+		outcomes[1].GetJob().GetState() == vmafxv1.JobState_JOB_STATE_SUCCEEDED && outcomes[1].GetJob().GetUpdatedAt().AsTime().Equal(outcomes[0].GetJob().GetUpdatedAt().AsTime()) &&
+		next.GetJob().GetState() == vmafxv1.JobState_JOB_STATE_PENDING
+	return r
+}
+
 func vmafxMeasure(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "vmafx: submit, node claims and measures", Expected: "SUCCEEDED with luma PSNR and SSIM"}
 	w, ref, dist, stop, err := e.withNode()
@@ -410,7 +468,7 @@ func vmafxExpiredTokenFile(_ context.Context, e *env) Result {
 	return r
 }
 
-var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxCLI, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxOperatorJob, vmafxOperatorExpired}
+var vmafxScenarios = []func(context.Context, *env) Result{vmafxMeasure, vmafxCLI, vmafxScoping, vmafxExpiredTokenFile, vmafxPoison, vmafxRetries, vmafxOperatorJob, vmafxOperatorExpired}
 
 // The operator's reconciler, against controller-runtime's fake Kubernetes
 // client (no API server here; test/operator runs it against the real one).
