@@ -6,8 +6,9 @@
 // on every call — that is the refresh: whatever keeps the file current (a
 // Secret the kubelet updates through its ..data symlink swap, a projected
 // service-account token, a sidecar that renews it) takes effect on the next
-// call, with no restart and no watcher. [Static] returns a fixed token, for
-// tests and inline configuration.
+// call, with no restart (on Linux, inotify spares the per-call stat while
+// nothing on the way to the file changes; see [File]). [Static] returns a
+// fixed token, for tests and inline configuration.
 //
 // [CheckExpiry] wraps any source: a token that is a JWT whose exp claim has
 // passed is not returned; the call fails with an [*ExpiredError] that names the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,14 +42,26 @@ type FileSource struct {
 	path string
 	last atomic.Pointer[fileRead]
 	now  func() time.Time
+	// w, when set, says whether anything on the way to the file changed
+	// since a read (Linux: inotify); nil, the path is stat'ed every call.
+	w *watcher
 }
 
-// fileRead is what a read saw: the file's identity and the token.
+// fileRead is what a read saw: the file's identity and the token, the
+// watcher's generation it was made at and until when it stands without a
+// stat.
 type fileRead struct {
 	dev, ino, size uint64
 	mtime          int64 // ns
 	tok            string
+	gen            uint64
+	until          time.Time
 }
+
+// recheck is how long a remembered read stands on the watcher's word
+// alone: after it, the next call stats the file again, whatever the
+// watches said (a safety net; no event is known to be missed).
+const recheck = time.Second
 
 // settled is how long after its last modification a file's content is
 // trusted to be what its size and time say. File times come from a coarse
@@ -75,7 +88,21 @@ const maxResolveRetries = 8
 // that finds no file is retried a few times at once, resolving the path
 // again: a kubelet swap that removes the previous generation while a read
 // resolves through it never fails a call.
-func File(path string) *FileSource { return &FileSource{path: path, now: time.Now} }
+//
+// On Linux the stat itself is spared while nothing changes: the source
+// keeps inotify watches on every directory the path resolves through and
+// on the file, and a call that finds no event queued (one non-blocking
+// read) returns the remembered token. Any event about a name on the way,
+// a watch lost, a file system that may change without telling this kernel
+// (anything but tmpfs, ramfs and local disks), or a second since the last
+// stat, and the call stats and compares as above.
+func File(path string) *FileSource {
+	s := &FileSource{path: path, now: time.Now, w: newWatcher()}
+	if s.w != nil {
+		runtime.AddCleanup(s, func(w *watcher) { w.close() }, s.w)
+	}
+	return s
+}
 
 // Path returns the file the source reads.
 func (s *FileSource) Path() string { return s.path }
@@ -88,12 +115,34 @@ func (s *FileSource) Token(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	var gen uint64
+	if s.w != nil {
+		// Nothing queued about the path since the remembered read, within
+		// a second of its stat: the token is what the file holds.
+		g, ok := s.w.current()
+		if last := s.last.Load(); ok && last != nil && last.gen == g && now().Before(last.until) {
+			return last.tok, nil
+		}
+		// Place the watches (again) before the stat and the read, so that
+		// a change after them is an event.
+		gen = s.w.arm(s.path)
+	}
 	st, statErr := os.Stat(s.path)
 	var id fileRead
 	if statErr == nil {
 		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-			id = fileRead{dev: uint64(sys.Dev), ino: sys.Ino, size: uint64(st.Size()), mtime: st.ModTime().UnixNano()} //nolint:gosec,unconvert // device numbers and sizes are non-negative.
+			id = fileRead{dev: uint64(sys.Dev), ino: sys.Ino, size: uint64(st.Size()), mtime: st.ModTime().UnixNano(), gen: gen} //nolint:gosec,unconvert // device numbers and sizes are non-negative.
 			if last := s.last.Load(); last != nil && last.dev == id.dev && last.ino == id.ino && last.size == id.size && last.mtime == id.mtime {
+				if last.gen != gen || now().After(last.until.Add(-recheck/2)) {
+					// Remember the same read under the new generation.
+					again := *last
+					again.gen, again.until = gen, now().Add(recheck)
+					s.last.Store(&again)
+				}
 				return last.tok, nil
 			}
 		}
@@ -124,12 +173,8 @@ func (s *FileSource) Token(ctx context.Context) (string, error) {
 	// describes a file of the size read, modified long enough ago that any
 	// later write must change its time. (A write between the stat and the
 	// read makes the next stat differ: it is read again.)
-	now := time.Now
-	if s.now != nil {
-		now = s.now
-	}
-	if id.ino != 0 && id.size == uint64(len(raw)) && now().Sub(time.Unix(0, id.mtime)) > settled {
-		id.tok = tok
+	if t := now(); id.ino != 0 && id.size == uint64(len(raw)) && t.Sub(time.Unix(0, id.mtime)) > settled {
+		id.tok, id.until = tok, t.Add(recheck)
 		s.last.Store(&id)
 	} else {
 		s.last.Store(nil)
