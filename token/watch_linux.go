@@ -18,11 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watcher tells a [FileSource], for one non-blocking read(2) of an
-// inotify descriptor, whether anything on the way to its file changed
-// since it last looked: the directories the path resolves through (each
-// watched for the names looked up in it, and for its own move or
-// removal), and the file itself (for any write, through whatever link).
+// watcher tells a [FileSource], for one ioctl on an inotify descriptor,
+// whether anything on the way to its file changed since it last looked:
+// the directories the path resolves through (each watched for the names
+// looked up in it, and for its own move or removal), and the file itself
+// (for any write, through whatever link).
 //
 // It is an optimisation of the stat every call would otherwise make, never
 // a source of truth: the source still stats and compares before it
@@ -31,36 +31,50 @@ import (
 // without telling this kernel, a queue overflow, a read that fails, a path
 // that resolved differently after the watches were placed.
 type watcher struct {
-	fd int
+	h *hub
 	// gen is bumped by every event that concerns the path; armed is gen+1
 	// while the watches cover the path as it resolved at that generation,
 	// 0 when they do not (never placed, a resolution that moved, a file
 	// system that may change silently, the descriptor broken).
 	gen, armed atomic.Uint64
-	// draining is non-zero while events are being read: a call that finds
-	// the queue empty then cannot tell whether gen is final yet.
-	draining atomic.Int32
 
-	mu sync.Mutex // the fields below, and reading the queue
-	// broken stops the watcher for good (a read error other than
-	// "nothing queued"): the source stats on every call.
-	broken bool
-	// tried and triedAt are the generation and time of the last arm that
-	// could not place the watches: it is tried again after an event or
-	// after recheck, not on every call.
+	// Under h.mu: the watches this watcher holds, and the last arm that
+	// could not place them (tried again after an event or after recheck,
+	// not on every call).
+	held    map[int32]watch
+	failed  bool
 	tried   uint64
 	triedAt time.Time
-	failed  bool
-	watched map[int32]watch
-	buf     [4096]byte
 }
 
-// watch is what one watch descriptor covers: the names looked up in a
-// directory, or every event (the file itself).
+// watch is what one watch descriptor covers for one watcher: the names
+// looked up in a directory, or every event (the file itself).
 type watch struct {
 	names map[string]bool
 	all   bool
 }
+
+// hub is the process's one inotify instance, shared by every token file
+// (an instance is a per-user resource: fs.inotify.max_user_instances,
+// often 128, for every process of the user).
+type hub struct {
+	fd int
+	// draining is non-zero while events are being read: a call that finds
+	// the queue empty then cannot tell whether its gen is final yet.
+	draining atomic.Int32
+
+	mu sync.Mutex // what follows, and reading the queue
+	// broken stops every watcher for good (a read error other than
+	// "nothing queued"): the sources stat on every call.
+	broken bool
+	subs   map[int32]map[*watcher]watch
+	buf    [4096]byte
+}
+
+var (
+	theHub     *hub
+	theHubOnce sync.Once
+)
 
 // Events of interest: a directory entry created, removed, renamed to or
 // from, a file written or its metadata changed, and the watched inode
@@ -72,6 +86,8 @@ const (
 	// Always reported, whatever the mask: the queue overflowed, a watch
 	// was removed (its inode deleted, its file system unmounted).
 	lostEvents = syscall.IN_Q_OVERFLOW | syscall.IN_IGNORED
+	dirMask    = entryEvents | selfEvents | syscall.IN_ONLYDIR | syscall.IN_DONT_FOLLOW
+	fileMask   = syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE | syscall.IN_ATTRIB | selfEvents | syscall.IN_DONT_FOLLOW
 )
 
 // maxSymlinks bounds the links one resolution follows (the kernel's
@@ -92,15 +108,27 @@ var localFilesystems = map[int64]bool{
 	0x2fc12fc1: true, // zfs
 }
 
+// newWatcher returns a watcher on the process's inotify instance, nil
+// when there is none to be had.
 func newWatcher() *watcher {
-	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
-	if err != nil {
+	theHubOnce.Do(func() {
+		fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
+		if err == nil {
+			theHub = &hub{fd: fd, subs: map[int32]map[*watcher]watch{}}
+		}
+	})
+	if theHub == nil {
 		return nil
 	}
-	return &watcher{fd: fd, watched: map[int32]watch{}}
+	return &watcher{h: theHub}
 }
 
-func (w *watcher) close() { _ = syscall.Close(w.fd) }
+// close drops the watcher's watches (its source is gone).
+func (w *watcher) close() {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	w.h.hold(w, nil)
+}
 
 // current returns the generation, and whether the watches still cover
 // the path as it was when they were placed (nothing that concerns it has
@@ -108,76 +136,110 @@ func (w *watcher) close() { _ = syscall.Close(w.fd) }
 // no more; otherwise it reads the queue.
 func (w *watcher) current() (gen uint64, ok bool) {
 	// TIOCINQ is FIONREAD: how many bytes of events are queued.
-	if n, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ); err == nil && n == 0 && w.draining.Load() == 0 {
-		// Nothing queued, and nobody reading what was: gen is final for
-		// every event before this call.
-		g := w.gen.Load()
-		return g, w.armed.Load() == g+1
+	if n, err := unix.IoctlGetInt(w.h.fd, unix.TIOCINQ); err != nil || n != 0 || w.h.draining.Load() != 0 {
+		w.h.mu.Lock()
+		w.h.drain()
+		w.h.mu.Unlock()
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.drain()
+	// Nothing queued, and nobody reading what was: gen is final for every
+	// event before this call.
 	g := w.gen.Load()
 	return g, w.armed.Load() == g+1
 }
 
-// drain reads every queued event; each one that concerns the path bumps
-// the generation. The caller holds mu.
-func (w *watcher) drain() {
-	w.draining.Add(1)
-	defer w.draining.Add(-1)
-	for !w.broken {
-		n, err := syscall.Read(w.fd, w.buf[:])
+// drain reads every queued event and bumps the generation of each watcher
+// an event concerns. The caller holds mu.
+func (h *hub) drain() {
+	h.draining.Add(1)
+	defer h.draining.Add(-1)
+	for !h.broken {
+		n, err := syscall.Read(h.fd, h.buf[:])
 		switch {
 		case errors.Is(err, syscall.EINTR):
 			continue
 		case errors.Is(err, syscall.EAGAIN):
 			return
 		case err != nil || n <= 0:
-			w.broken = true
-			w.armed.Store(0)
+			h.broken = true
+			for _, ws := range h.subs {
+				for w := range ws {
+					w.armed.Store(0)
+				}
+			}
 			return
 		}
-		if w.concerns(w.buf[:n]) {
-			w.gen.Add(1)
-		}
+		h.dispatch(h.buf[:n])
 	}
 }
 
-// concerns reports whether any event in buf (struct inotify_event
-// records: wd, mask, cookie, len, then len bytes of NUL-padded name)
-// concerns the path.
-func (w *watcher) concerns(buf []byte) bool {
-	hit := false
+// dispatch reads the events in buf (struct inotify_event records: wd,
+// mask, cookie, len, then len bytes of NUL-padded name) and bumps the
+// generation of every watcher one concerns.
+func (h *hub) dispatch(buf []byte) {
 	for len(buf) >= syscall.SizeofInotifyEvent {
 		wd := int32(binary.NativeEndian.Uint32(buf[0:])) //nolint:gosec // a watch descriptor, an int in the kernel's record.
 		mask := binary.NativeEndian.Uint32(buf[4:])
 		n := int(binary.NativeEndian.Uint32(buf[12:]))
 		end := syscall.SizeofInotifyEvent + n
-		if end > len(buf) {
-			return true // a record cut short: the kernel never does this; trust nothing
+		if end > len(buf) || mask&syscall.IN_Q_OVERFLOW != 0 {
+			// A record cut short (the kernel never does this) or events
+			// lost: every watcher looks again.
+			for _, ws := range h.subs {
+				for w := range ws {
+					w.gen.Add(1)
+				}
+			}
+			return
 		}
 		name := strings.TrimRight(string(buf[syscall.SizeofInotifyEvent:end]), "\x00")
 		buf = buf[end:]
-		if mask&(lostEvents|selfEvents) != 0 {
-			hit = true
-			continue
+		for w, wt := range h.subs[wd] {
+			if mask&(lostEvents|selfEvents) != 0 || wt.all || wt.names[name] {
+				w.gen.Add(1)
+			}
 		}
-		if wt, ok := w.watched[wd]; ok && (wt.all || wt.names[name]) {
-			hit = true
+		if mask&syscall.IN_IGNORED != 0 {
+			// The kernel removed the watch: nobody holds it any more.
+			for w := range h.subs[wd] {
+				delete(w.held, wd)
+			}
+			delete(h.subs, wd)
 		}
 	}
-	return hit
+}
+
+// hold makes placed the watches w holds: it subscribes w to them, and
+// removes from the kernel the watches w held that nobody holds now. The
+// caller holds mu.
+func (h *hub) hold(w *watcher, placed map[int32]watch) {
+	for wd := range w.held {
+		if _, ok := placed[wd]; ok {
+			continue
+		}
+		delete(h.subs[wd], w)
+		if len(h.subs[wd]) == 0 {
+			delete(h.subs, wd)
+			_, _ = syscall.InotifyRmWatch(h.fd, uint32(wd)) //nolint:gosec // a watch descriptor the kernel gave.
+		}
+	}
+	for wd, wt := range placed {
+		if h.subs[wd] == nil {
+			h.subs[wd] = map[*watcher]watch{}
+		}
+		h.subs[wd][w] = wt
+	}
+	w.held = placed
 }
 
 // arm places the watches for the path as it resolves now and returns the
 // generation a read made after it belongs to. When the path cannot be
 // watched for sure, the watcher is left disarmed: every call stats.
 func (w *watcher) arm(path string) uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.drain()
-	if w.broken || w.failed && w.tried == w.gen.Load() && time.Since(w.triedAt) < recheck {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.drain()
+	if h.broken || w.failed && w.tried == w.gen.Load() && time.Since(w.triedAt) < recheck {
 		return w.gen.Load()
 	}
 	w.armed.Store(0)
@@ -187,18 +249,18 @@ func (w *watcher) arm(path string) uint64 {
 	for range 3 {
 		dirs, file, err := resolve(path)
 		if err != nil || !local(dirs, file) {
-			w.unwatch(nil)
+			h.hold(w, nil)
 			return w.gen.Load()
 		}
-		placed, err := w.place(dirs, file)
+		placed, err := h.place(dirs, file)
+		h.hold(w, placed) // the ones placed, even on an error: dropped with w's next hold
 		if err != nil {
-			w.unwatch(nil)
+			h.hold(w, nil)
 			return w.gen.Load()
 		}
-		w.unwatch(placed)
 		again, file2, err := resolve(path)
 		if err == nil && file2 == file && sameLookups(dirs, again) {
-			w.drain()
+			h.drain()
 			g := w.gen.Load()
 			w.armed.Store(g + 1)
 			w.failed = false
@@ -209,13 +271,13 @@ func (w *watcher) arm(path string) uint64 {
 }
 
 // place adds a watch on every directory looked up in (for the names
-// looked up) and on the file.
-func (w *watcher) place(dirs map[string]map[string]bool, file string) (map[int32]watch, error) {
+// looked up) and on the file, and returns those it placed.
+func (h *hub) place(dirs map[string]map[string]bool, file string) (map[int32]watch, error) {
 	placed := map[int32]watch{}
 	for dir, names := range dirs {
-		wd, err := syscall.InotifyAddWatch(w.fd, dir, entryEvents|selfEvents|syscall.IN_ONLYDIR|syscall.IN_DONT_FOLLOW)
+		wd, err := syscall.InotifyAddWatch(h.fd, dir, dirMask)
 		if err != nil {
-			return nil, fmt.Errorf("watching %s: %w", dir, err)
+			return placed, fmt.Errorf("watching %s: %w", dir, err)
 		}
 		wt := placed[int32(wd)] //nolint:gosec // a watch descriptor is a small int.
 		if wt.names == nil {
@@ -226,25 +288,12 @@ func (w *watcher) place(dirs map[string]map[string]bool, file string) (map[int32
 		}
 		placed[int32(wd)] = wt //nolint:gosec // as above.
 	}
-	wd, err := syscall.InotifyAddWatch(w.fd, file, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE|syscall.IN_ATTRIB|selfEvents|syscall.IN_DONT_FOLLOW)
+	wd, err := syscall.InotifyAddWatch(h.fd, file, fileMask)
 	if err != nil {
-		return nil, fmt.Errorf("watching %s: %w", file, err)
+		return placed, fmt.Errorf("watching %s: %w", file, err)
 	}
 	placed[int32(wd)] = watch{all: true} //nolint:gosec // as above.
 	return placed, nil
-}
-
-// unwatch removes the watches not in keep and makes keep the set.
-func (w *watcher) unwatch(keep map[int32]watch) {
-	for wd := range w.watched {
-		if _, ok := keep[wd]; !ok {
-			_, _ = syscall.InotifyRmWatch(w.fd, uint32(wd)) //nolint:gosec // a watch descriptor the kernel gave.
-		}
-	}
-	if keep == nil {
-		keep = map[int32]watch{}
-	}
-	w.watched = keep
 }
 
 // resolve follows path as the kernel does, one name at a time, and
