@@ -122,13 +122,20 @@ func (c *claims) get(name string) ([]byte, bool) {
 	return nil, false
 }
 
+// errAlphabet is a token with a byte no compact JWS holds.
+func errAlphabet() error {
+	return authn.Fail(authn.TokenInvalid, "not a compact JWS: a byte outside base64url (white space, padding, …)")
+}
+
 // Authenticate verifies the token.
 func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Caller, error) {
 	if tok == "" || len(tok) > token.MaxLength {
 		return nil, authn.Fail(authn.TokenInvalid, "token is empty or longer than %d bytes", token.MaxLength)
 	}
-	if !compactAlphabet(tok) {
-		return nil, authn.Fail(authn.TokenInvalid, "not a compact JWS: a byte outside base64url (white space, padding, …)")
+	// Any other byte outside base64url fails its segment's decode below,
+	// and is then reported as what it is.
+	if !noSkippedBytes(tok) {
+		return nil, errAlphabet()
 	}
 	// Checks that need no claims come first; the payload is decoded once,
 	// and before the signature has verified only its "iss" is read — the
@@ -139,19 +146,27 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 	// very bytes whose signature verified.
 	raw, err := token.DecodePayload(tok)
 	if err != nil {
+		if !compactAlphabet(tok) {
+			return nil, errAlphabet()
+		}
 		return nil, authn.Fail(authn.TokenInvalid, "%v", err)
 	}
 	issRaw, found, err := ijson.Lookup(raw, "iss")
 	if err != nil {
 		return nil, authn.Fail(authn.TokenInvalid, "token: claims: %v", err)
 	}
-	issName, isString := ijson.String(issRaw)
-	if !found || !isString {
-		return nil, authn.Fail(authn.TokenInvalid, "token: iss is missing or not a string")
+	var iss *issuer
+	if name, ok := ijson.Plain(issRaw); ok {
+		iss = a.issuers[string(name)] // no string made for the lookup
 	}
-	iss, ok := a.issuers[issName]
-	if !ok {
-		return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", issName)
+	if iss == nil {
+		issName, isString := ijson.String(issRaw)
+		if !found || !isString {
+			return nil, authn.Fail(authn.TokenInvalid, "token: iss is missing or not a string")
+		}
+		if iss = a.issuers[issName]; iss == nil {
+			return nil, authn.Fail(authn.TokenInvalid, "unknown issuer %q", issName)
+		}
 	}
 	s := iss.series.Load()
 	if s == nil {
@@ -172,6 +187,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, tok string) (*authn.Ca
 func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw []byte) (*authn.Caller, error) {
 	jws, err := parseCompact(tok, iss.algs)
 	if err != nil {
+		if !compactAlphabet(tok) {
+			return nil, errAlphabet()
+		}
 		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, strings.Join(iss.algs, ", "), err)
 	}
 	keys, err := iss.keys.lookup(ctx, jws.kid)
@@ -186,7 +204,9 @@ func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw
 	c := &claims{}
 	c.other = c.inline[:0]
 	if len(raw) <= maxTextPayload {
-		c.text = ijson.NewText(raw)
+		// raw was decoded for this verification alone and is only read
+		// from now on: the caller's strings are substrings of it.
+		c.text = ijson.OwnText(raw)
 	}
 	if err := token.DecodeClaimsText(c.text, raw, &c.Claims, func(name, v []byte) error {
 		c.other = append(c.other, member{name, v})
@@ -258,7 +278,9 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 func kubernetesClaim(text ijson.Text, v []byte, sub string, caller *authn.Caller) error {
 	var namespace, saName string
 	hasSA := false
-	err := ijson.Members(v, func(name, v []byte) error {
+	// The payload was read strictly (DecodeClaimsText): its nested values
+	// are walked without checking them again.
+	err := ijson.Walk(v, func(name, v []byte) error {
 		switch string(name) {
 		case "namespace":
 			var ok bool
@@ -295,7 +317,7 @@ func serviceAccountIs(sub, namespace, name string) bool {
 
 // readRef reads a {name, uid} object of the kubernetes.io claim.
 func readRef(text ijson.Text, what string, v []byte, name, uid *string) error {
-	return ijson.Members(v, func(member, v []byte) error {
+	return ijson.Walk(v, func(member, v []byte) error {
 		var ok bool
 		switch string(member) {
 		case "name":

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"sigs.k8s.io/yaml"
 )
@@ -148,6 +149,71 @@ func Members(doc []byte, fn func(name, value []byte) error) error {
 	return nil
 }
 
+// Walk calls fn with each top-level member of the object doc, as
+// [Members] does, for a doc that is already known to be I-JSON: a value
+// inside a document [Members] or [Check] accepted (a token's nested
+// claim, read after its payload was). Nothing is checked again — names
+// are not compared, numbers not parsed — and each value is skipped by
+// matching its brackets. On a doc that was never checked it may yield
+// what a strict reader would refuse: never use it on one.
+func Walk(doc []byte, fn func(name, value []byte) error) error {
+	s := scanner{b: doc, loose: true, checked: true}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return s.fail("not a JSON object")
+	}
+	var o objectState
+	for {
+		name, value, ok, err := s.member(&o)
+		if err != nil || !ok {
+			return err
+		}
+		if err := fn(name, value); err != nil {
+			return err
+		}
+	}
+}
+
+// skip returns the end of the value that starts at i in a checked
+// document: after its closing quote or bracket, or before the ',', '}'
+// or ']' (and any white space) that ends a number or a literal.
+func skip(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			i++
+		case '{', '[':
+			depth++
+			i++
+			continue
+		case '}', ']', ',':
+			if depth == 0 {
+				for i > 0 && (b[i-1] == ' ' || b[i-1] == '\t' || b[i-1] == '\n' || b[i-1] == '\r') {
+					i--
+				}
+				return i
+			}
+			if c != ',' {
+				depth--
+			}
+			i++
+		default:
+			i++
+			continue
+		}
+		if depth == 0 {
+			return min(i, len(b))
+		}
+	}
+	return min(i, len(b))
+}
+
 // Elements checks doc as [Check] does, requires it to be an array, and
 // calls fn with each element as raw JSON text, in order (valid only during
 // the call unless doc outlives it). An error from fn stops the walk and is
@@ -220,6 +286,16 @@ func String(v []byte) (string, bool) {
 	return str, true
 }
 
+// Plain returns the contents of a JSON string given as raw text when they
+// need no decoding (printable ASCII, no escape): a slice of v, no copy —
+// to look a string up in a map without allocating one.
+func Plain(v []byte) ([]byte, bool) {
+	if n := len(v); n >= 2 && v[0] == '"' && v[n-1] == '"' && plain(v[1:n-1]) {
+		return v[1 : n-1], true
+	}
+	return nil, false
+}
+
 // Strings returns the values of a JSON array of strings given as raw text,
 // and false when the text is anything else (an element that is not a
 // string included).
@@ -239,6 +315,16 @@ type Text struct {
 // NewText copies doc once into a Text.
 func NewText(doc []byte) Text { return Text{b: doc, s: string(doc)} }
 
+// OwnText is a Text over doc itself, without a copy, for a doc that no
+// one writes to again (a buffer just decoded for this one read): its
+// strings share doc's bytes, so a kept string keeps doc alive.
+func OwnText(doc []byte) Text {
+	if len(doc) == 0 {
+		return Text{}
+	}
+	return Text{b: doc, s: unsafe.String(&doc[0], len(doc))} //nolint:gosec // audited: the caller gives up doc (see above); nothing writes to it again.
+}
+
 // String is [String], as a substring of t's copy when v is a plain string
 // value inside t's document.
 func (t Text) String(v []byte) (string, bool) {
@@ -250,19 +336,46 @@ func (t Text) String(v []byte) (string, bool) {
 
 // Strings is [Strings], each element as [Text.String] reads it.
 func (t Text) Strings(v []byte) ([]string, bool) {
-	out := []string{}
-	err := Elements(v, func(e []byte) error {
-		str, ok := t.String(e)
-		if !ok {
-			return errNotString
-		}
-		out = append(out, str)
-		return nil
-	})
-	if err != nil {
+	s := scanner{b: v}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
 		return nil, false
 	}
-	return out, true
+	s.i++
+	s.space()
+	out := make([]string, 0, 1) // an audience list of one, most often
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return out, s.end() == nil
+	}
+	for {
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return nil, false
+		}
+		start := s.i
+		if _, err := s.str(false); err != nil {
+			return nil, false
+		}
+		str, ok := t.String(s.b[start:s.i])
+		if !ok {
+			return nil, false
+		}
+		out = append(out, str)
+		s.space()
+		if s.i >= len(s.b) {
+			return nil, false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+			s.space()
+		case ']':
+			s.i++
+			return out, s.end() == nil
+		default:
+			return nil, false
+		}
+	}
 }
 
 // offset is where v starts in t's document, when v is a part of it: a
@@ -284,12 +397,21 @@ func (t Text) offset(v []byte) (int, bool) {
 // contents of a JSON string that needs no decoding.
 func plain(b []byte) bool {
 	for _, c := range b {
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+		if !plainByte[c] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainByte marks the bytes a string holds as they are: printable ASCII
+// but '"' and '\\' (one table lookup per byte of every string scanned).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 var errNotString = &Error{Problem: "not a string"}
 
@@ -314,6 +436,9 @@ type scanner struct {
 	loose bool
 	// noNull makes a null value a fault (Decode).
 	noNull bool
+	// checked skips values instead of scanning them (Walk): the document
+	// is known to be I-JSON.
+	checked bool
 }
 
 func (s *scanner) end() error {
@@ -344,14 +469,19 @@ func (s *scanner) fail(problem string) *Error {
 }
 
 func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	b, i := s.b, s.i // locals, kept in registers
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	s.i = i
+}
+
+// plainRun returns the end of the run of plain bytes from i.
+func plainRun(b []byte, i int) int {
+	for i < len(b) && plainByte[b[i]] {
+		i++
+	}
+	return i
 }
 
 func (s *scanner) value() error {
@@ -466,7 +596,9 @@ func (s *scanner) member(o *objectState) (name, value []byte, ok bool, err error
 	s.i++
 	s.space()
 	start := s.i
-	if err := s.value(); err != nil {
+	if s.checked {
+		s.i = skip(s.b, s.i)
+	} else if err := s.value(); err != nil {
 		return nil, nil, false, err
 	}
 	if s.track {
@@ -546,17 +678,10 @@ func (s *scanner) array() error {
 // document when it has no escapes (the common case, no copy), else a copy.
 func (s *scanner) name() ([]byte, error) {
 	at := s.i
-	s.i++ // "
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c == '"' {
-			s.i++
-			return s.b[at+1 : s.i-1], nil
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
+	s.i = plainRun(s.b, s.i+1) // after the "
+	if s.i < len(s.b) && s.b[s.i] == '"' {
 		s.i++
+		return s.b[at+1 : s.i-1], nil
 	}
 	s.i = at
 	str, err := s.str(true)
@@ -568,21 +693,14 @@ func (s *scanner) name() ([]byte, error) {
 // of a low surrogate, and a low surrogate may not stand alone. A string
 // without escapes is returned as one copy of its bytes.
 func (s *scanner) str(decode bool) (string, error) {
-	s.i++ // "
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c == '"' {
-			s.i++
-			if !decode {
-				return "", nil
-			}
-			return string(s.b[start : s.i-1]), nil
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
+	start := s.i + 1 // after the "
+	s.i = plainRun(s.b, start)
+	if s.i < len(s.b) && s.b[s.i] == '"' {
 		s.i++
+		if !decode {
+			return "", nil
+		}
+		return string(s.b[start : s.i-1]), nil
 	}
 	var out strings.Builder
 	out.Write(s.b[start:s.i])
@@ -685,6 +803,11 @@ func (s *scanner) hex4(at int) (rune, bool) {
 	return r, true
 }
 
+// maxWholeDigits is how many digits before the point a number without an
+// exponent may have and still be below 10^308, so within a double's range
+// (about 1.8e308): such a number needs no parse to be known finite.
+const maxWholeDigits = 308
+
 // number scans an RFC 8259 number; one that no IEEE 754 double can hold
 // (it overflows to infinity) is refused, as RFC 7493 §2.2 advises.
 func (s *scanner) number() error {
@@ -700,9 +823,10 @@ func (s *scanner) number() error {
 		}
 		return n
 	}
+	whole := 1
 	if s.i < len(s.b) && s.b[s.i] == '0' {
 		s.i++
-	} else if digits() == 0 {
+	} else if whole = digits(); whole == 0 {
 		return s.fail("invalid number")
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
@@ -711,7 +835,11 @@ func (s *scanner) number() error {
 			return s.fail("invalid number: no digits after '.'")
 		}
 	}
-	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+	if s.i >= len(s.b) || s.b[s.i] != 'e' && s.b[s.i] != 'E' {
+		if whole <= maxWholeDigits {
+			return nil // below 10^308 without an exponent: a finite double
+		}
+	} else {
 		s.i++
 		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
 			s.i++

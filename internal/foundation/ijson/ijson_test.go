@@ -3,6 +3,7 @@ package ijson
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -31,6 +32,9 @@ func TestCheck(t *testing.T) {
 		{name: "encoded surrogate bytes", doc: "\"\xed\xa0\x80\"", detail: "invalid UTF-8"},
 		{name: "invalid UTF-8 in a name", doc: "{\"\xc3\":1}", detail: "invalid UTF-8"},
 		{name: "number overflow", doc: `[1e400]`, ptr: "/0", detail: "IEEE 754"},
+		{name: "308 digits, no exponent", doc: "[" + strings.Repeat("9", 308) + "]"},
+		{name: "309 digits, below the largest double", doc: "[1" + strings.Repeat("0", 308) + ".5]"},
+		{name: "310 digits, no exponent", doc: "[-" + strings.Repeat("9", 310) + "]", ptr: "/0", detail: "IEEE 754"},
 		{name: "trailing data", doc: `{} {}`, detail: "data after"},
 		{name: "leading zero", doc: `[01]`, detail: "expected ','"},
 		{name: "bare word", doc: `[nul]`, ptr: "/0", detail: "invalid character"},
@@ -123,6 +127,29 @@ func FuzzMembers(f *testing.F) {
 		}
 		if len(got) != len(want) {
 			t.Fatalf("Members yielded %d members of %q, encoding/json reads %d", len(got), doc, len(want))
+		}
+		// Walk, the read of a document already checked, yields the same
+		// members with the same values, and so does it for every nested
+		// object.
+		walked := map[string][]byte{}
+		if err := Walk(doc, func(name, v []byte) error {
+			walked[string(name)] = v
+			if len(v) > 0 && v[0] == '{' {
+				var strict, quick [][2]string
+				_ = Members(v, func(n, w []byte) error { strict = append(strict, [2]string{string(n), string(w)}); return nil })
+				_ = Walk(v, func(n, w []byte) error { quick = append(quick, [2]string{string(n), string(w)}); return nil })
+				if !slices.Equal(strict, quick) {
+					t.Fatalf("nested %q: Walk %q, Members %q", v, quick, strict)
+				}
+			}
+			return nil
+		}); err != nil || len(walked) != len(got) {
+			t.Fatalf("Walk(%q): %d members, %v; Members %d", doc, len(walked), err, len(got))
+		}
+		for name, v := range got {
+			if string(walked[name]) != string(v) {
+				t.Fatalf("member %q of %q: Walk %q, Members %q", name, doc, walked[name], v)
+			}
 		}
 		for name, v := range want {
 			if string(got[name]) != string(v) {
@@ -294,5 +321,19 @@ func TestText(t *testing.T) {
 	}
 	if s, ok := (Text{}).String(doc[5:12]); !ok || s != "plain" {
 		t.Errorf("zero Text: %q %v", s, ok)
+	}
+}
+
+// kubePayload is the payload of a bound service-account token, the
+// document the offline verifier walks once per token.
+var kubePayload = []byte(`{"aud":["platform-connector"],"exp":1796563245,"iat":1796559645,"iss":"https://idp.example","jti":"5f1c2a4e-0b6e-4f0c-9d57-3c1c5e0a9b11","kubernetes.io":{"namespace":"nvsentinel","node":{"name":"node-a","uid":"0b0c5b8e-3e0a-4bb0-9d8c-6f4b2a1d0e9f"},"pod":{"name":"gpu-monitor-x2k4q","uid":"1d2c3b4a-5e6f-4a8b-9c0d-1e2f3a4b5c6d"},"serviceaccount":{"name":"gpu-monitor","uid":"9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"}},"nbf":1796559645,"sub":"system:serviceaccount:nvsentinel:gpu-monitor"}`)
+
+// BenchmarkMembers is the strict walk of a token's claims.
+func BenchmarkMembers(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Members(kubePayload, func(_, _ []byte) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
