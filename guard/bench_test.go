@@ -23,7 +23,7 @@ import (
 
 // benchGuard is the whole pipeline on a cached verdict: bearer, the cache
 // (hit), node binding, metrics and the (disabled-level) log line.
-func benchGuard(b *testing.B) (*guard.Guard, string) {
+func benchGuard(b testing.TB) (*guard.Guard, string) {
 	tok := testjwt.Expiring(agentSA, time.Now().Add(time.Hour))
 	inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil

@@ -164,9 +164,6 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// The method is "VERB /path" unless the extractor names it:
-			// built only when needed (one string per request saved).
-			method := func() string { return r.Method + " " + r.URL.Path }
 			d := new(decided) // the authentication and the verdict, one allocation
 			a := &d.a
 			g.authenticate(r.Context(), bearer.FromHeader(r.Header), a)
@@ -174,7 +171,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated, Detail: "no token; this handler requires one"}
 			}
 			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
-				m.refuse(w, r, g.decide(r.Context(), a, binding.Request{Method: method()}, &d.v))
+				m.refuse(w, r, g.decide(r.Context(), a, binding.Request{Method: httpMethod(r)}, &d.v))
 				return
 			}
 			var req binding.Request
@@ -187,7 +184,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 				req = x
 			}
 			if req.Method == "" {
-				req.Method = method()
+				req.Method = httpMethod(r)
 			}
 			v := g.decide(r.Context(), a, req, &d.v)
 			if !v.Allowed {
@@ -198,6 +195,10 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 		})
 	}
 }
+
+// httpMethod is a request's method as the rules name it, "VERB /path":
+// built only when the extractor names none (one string per request saved).
+func httpMethod(r *http.Request) string { return r.Method + " " + r.URL.Path }
 
 // ReasonBadRequest is the reason of a request the service could not read.
 var ReasonBadRequest = binding.Define("bad_request", binding.InvalidArgument, "the request could not be read")
