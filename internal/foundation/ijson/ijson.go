@@ -413,8 +413,6 @@ var plainByte = func() (t [256]bool) {
 	return t
 }()
 
-var errNotString = &Error{Problem: "not a string"}
-
 // segment is one step of the path to the value being scanned: a member
 // name, or an array index when index >= 0.
 type segment struct {
