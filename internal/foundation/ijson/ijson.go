@@ -361,19 +361,12 @@ func (t Text) Strings(v []byte) ([]string, bool) {
 			return nil, false
 		}
 		out = append(out, str)
-		s.space()
-		if s.i >= len(s.b) {
+		more, ok := s.afterElement()
+		if !ok {
 			return nil, false
 		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
+		if !more {
 			return out, s.end() == nil
-		default:
-			return nil, false
 		}
 	}
 }
@@ -654,22 +647,37 @@ func (s *scanner) array() error {
 		if s.track {
 			s.path = s.path[:len(s.path)-1]
 		}
-		s.space()
-		if s.i >= len(s.b) {
+		more, ok := s.afterElement()
+		switch {
+		case !ok && s.i >= len(s.b):
 			return s.fail("unexpected end of the document in an array")
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
+		case !ok:
+			return s.fail("expected ',' or ']' after an array element")
+		case !more:
 			s.depth--
 			return nil
-		default:
-			return s.fail("expected ',' or ']' after an array element")
 		}
 	}
+}
+
+// afterElement reads what follows an array element: a ',' and the white
+// space after it (more), or the closing ']' (the end); ok is false when it
+// is neither.
+func (s *scanner) afterElement() (more, ok bool) {
+	s.space()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.space()
+		return true, true
+	case ']':
+		s.i++
+		return false, true
+	}
+	return false, false
 }
 
 // name scans a member name and returns it decoded: a slice of the
