@@ -135,6 +135,11 @@ func (w *watcher) close() {
 // happened since). When the kernel has nothing queued (one ioctl) it reads
 // no more; otherwise it reads the queue.
 func (w *watcher) current() (gen uint64, ok bool) {
+	if w.armed.Load() == 0 {
+		// Not watching (a file system that may change silently, a path
+		// that would not resolve): the call stats; nothing to ask.
+		return w.gen.Load(), false
+	}
 	// TIOCINQ is FIONREAD: how many bytes of events are queued.
 	if n, err := unix.IoctlGetInt(w.h.fd, unix.TIOCINQ); err != nil || n != 0 || w.h.draining.Load() != 0 {
 		w.h.mu.Lock()
