@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -32,6 +31,7 @@ import (
 	"github.com/callerauth/callerauth/examples/todo"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 )
@@ -189,13 +189,7 @@ func metricNames(t *testing.T, m monitored) []string {
 // name it could be selected by (a histogram's _bucket, _sum and _count).
 func exported(t *testing.T, addr string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	tp := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := tp.TextToMetricFamilies(resp.Body)
+	mfs, err := scrape.Families(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,10 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 )
@@ -125,13 +124,7 @@ func (p *proc) stored(t *testing.T) []connector.StoredEvent {
 // families scrapes the connector's /metrics.
 func (p *proc) families(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + p.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	mfs, err := scrape.Families(p.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,6 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
@@ -27,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"
 )
@@ -462,7 +461,7 @@ func chaosConnector(t *testing.T, role string) {
 	if role == "deployment" {
 		cred.Address = p.LogValue(t, "connector: serving", "address", time.Second)
 	}
-	before := scrape(t, metrics)
+	before := scrapeAt(t, metrics)
 
 	type batch struct {
 		span
@@ -565,7 +564,7 @@ func chaosConnector(t *testing.T, role string) {
 	}
 	stopLoad()
 	wg.Wait()
-	after := scrape(t, metrics)
+	after := scrapeAt(t, metrics)
 
 	var failed int
 	var successes, freshSuccesses []span
@@ -726,9 +725,9 @@ func newConnectorSetup(t *testing.T, v *validator, dir, role, aud, datastore str
 	return c
 }
 
-// scrape reads a Prometheus text endpoint into "name{labels}" → value, and
+// scrapeAt reads a Prometheus text endpoint into "name{labels}" → value, and
 // the sum of each family under its bare name.
-func scrape(t *testing.T, addr string) map[string]float64 {
+func scrapeAt(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	m, err := metricsAt(addr)
 	if err != nil {
@@ -738,13 +737,7 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 }
 
 func metricsAt(addr string) (map[string]float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	mfs, err := scrape.Families(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -163,7 +163,7 @@ func exactlyOnce(t *testing.T, role, store string) {
 	}
 	stopLoad()
 	wg.Wait()
-	duplicates += scrape(t, metrics)["platform_connector_duplicate_batches_total"]
+	duplicates += scrapeAt(t, metrics)["platform_connector_duplicate_batches_total"]
 
 	failed := 0
 	var acked [][]string

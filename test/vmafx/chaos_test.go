@@ -3,18 +3,15 @@ package vmafx_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/internal/kit/faults"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/test/e2e"
 )
@@ -199,13 +196,7 @@ const (
 // nodeOutcomes reads a node's vmafx_node_jobs_total by outcome.
 func nodeOutcomes(t *testing.T, p *e2e.Process) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.LogValue(t, "node: serving", "metrics", time.Second) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	mfs, err := scrape.Families(p.LogValue(t, "node: serving", "metrics", time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
