@@ -90,6 +90,12 @@ const (
 	fileMask   = syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE | syscall.IN_ATTRIB | selfEvents | syscall.IN_DONT_FOLLOW
 )
 
+// maxDrainReads bounds the reads of the queue one call makes (of
+// len(hub.buf) bytes each): a directory on the way that never stops
+// changing costs a call at most this much, and the call then stats. (A
+// variable for its test.)
+var maxDrainReads = 64
+
 // maxSymlinks bounds the links one resolution follows (the kernel's
 // limit is 40).
 const maxSymlinks = 40
@@ -157,7 +163,18 @@ func (w *watcher) current() (gen uint64, ok bool) {
 func (h *hub) drain() {
 	h.draining.Add(1)
 	defer h.draining.Add(-1)
-	for !h.broken {
+	for reads := 0; !h.broken; reads++ {
+		if reads == maxDrainReads {
+			// Events keep coming (a busy directory on the way): stop
+			// reading for this call and let every watcher look again;
+			// the rest is read by the next call.
+			for _, ws := range h.subs {
+				for w := range ws {
+					w.gen.Add(1)
+				}
+			}
+			return
+		}
 		n, err := syscall.Read(h.fd, h.buf[:])
 		switch {
 		case errors.Is(err, syscall.EINTR):
