@@ -91,8 +91,8 @@ const maxResolveRetries = 8
 //
 // On Linux the stat itself is spared while nothing changes: the source
 // keeps inotify watches on every directory the path resolves through and
-// on the file, and a call that finds no event queued (one non-blocking
-// read) returns the remembered token. Any event about a name on the way,
+// on the file, and a call that finds no event queued (one ioctl) returns
+// the remembered token. Any event about a name on the way,
 // a watch lost, a file system that may change without telling this kernel
 // (anything but tmpfs, ramfs and local disks), or a second since the last
 // stat, and the call stats and compares as above.
