@@ -350,15 +350,21 @@ func BenchmarkCacheHitVsAPIServer(b *testing.B) {
 	})
 }
 
-// revocable is counting that also knows which users were revoked since.
+// revocable is counting that also knows which users were revoked since,
+// and which verdicts it can no longer vouch for (those reached before
+// unvouched).
 type revocable struct {
 	counting
-	revoked sync.Map
+	revoked   sync.Map
+	unvouched atomic.Int64 // unix nanoseconds; 0: every verdict vouched for
 }
 
-func (r *revocable) Revoked(c *authn.Caller) error {
+func (r *revocable) Revoked(c *authn.Caller, verified time.Time) error {
 	if _, ok := r.revoked.Load(c.Username); ok {
 		return authn.Fail(authn.TokenInvalid, "revoked")
+	}
+	if u := r.unvouched.Load(); u != 0 && verified.UnixNano() < u {
+		return fmt.Errorf("view broken: %w", authn.ErrReverify)
 	}
 	return nil
 }
@@ -395,7 +401,37 @@ func TestCacheAsksARevocable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Revoked(&authn.Caller{Username: "user-good1"}) == nil || r.Revoked(&authn.Caller{Username: "user-good2"}) != nil {
+	if r.Revoked(&authn.Caller{Username: "user-good1"}, now) == nil || r.Revoked(&authn.Caller{Username: "user-good2"}, now) != nil {
 		t.Fatal("Recheck does not pass Revoked to its offline verifier")
+	}
+}
+
+// TestCacheReverifiesWhatItsRevocableCannotVouchFor: a cached success the
+// authenticator can no longer vouch for (authn.ErrReverify: its
+// bound-object view broke after the verdict was reached) is verified again
+// — one more inner call, counted as a miss and a reverification — and
+// the fresh verdict, reached after that moment, is answered from the
+// cache again.
+func TestCacheReverifiesWhatItsRevocableCannotVouchFor(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	inner := &revocable{}
+	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	if _, err := c.Authenticate(ctx, "good1"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	inner.unvouched.Store(now.UnixNano())
+	now = now.Add(time.Second)
+	for range 3 {
+		if caller, hit, err := c.AuthenticateCached(ctx, "good1"); err != nil || caller.Username != "user-good1" {
+			t.Fatalf("%+v %v %v", caller, hit, err)
+		}
+	}
+	if n := inner.calls.Load(); n != 2 {
+		t.Fatalf("inner called %d times; want 2 (the first verdict verified again once, the second answered from the cache)", n)
+	}
+	if s := c.Stats(); s.Reverified != 1 || s.Misses != 2 || s.Hits != 2 {
+		t.Fatalf("stats %+v; want 1 reverified, 2 misses, 2 hits", s)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"hash"
 	"strings"
 	"sync"
@@ -61,14 +62,23 @@ type Audienced interface {
 // Revocable is implemented by authenticators that can tell, cheaply and
 // with no call out of the process, that a caller they accepted earlier has
 // been revoked since (kube.Bound: the pod its token is bound to was
-// deleted). The verdict cache asks on every hit, so that such a
-// revocation takes effect as soon as the authenticator knows of it rather
-// than when the cached verdict expires.
+// deleted), or that they can no longer vouch for such a verdict. The
+// verdict cache asks on every hit, so that such a revocation takes effect
+// as soon as the authenticator knows of it rather than when the cached
+// verdict expires.
 type Revocable interface {
-	// Revoked returns the refusal for a caller known to be revoked, and
-	// nil when it is not known to be (including when it cannot tell).
-	Revoked(c *Caller) error
+	// Revoked says whether a verdict for c, reached by a verification that
+	// began at verified, still stands: nil when it does; an error wrapping
+	// [ErrReverify] when the authenticator cannot vouch for it any more
+	// and the token must be verified again (the cache drops it and asks);
+	// any other error is the refusal, cached as one.
+	Revoked(c *Caller, verified time.Time) error
 }
+
+// ErrReverify is what a [Revocable] returns for a cached verdict it can no
+// longer vouch for: the cache verifies the token again instead of
+// answering from memory.
+var ErrReverify = errors.New("authn: the cached verdict can no longer be vouched for; verify the token again")
 
 // Cache is an [Authenticator] that remembers successful verdicts of
 // another, and token_invalid verdicts for a short while (NegativeTTL);
@@ -101,15 +111,18 @@ type Cache struct {
 type CacheStats struct {
 	Hits, Misses, Evictions uint64
 	// NegativeHits are refusals answered from the cache; Shed are lookups
-	// refused because MaxInFlight verifications were running.
-	NegativeHits, Shed uint64
+	// refused because MaxInFlight verifications were running. Reverified
+	// are cached successes the inner [Revocable] could no longer vouch
+	// for, verified again (also counted as misses).
+	NegativeHits, Shed, Reverified uint64
 }
 
 type cacheEntry struct {
-	key     [sha256.Size]byte
-	caller  *Caller
-	err     error // a cached token_invalid verdict when caller is nil
-	expires time.Time
+	key      [sha256.Size]byte
+	caller   *Caller
+	err      error     // a cached token_invalid verdict when caller is nil
+	verified time.Time // when the verification that reached it began
+	expires  time.Time
 }
 
 var _ Authenticator = (*Cache)(nil)
@@ -201,16 +214,34 @@ var _ CachedAuthenticator = (*Cache)(nil)
 // the cache.
 func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, bool, error) {
 	key := c.keyOf(token)
-	if caller, err := c.get(key); caller != nil || err != nil {
-		if caller != nil && c.revocable != nil {
-			if err := c.revocable.Revoked(caller); err != nil {
-				c.put(key, nil, err)
-				return nil, true, err
-			}
+	caller, verified, err := c.get(key)
+	switch {
+	case caller == nil && err == nil:
+		return c.lookup(ctx, token, key)
+	case caller != nil && c.revocable != nil:
+		if err := c.revocable.Revoked(caller, verified); errors.Is(err, ErrReverify) {
+			c.reverify(key)
+			return c.lookup(ctx, token, key)
+		} else if err != nil {
+			c.put(key, nil, err, verified)
+			return nil, true, err
 		}
-		return caller, true, err
 	}
-	return c.lookup(ctx, token, key)
+	return caller, true, err
+}
+
+// reverify drops a cached success its authenticator can no longer vouch
+// for; the hit get counted becomes a miss.
+func (c *Cache) reverify(key [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		c.lru.Remove(el)
+		delete(c.entries, key)
+	}
+	c.stats.Hits--
+	c.stats.Misses++
+	c.stats.Reverified++
 }
 
 // lookup asks the inner authenticator on a miss, once however many ask at
@@ -229,12 +260,13 @@ func (c *Cache) lookup(ctx context.Context, token string, key [sha256.Size]byte)
 			c.mu.Unlock()
 			return nil, Fail(ValidatorUnavailable, "%d verifications already in flight; refusing more until they finish", cap(c.inFlight))
 		}
+		began := c.now()
 		caller, err := c.inner.Authenticate(context.WithoutCancel(ctx), token)
 		switch {
 		case err == nil && c.ttl > 0:
-			c.put(key, caller, nil)
+			c.put(key, caller, nil, began)
 		case ReasonOf(err) == TokenInvalid && c.negTTL > 0 && Cacheable(err):
-			c.put(key, nil, err)
+			c.put(key, nil, err, began)
 		}
 		return caller, err
 	})
@@ -249,32 +281,34 @@ func (c *Cache) lookup(ctx context.Context, token string, key [sha256.Size]byte)
 	}
 }
 
-func (c *Cache) get(key [sha256.Size]byte) (*Caller, error) {
+// get returns the cached verdict for key and when the verification that
+// reached it began; neither caller nor error: not cached.
+func (c *Cache) get(key [sha256.Size]byte) (*Caller, time.Time, error) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[key]
 	if !ok {
 		c.stats.Misses++
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.expires) {
 		c.lru.Remove(el)
 		delete(c.entries, key)
 		c.stats.Misses++
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	c.lru.MoveToFront(el)
 	if e.err != nil {
 		c.stats.NegativeHits++
-		return nil, e.err
+		return nil, e.verified, e.err
 	}
 	c.stats.Hits++
-	return e.caller, nil
+	return e.caller, e.verified, nil
 }
 
-func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error) {
+func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error, verified time.Time) {
 	var expires time.Time
 	if refusal != nil {
 		expires = c.now().Add(c.negTTL)
@@ -284,7 +318,7 @@ func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error) {
 			expires = caller.Expiry
 		}
 	}
-	e := &cacheEntry{key: key, caller: caller, err: refusal, expires: expires}
+	e := &cacheEntry{key: key, caller: caller, err: refusal, verified: verified, expires: expires}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {

@@ -10,7 +10,7 @@ func (c *Cache) Collectors(prefix string) []prometheus.Collector {
 	}
 	lookups := func(result string, f func(CacheStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_cache_lookups_total",
-			Help:        "Verdict-cache lookups by result: hit (a cached success), negative_hit (a cached token_invalid), miss (not cached: verified, or joined a running verification of the same token), shed (a miss refused as validator_unavailable because --caller-max-in-flight verifications were running; also counted as a miss).",
+			Help:        "Verdict-cache lookups by result: hit (a cached success), negative_hit (a cached token_invalid), miss (not cached: verified, or joined a running verification of the same token), shed (a miss refused as validator_unavailable because --caller-max-in-flight verifications were running; also counted as a miss), reverified (a cached success the bound-object view could no longer vouch for, verified again; also counted as a miss).",
 			ConstLabels: prometheus.Labels{"result": result}}, stat(f))
 	}
 	return []prometheus.Collector{
@@ -24,6 +24,7 @@ func (c *Cache) Collectors(prefix string) []prometheus.Collector {
 		lookups("negative_hit", func(s CacheStats) uint64 { return s.NegativeHits }),
 		lookups("miss", func(s CacheStats) uint64 { return s.Misses }),
 		lookups("shed", func(s CacheStats) uint64 { return s.Shed }),
+		lookups("reverified", func(s CacheStats) uint64 { return s.Reverified }),
 	}
 }
 

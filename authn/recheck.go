@@ -120,9 +120,9 @@ func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 func (r *Recheck) OfflineVerifier() Authenticator { return r.offline }
 
 // Revoked asks the offline verifier, when it can tell (a [Revocable]).
-func (r *Recheck) Revoked(c *Caller) error {
+func (r *Recheck) Revoked(c *Caller, verified time.Time) error {
 	if rv, ok := r.offline.(Revocable); ok {
-		return rv.Revoked(c)
+		return rv.Revoked(c, verified)
 	}
 	return nil
 }

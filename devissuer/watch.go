@@ -32,6 +32,10 @@ const (
 	watchPoll = 50 * time.Millisecond
 	// maxWatch bounds a watch that asks for no timeout.
 	maxWatch = 10 * time.Minute
+	// bookmarkLead and bookmarkEvery are the API server's: a bookmark that
+	// long before a watch's deadline, and at least that often.
+	bookmarkLead  = 2 * time.Second
+	bookmarkEvery = time.Minute
 )
 
 // object is one pod or service account as a metadata client sees it.
@@ -195,6 +199,13 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 	defer deadline.Stop()
 	tick := time.NewTicker(watchPoll)
 	defer tick.Stop()
+	// As the API server's watch cache does: a bookmark two seconds before
+	// the deadline (when there is time for one) and at least every minute,
+	// so that a client learns its view is current as of now.
+	heartbeat := time.NewTimer(nextBookmark(timeout))
+	defer heartbeat.Stop()
+	ends := time.Now().Add(timeout)
+	due := false // a heartbeat bookmark is due
 	for rev, first := from.Revision, true; ; first = false {
 		if !first {
 			select {
@@ -202,12 +213,26 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 				return
 			case <-deadline.C:
 				return
+			case <-heartbeat.C:
+				// The changes made until now are sent first: the
+				// bookmark says the client has everything before it.
+				due = true
+				if left := time.Until(ends); left > bookmarkLead {
+					heartbeat.Reset(nextBookmark(left))
+				}
 			case <-tick.C:
 			}
 		}
 		reg, err := i.readRegistry()
-		if err != nil || reg.Revision == rev {
+		if err != nil {
 			continue // a registry being rewritten is read again at the next tick
+		}
+		if reg.Revision == rev {
+			if due && bookmarks && !send(watch.Bookmark, object{}.meta(rev)) {
+				return
+			}
+			due = false
+			continue
 		}
 		rev = reg.Revision
 		now := sel(reg)
@@ -228,9 +253,17 @@ func (i *Issuer) watchMetadata(w http.ResponseWriter, r *http.Request, reg *regi
 				}
 			}
 		}
-		if !changed && bookmarks && !send(watch.Bookmark, object{}.meta(rev)) {
+		if (!changed || due) && bookmarks && !send(watch.Bookmark, object{}.meta(rev)) {
 			return
 		}
+		due = false
 		seen = now
 	}
+}
+
+// nextBookmark is how long from now, with left until the watch's deadline,
+// the next bookmark is due: a minute on, or bookmarkLead before the
+// deadline when that comes first (at once when it has passed).
+func nextBookmark(left time.Duration) time.Duration {
+	return max(min(bookmarkEvery, left-bookmarkLead), 0)
 }

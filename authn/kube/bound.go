@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
@@ -32,46 +34,70 @@ import (
 // the configuration allows: with NodeName, only the pods of that node. A
 // token the view cannot answer for — bound to a secret or only to a node,
 // or to a pod of another node than the one watched — and every token while
-// the view has not synced, or while a watch has been failing for longer
-// than MaxWatchBreak, is reviewed instead: correctness never rests on a
-// stale view.
+// the view cannot vouch for what it holds is reviewed instead: correctness
+// never rests on a stale view.
 //
-// Whether the view is current is known from the watches themselves: each
-// watch connection is observed from the moment it opens until its result
-// channel closes. The view answers while both watches are open, and for at
-// most MaxWatchBreak after one closed (the reflector re-watches from the
-// last resource version, so a short break loses no event); longer, or
-// before the first sync, every token is reviewed. A connection the network
-// drops without a word is closed by client-go's HTTP/2 health check (a ping
-// after 30 s without a frame, 15 s to answer), so a silent break is seen
-// within 45 s plus MaxWatchBreak.
+// The view vouches only for what has reached its store. Each watch is
+// opened with a short server-side timeout ([BoundConfig.MaxWatchBreak]
+// halved, at least 3 s); the API server sends a bookmark through the watch
+// two seconds before that deadline, and a bookmark applied to the store
+// proves that every change made before the API server sent it is in the
+// store. A list applied to the store proves the same as of the moment the
+// list began. The view answers while both resources were proven current
+// within MaxWatchBreak and no watch has failed since: a watch that fails
+// to open, or ends other than at its deadline after its bookmark (a closed
+// or reset connection, a refused dial, an API server restarting, an empty
+// watch that client-go returns after its own retries, an error event)
+// stops the view at once until a new bookmark or list proves it current
+// again. A partition that says nothing (replies swallowed) stops it at the
+// latest MaxWatchBreak after the last proof: no token of an object
+// deleted at t is accepted from the view after t + MaxWatchBreak, whatever
+// the network does.
 type Bound struct {
 	offline, review authn.Authenticator
 	nodeName        string
 	maxBreak        time.Duration
 	now             func() time.Time
+	made            time.Time
 
 	pods, accounts *watched
 
 	stats boundCounters
 }
 
-// watched is one metadata informer and what is known of its watch.
+// watched is one resource's reflector, the store it fills and what is
+// known of how current that store is.
 type watched struct {
 	resource string
-	inf      cache.SharedIndexInformer
+	refl     *cache.Reflector
+	store    cache.Store   // slimmed objects, keyed namespace/name
+	timeout  time.Duration // each watch's server-side timeout
+	now      func() time.Time
+	held     atomic.Int64 // objects in the store (no list per scrape)
+	failures atomic.Uint64
 
-	now  func() time.Time
-	held atomic.Int64 // objects in the store, kept by the event handlers (no list per scrape)
-
-	mu       sync.Mutex
-	open     int       // watch connections open now (0 or 1)
-	closedAt time.Time // when the last one closed (or the view was made)
-	dead     tombstones
+	mu sync.Mutex
+	// synced: a list has been applied to the store.
+	synced bool
+	// vouched: every change made before it is in the store (the arrival of
+	// a bookmark applied in order, or the start of a list applied).
+	vouched time.Time
+	// failed: when a watch failed after vouched (zero: none has); the view
+	// does not answer until vouched passes it.
+	failed time.Time
+	// listed: when the list being read began.
+	listed time.Time
+	dead   tombstones
 }
 
-// DefaultMaxWatchBreak is how long the view answers after a watch closed.
+// DefaultMaxWatchBreak is the longest the view answers after it was last
+// proven current.
 const DefaultMaxWatchBreak = 10 * time.Second
+
+// MinMaxWatchBreak is the least MaxWatchBreak: a watch's timeout is at
+// least 3 s (its bookmark comes 2 s before it), and proofs must arrive
+// more often than the bound.
+const MinMaxWatchBreak = 5 * time.Second
 
 // BoundConfig configures [NewBound].
 type BoundConfig struct {
@@ -85,9 +111,13 @@ type BoundConfig struct {
 	// (field selector spec.nodeName), as a node agent needs; tokens bound
 	// to pods of other nodes are reviewed.
 	NodeName string
-	// MaxWatchBreak is how long the view still answers after a watch
-	// connection closed and before it is open again; past it, every token
-	// is reviewed until it is. Default DefaultMaxWatchBreak.
+	// MaxWatchBreak is the longest the view answers after it was last
+	// proven current (a bookmark or a list applied); it also bounds how
+	// long a verdict the cache holds stands while the view cannot vouch.
+	// Each watch is opened with a server-side timeout of half of it (at
+	// least 3 s), so that the API server's bookmark before that deadline
+	// proves the view current at least that often. Default
+	// DefaultMaxWatchBreak; at least MinMaxWatchBreak.
 	MaxWatchBreak time.Duration
 	// Tombstones is how long the UID of an object the watch saw deleted is
 	// remembered, so that its tokens are refused without a review; after
@@ -96,8 +126,6 @@ type BoundConfig struct {
 	// Defaults 1 h and 65,536.
 	Tombstones    time.Duration
 	MaxTombstones int
-	// Resync is the informers' resync period. Default 10 minutes.
-	Resync time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -109,18 +137,27 @@ type BoundStats struct {
 	// Gone are tokens refused because what they are bound to is gone.
 	Gone uint64
 	// Unsynced, Broken, Unanswerable and Unknown are the tokens sent to
-	// TokenReview because the view had not synced yet, because a watch had
-	// been closed for longer than MaxWatchBreak, because the view cannot
-	// answer for that token (bound to no pod, or to a pod of another node),
-	// or because the view does not know the object the token names (created
-	// after the view's last event, or deleted before the view began).
+	// TokenReview because the view had not listed yet, because it could
+	// not vouch for its state (a watch failed since its last proof, or
+	// its last proof is older than MaxWatchBreak), because the view
+	// cannot answer for that token (bound to no pod, or to a pod of
+	// another node), or because the view does not know the object the
+	// token names (created after the view's last event, or deleted before
+	// the view began).
 	Unsynced, Broken, Unanswerable, Unknown uint64
+	// WatchFailures are the watches that failed to open or ended other
+	// than at their deadline after their bookmark.
+	WatchFailures uint64
 	// Pods and ServiceAccounts are the objects the view holds.
 	Pods, ServiceAccounts int
-	// Synced: both watches have listed once.
+	// Synced: both resources have been listed.
 	Synced bool
-	// Lag is how far behind the view may be: zero while both watches are
-	// open, else the time since the first of them closed.
+	// Answering: the view answers now (synced, proven current within
+	// MaxWatchBreak, no watch failed since).
+	Answering bool
+	// Lag is how far behind the view may be: the time since the older of
+	// the two resources was last proven current (since the view was made,
+	// before that).
 	Lag time.Duration
 }
 
@@ -134,19 +171,18 @@ var (
 	accountsResource = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
 )
 
-// NewBound builds the view's informers; [Bound.Start] runs them.
+// NewBound builds the view's reflectors; [Bound.Start] runs them.
 func NewBound(cfg BoundConfig) (*Bound, error) {
 	switch {
 	case cfg.Metadata == nil:
 		return nil, errors.New("kube: the bound-object view needs a metadata client")
 	case cfg.Offline == nil || cfg.Review == nil:
 		return nil, errors.New("kube: the bound-object view needs an offline verifier and a reviewer")
+	case cfg.MaxWatchBreak != 0 && cfg.MaxWatchBreak < MinMaxWatchBreak:
+		return nil, fmt.Errorf("kube: a watch break bound of %s cannot be kept: the API server proves a watch current at most every 3 s; want %s or more", cfg.MaxWatchBreak, MinMaxWatchBreak)
 	}
 	if cfg.MaxWatchBreak <= 0 {
 		cfg.MaxWatchBreak = DefaultMaxWatchBreak
-	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = 10 * time.Minute
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -157,90 +193,126 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	if cfg.MaxTombstones <= 0 {
 		cfg.MaxTombstones = 1 << 16
 	}
-	b := &Bound{offline: cfg.Offline, review: cfg.Review, nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now}
+	b := &Bound{offline: cfg.Offline, review: cfg.Review, nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now, made: cfg.Now()}
 	var podSelector string
 	if cfg.NodeName != "" {
 		podSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 	}
-	var err error
-	if b.pods, err = b.watch(cfg, podsResource, podSelector); err != nil {
-		return nil, err
-	}
-	if b.accounts, err = b.watch(cfg, accountsResource, ""); err != nil {
-		return nil, err
-	}
+	b.pods = b.watch(cfg, podsResource, podSelector)
+	b.accounts = b.watch(cfg, accountsResource, "")
 	return b, nil
 }
 
-// watch makes a metadata informer of resource whose watch connections are
-// observed: open from a successful Watch call until the result channel
-// closes.
-func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSelector string) (*watched, error) {
-	w := &watched{resource: gvr.Resource, now: b.now, closedAt: b.now(),
-		dead: tombstones{ttl: cfg.Tombstones, limit: cfg.MaxTombstones, at: map[string]time.Time{}}}
+// WatchTimeout is the server-side timeout of each watch under maxBreak:
+// half of it in whole seconds, at least 3 s.
+func WatchTimeout(maxBreak time.Duration) time.Duration {
+	return max(3*time.Second, (maxBreak / 2).Truncate(time.Second))
+}
+
+// watch makes a reflector of resource into a store of its own: every
+// event, list and bookmark is applied to the store in the reflector's
+// goroutine, in the order the watch delivered them, so that a bookmark
+// seen by the store is one whose earlier events are all in it.
+func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSelector string) *watched {
+	w := &watched{resource: gvr.Resource, now: b.now, timeout: WatchTimeout(cfg.MaxWatchBreak),
+		store: cache.NewStore(cache.MetaNamespaceKeyFunc),
+		dead:  tombstones{ttl: cfg.Tombstones, limit: cfg.MaxTombstones, at: map[string]time.Time{}}}
 	res := cfg.Metadata.Resource(gvr).Namespace(metav1.NamespaceAll)
+	seconds := int64(w.timeout / time.Second)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if o.Continue == "" {
+				w.listing(w.now())
+			}
 			o.FieldSelector = fieldSelector
 			return res.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = fieldSelector
-			iw, err := res.Watch(ctx, o)
+			o.TimeoutSeconds = &seconds
+			o.AllowWatchBookmarks = true
+			// The server ends the watch at its timeout; a watch still
+			// open a little after (replies swallowed somewhere) is ended
+			// here, so that a silent partition is a failed watch too.
+			wctx, cancel := context.WithTimeout(ctx, w.timeout+watchGrace)
+			iw, err := res.Watch(wctx, o)
 			if err != nil {
+				cancel()
+				w.fail(w.now())
 				return nil, err
 			}
-			w.opened()
-			return observe(iw, func() { w.closed(b.now()) }), nil
+			return w.observe(wctx, iw, w.now(), cancel), nil
 		},
 	}
-	w.inf = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cfg.Metadata), &metav1.PartialObjectMetadata{}, cfg.Resync, cache.Indexers{})
-	if err := w.inf.SetTransform(slim); err != nil {
-		return nil, fmt.Errorf("kube: watching %s: %w", gvr.Resource, err)
-	}
-	_, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { w.held.Add(1) },
-		UpdateFunc: func(old, cur any) {
-			if u := uidOf(old); u != uidOf(cur) {
-				w.bury(u, b.now())
-			}
-		},
-		DeleteFunc: func(obj any) {
-			w.held.Add(-1)
-			w.bury(uidOf(obj), b.now())
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("kube: watching %s: %w", gvr.Resource, err)
-	}
-	return w, nil
+	// A plain ListWatch: a paginated list, then watches; the store, not a
+	// queue, receives every change (no informer, no resync). Retries back
+	// off to the watch's timeout at most, so that the view is back within
+	// seconds of the API server.
+	backoff := &wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: w.timeout, Steps: 8}
+	w.refl = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, (*viewStore)(w),
+		cache.ReflectorOptions{Name: "bound-object view " + gvr.Resource, TypeDescription: gvr.Resource, Backoff: backoff})
+	return w
 }
 
-func (w *watched) opened() {
+// watchGrace is how long past its timeout a watch may stay open before the
+// view ends it as failed.
+const watchGrace = 2 * time.Second
+
+// listing records that a list begins at t: once applied, the store holds
+// every change made before t.
+func (w *watched) listing(t time.Time) {
 	w.mu.Lock()
-	w.open++
+	w.listed = t
 	w.mu.Unlock()
 }
 
-func (w *watched) closed(now time.Time) {
-	w.mu.Lock()
-	w.open--
-	w.closedAt = now
-	w.mu.Unlock()
-}
-
-// brokenFor is how long no watch has been open: zero while one is.
-func (w *watched) brokenFor(now time.Time) time.Duration {
+// vouch records that the store holds every change made before t.
+func (w *watched) vouch(t time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.open > 0 {
-		return 0
+	if t.After(w.vouched) {
+		w.vouched = t
 	}
-	return max(now.Sub(w.closedAt), time.Nanosecond)
+	if !w.failed.IsZero() && w.vouched.After(w.failed) {
+		w.failed = time.Time{}
+	}
 }
 
-// observed passes a watch's events on and calls closed once, when the
-// watch's result channel closes or the watch is stopped.
+// fail records that a watch failed at t: the view does not answer until
+// a bookmark or a list proves it current after t.
+func (w *watched) fail(t time.Time) {
+	w.failures.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed.IsZero() {
+		w.failed = t
+	}
+}
+
+// state is what the view can vouch for at now: whether it has listed,
+// since when it cannot vouch (zero: it can), and since when its store is
+// known complete.
+func (w *watched) state(now time.Time, maxBreak time.Duration) (synced bool, brokenSince, vouched time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return false, time.Time{}, w.vouched
+	}
+	stale := w.vouched.Add(maxBreak)
+	switch {
+	case !w.failed.IsZero() && w.failed.Before(stale):
+		return true, w.failed, w.vouched
+	case !now.Before(stale):
+		return true, stale, w.vouched
+	}
+	return true, time.Time{}, w.vouched
+}
+
+// observed passes a watch's events on, notes its bookmarks, and when the
+// watch ends, records a failure unless the server ended it at its
+// deadline after a bookmark — the way the API server ends a healthy
+// watch (one still open at its deadline plus watchGrace, ended here, has
+// failed).
 type observed struct {
 	inner watch.Interface
 	out   chan watch.Event
@@ -248,11 +320,21 @@ type observed struct {
 	once  sync.Once
 }
 
-func observe(inner watch.Interface, closed func()) watch.Interface {
+func (w *watched) observe(wctx context.Context, inner watch.Interface, opened time.Time, cancel context.CancelFunc) watch.Interface {
 	o := &observed{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
+		defer cancel()
 		defer close(o.out)
-		defer closed()
+		bookmarked, stopped := false, false
+		defer func() {
+			// Stopped by the reflector (the process stopping, or an
+			// event it would not take): not the network's doing, but
+			// the store is not proven current past this watch either.
+			ended := w.now()
+			if stopped || !bookmarked || ended.Sub(opened) < w.timeout-time.Second || wctx.Err() != nil {
+				w.fail(ended)
+			}
+		}()
 		for {
 			select {
 			case ev, ok := <-inner.ResultChan():
@@ -261,10 +343,17 @@ func observe(inner watch.Interface, closed func()) watch.Interface {
 				}
 				select {
 				case o.out <- ev:
+					// Handed over: the reflector has applied every event
+					// before this one to the store.
+					if ev.Type == watch.Bookmark {
+						bookmarked = true
+					}
 				case <-o.stop:
+					stopped = true
 					return
 				}
 			case <-o.stop:
+				stopped = true
 				return
 			}
 		}
@@ -281,35 +370,145 @@ func (o *observed) Stop() {
 	})
 }
 
-// Start runs the watches until ctx ends.
-func (b *Bound) Start(ctx context.Context) error {
-	go b.pods.inf.RunWithContext(ctx)
-	go b.accounts.inf.RunWithContext(ctx)
-	<-ctx.Done()
+// viewStore is the store the reflector fills: it keeps the slimmed
+// objects, remembers the UIDs it sees go, and learns from lists and
+// bookmarks how current it is.
+type viewStore watched
+
+var (
+	_ cache.ReflectorStore         = (*viewStore)(nil)
+	_ cache.ReflectorBookmarkStore = (*viewStore)(nil)
+)
+
+func (s *viewStore) Add(obj any) error    { return s.put(obj) }
+func (s *viewStore) Update(obj any) error { return s.put(obj) }
+
+func (s *viewStore) put(obj any) error {
+	w := (*watched)(s)
+	m := slim(obj)
+	if m == nil {
+		return fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
+	}
+	key := m.Namespace + "/" + m.Name
+	if old, ok, _ := w.store.GetByKey(key); ok {
+		if u := uidOf(old); u != string(m.UID) {
+			w.bury(u, w.now())
+		}
+	} else {
+		w.held.Add(1)
+	}
+	return w.store.Add(m)
+}
+
+func (s *viewStore) Delete(obj any) error {
+	w := (*watched)(s)
+	m := slim(obj)
+	if m == nil {
+		return fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
+	}
+	key := m.Namespace + "/" + m.Name
+	if old, ok, _ := w.store.GetByKey(key); ok {
+		w.held.Add(-1)
+		w.bury(uidOf(old), w.now())
+		if err := w.store.Delete(old); err != nil {
+			return err
+		}
+	}
+	w.bury(string(m.UID), w.now())
 	return nil
 }
 
-// synced reports whether both watches have listed once.
-func (b *Bound) synced() bool { return b.pods.inf.HasSynced() && b.accounts.inf.HasSynced() }
-
-// lag is how long the longer-broken watch has been closed: zero while both
-// are open.
-func (b *Bound) lag() time.Duration {
-	now := b.now()
-	return max(b.pods.brokenFor(now), b.accounts.brokenFor(now))
+// Replace applies a list: what the store held and the list lacks (or holds
+// under another UID) was deleted meanwhile.
+func (s *viewStore) Replace(list []any, rv string) error {
+	w := (*watched)(s)
+	items := make([]any, 0, len(list))
+	uids := make(map[string]string, len(list))
+	for _, obj := range list {
+		m := slim(obj)
+		if m == nil {
+			return fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
+		}
+		items = append(items, m)
+		uids[m.Namespace+"/"+m.Name] = string(m.UID)
+	}
+	now := w.now()
+	for _, old := range w.store.List() {
+		m := old.(*metav1.PartialObjectMetadata)
+		if uids[m.Namespace+"/"+m.Name] != string(m.UID) {
+			w.bury(string(m.UID), now)
+		}
+	}
+	if err := w.store.Replace(items, rv); err != nil {
+		return err
+	}
+	w.held.Store(int64(len(items)))
+	w.mu.Lock()
+	w.synced = true
+	listed := w.listed
+	w.mu.Unlock()
+	w.vouch(listed)
+	return nil
 }
 
-// Healthy reports whether the view answers: both watches synced, and
-// neither closed for longer than MaxWatchBreak.
-func (b *Bound) Healthy() bool { return b.synced() && b.lag() <= b.maxBreak }
+// Bookmark: every event the watch sent before it is in the store.
+func (s *viewStore) Bookmark(string) error {
+	w := (*watched)(s)
+	w.vouch(w.now())
+	return nil
+}
+
+func (s *viewStore) Resync() error { return nil }
+
+// Start runs the watches until ctx ends.
+func (b *Bound) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, w := range []*watched{b.pods, b.accounts} {
+		wg.Go(func() { w.refl.RunWithContext(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// view is what the two resources together can vouch for at now.
+type view struct {
+	synced bool
+	// brokenSince: since when the view cannot vouch (zero: it can).
+	brokenSince time.Time
+	// vouched: the store holds every change made before it.
+	vouched time.Time
+}
+
+func (b *Bound) view(now time.Time) view {
+	ps, pb, pv := b.pods.state(now, b.maxBreak)
+	as, ab, av := b.accounts.state(now, b.maxBreak)
+	v := view{synced: ps && as, vouched: pv, brokenSince: pb}
+	if av.Before(v.vouched) {
+		v.vouched = av
+	}
+	if !ab.IsZero() && (v.brokenSince.IsZero() || ab.Before(v.brokenSince)) {
+		v.brokenSince = ab
+	}
+	return v
+}
+
+func (v view) answers() bool { return v.synced && v.brokenSince.IsZero() }
+
+// Healthy reports whether the view answers: both resources listed, proven
+// current within MaxWatchBreak, and no watch failed since.
+func (b *Bound) Healthy() bool { return b.view(b.now()).answers() }
 
 // Stats returns the counts so far and the view's state.
 func (b *Bound) Stats() BoundStats {
+	now := b.now()
+	v := b.view(now)
+	lag := max(now.Sub(cmp.Or(v.vouched, b.made)), 0)
 	return BoundStats{
 		Answered: b.stats.answered.Load(), Gone: b.stats.gone.Load(),
 		Unsynced: b.stats.unsynced.Load(), Broken: b.stats.broken.Load(), Unanswerable: b.stats.unanswerable.Load(), Unknown: b.stats.unknown.Load(),
-		Pods: int(b.pods.held.Load()), ServiceAccounts: int(b.accounts.held.Load()),
-		Synced: b.synced(), Lag: b.lag(),
+		WatchFailures: b.pods.failures.Load() + b.accounts.failures.Load(),
+		Pods:          int(b.pods.held.Load()), ServiceAccounts: int(b.accounts.held.Load()),
+		Synced: v.synced, Answering: v.answers(), Lag: lag,
 	}
 }
 
@@ -329,12 +528,13 @@ func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, 
 		return nil, err
 	}
 	var fallback *atomic.Uint64
+	v := b.view(b.now())
 	switch {
 	case !b.answers(c):
 		fallback = &b.stats.unanswerable
-	case !b.synced():
+	case !v.synced:
 		fallback = &b.stats.unsynced
-	case b.lag() > b.maxBreak:
+	case !v.answers():
 		fallback = &b.stats.broken
 	default:
 		sa, pod, err := b.look(c)
@@ -380,17 +580,41 @@ func (b *Bound) look(c *authn.Caller) (sa, pod presence, err error) {
 	return sa, pod, err
 }
 
-// Revoked tells the verdict cache, on every hit, that a caller it holds
-// is bound to a service account or pod the view has seen go: the token is
-// refused within the watch's delay, not the cache's TTL. When the view
-// cannot answer (unsynced, broken, not its pod), the cached verdict stands
-// as it would under TokenReview.
-func (b *Bound) Revoked(c *authn.Caller) error {
-	if !b.answers(c) || !b.Healthy() {
+// Revoked tells the verdict cache, on every hit, whether a verdict it
+// holds for c, reached by a verification that began at verified, still
+// stands:
+//   - while the view answers: refused when c's service account or pod is
+//     gone; asked again when the view, current since after that
+//     verification, does not know them (deleted before the view listed,
+//     or replaced); else it stands;
+//   - while the view cannot vouch (unsynced, a watch failed, no proof
+//     within MaxWatchBreak): a verdict reached after the view stopped
+//     vouching (a TokenReview's) stands for MaxWatchBreak; any other —
+//     the view's own, or older — is asked again, and so reviewed.
+//
+// So a token of an object deleted at t is accepted from the cache no
+// later than t + MaxWatchBreak either. Callers the view cannot answer for
+// keep their verdicts as under TokenReview.
+func (b *Bound) Revoked(c *authn.Caller, verified time.Time) error {
+	if !b.answers(c) {
 		return nil
 	}
-	_, _, err := b.look(c)
-	return err
+	now := b.now()
+	v := b.view(now)
+	if !v.answers() {
+		if verified.Before(v.brokenSince) || now.Sub(verified) > b.maxBreak {
+			return authn.ErrReverify
+		}
+		return nil
+	}
+	sa, pod, err := b.look(c)
+	switch {
+	case err != nil:
+		return err
+	case (sa == unknown || pod == unknown) && verified.Before(v.vouched):
+		return authn.ErrReverify
+	}
+	return nil
 }
 
 // What the view knows of a bound object.
@@ -416,7 +640,7 @@ func (w *watched) find(ns, name, uid string, now time.Time) presence {
 	if w.deleted(uid) {
 		return gone
 	}
-	obj, ok, err := w.inf.GetStore().GetByKey(ns + "/" + name)
+	obj, ok, err := w.store.GetByKey(ns + "/" + name)
 	if err != nil || !ok {
 		return unknown
 	}
@@ -469,17 +693,20 @@ func (w *watched) deleted(uid string) bool {
 }
 
 // slim keeps of an object's metadata what the view reads — name,
-// namespace, UID, deletion timestamp — and the resource version the
-// informer needs: labels, annotations, owner references and managed fields
-// would cost memory per object for nothing.
-func slim(obj any) (any, error) {
+// namespace, UID, deletion timestamp — and the resource version:
+// labels, annotations, owner references and managed fields would cost
+// memory per object for nothing. Nil for anything but object metadata.
+func slim(obj any) *metav1.PartialObjectMetadata {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
-		return obj, nil
+		return nil
 	}
 	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
-	}}, nil
+	}}
 }
 
 // uidOf is the UID of an informer's object, or of the last state of one

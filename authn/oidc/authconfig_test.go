@@ -229,7 +229,7 @@ func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
 		t.Fatalf("per-issuer metrics %v", got)
 	}
 	// An issuer removed: its callers' cached verdicts are revoked.
-	if r.Revoked(&authn.Caller{Issuer: "https://idp.tenant-a.example"}) != nil || r.Revoked(&authn.Caller{Issuer: "https://gone.example"}) == nil {
+	if r.Revoked(&authn.Caller{Issuer: "https://idp.tenant-a.example"}, time.Now()) != nil || r.Revoked(&authn.Caller{Issuer: "https://gone.example"}, time.Now()) == nil {
 		t.Fatal("Revoked")
 	}
 }

@@ -127,7 +127,7 @@ func (r *Reloading) Authenticate(ctx context.Context, tok string) (*authn.Caller
 // Revoked refuses a cached caller whose issuer a reload removed; a caller
 // of an issuer still configured keeps its cached verdict (for the cache's
 // TTL at most).
-func (r *Reloading) Revoked(c *authn.Caller) error {
+func (r *Reloading) Revoked(c *authn.Caller, _ time.Time) error {
 	if c.Issuer != "" && !r.current.Load().issuers[c.Issuer] {
 		return authn.Fail(authn.TokenInvalid, "issuer %q is no longer in the authentication configuration", c.Issuer)
 	}

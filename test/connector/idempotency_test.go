@@ -57,7 +57,9 @@ func TestRetryAfterACutPastTheCommit(t *testing.T) {
 	}
 	proxy.Cut() // the answer is lost with the connection
 	proxy.HoldReplies(false)
-	proxy.Mend()
+	if err := proxy.Mend(); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("the retrying publisher: %v", err)
 	}

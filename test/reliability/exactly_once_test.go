@@ -133,7 +133,9 @@ func exactlyOnce(t *testing.T, role, store string) {
 		time.Sleep(200 * time.Millisecond) // requests go through, are stored; no answer comes back
 		proxy.Cut()
 		proxy.HoldReplies(false)
-		proxy.Mend()
+		if err := proxy.Mend(); err != nil {
+			t.Fatal(err)
+		}
 		cuts++
 	}
 	kill := func() {

@@ -78,7 +78,9 @@ func TestClaimedOnceEndedOnce(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 		proxy.Cut()
 		proxy.HoldReplies(false)
-		proxy.Mend()
+		if err := proxy.Mend(); err != nil {
+			t.Fatal(err)
+		}
 		cuts++
 	}
 	kill := func() {

@@ -12,15 +12,19 @@ import (
 // socket — to a target until it is cut: Cut closes every open connection
 // and refuses new ones (each is closed as soon as it is accepted) until
 // Mend. It breaks a long-lived connection — a watch — the way a network
-// partition or a restarted server does.
+// partition or a restarted server does. Refuse is a harder cut: the port
+// closes, so that dials are refused; HoldReplies a silent one: nothing
+// comes back.
 type Proxy struct {
-	lis     net.Listener
 	network string // of the target: "tcp" or "unix"
+	addr    string
 
-	mu     sync.Mutex
-	target string
-	cut    bool
-	conns  map[net.Conn]struct{}
+	mu      sync.Mutex
+	lis     net.Listener
+	refused bool // the listener is closed until Mend
+	target  string
+	cut     bool
+	conns   map[net.Conn]struct{}
 	// hold swallows what the target sends back (HoldReplies).
 	hold atomic.Bool
 }
@@ -65,13 +69,13 @@ func NewUnixProxy(path, target string) (*Proxy, error) {
 }
 
 func newProxy(lis net.Listener, network, target string) *Proxy {
-	p := &Proxy{lis: lis, network: network, target: target, conns: map[net.Conn]struct{}{}}
-	go p.accept()
+	p := &Proxy{lis: lis, addr: lis.Addr().String(), network: network, target: target, conns: map[net.Conn]struct{}{}}
+	go p.accept(lis)
 	return p
 }
 
 // Addr is the proxy's host:port, or its socket's path.
-func (p *Proxy) Addr() string { return p.lis.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Retarget forwards new connections to target: a server restarted on
 // another port stays behind the same address.
@@ -91,22 +95,47 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Mend forwards new connections again.
-func (p *Proxy) Mend() {
+// Refuse closes the open connections and the listening port itself, so
+// that a dial is refused (ECONNREFUSED), until Mend listens again on the
+// same address.
+func (p *Proxy) Refuse() {
+	p.Cut()
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.refused {
+		p.refused = true
+		_ = p.lis.Close()
+	}
+}
+
+// Mend forwards new connections again (listening again after Refuse).
+func (p *Proxy) Mend() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refused {
+		lis, err := net.Listen(p.lis.Addr().Network(), p.addr)
+		if err != nil {
+			return err
+		}
+		p.lis, p.refused = lis, false
+		go p.accept(lis)
+	}
 	p.cut = false
-	p.mu.Unlock()
+	return nil
 }
 
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() {
+	p.mu.Lock()
 	_ = p.lis.Close()
+	p.refused = true
+	p.mu.Unlock()
 	p.Cut()
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(lis net.Listener) {
 	for {
-		c, err := p.lis.Accept()
+		c, err := lis.Accept()
 		if err != nil {
 			return
 		}
