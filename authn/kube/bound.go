@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,22 +38,26 @@ import (
 // the view cannot vouch for what it holds is reviewed instead: correctness
 // never rests on a stale view.
 //
-// The view vouches only for what has reached its store. Each watch is
-// opened with a short server-side timeout ([BoundConfig.MaxWatchBreak]
-// halved, at least 3 s); the API server sends a bookmark through the watch
-// two seconds before that deadline, and a bookmark applied to the store
-// proves that every change made before the API server sent it is in the
-// store. A list applied to the store proves the same as of the moment the
-// list began. The view answers while both resources were proven current
-// within MaxWatchBreak and no watch has failed since: a watch that fails
-// to open, or ends other than at its deadline after its bookmark (a closed
-// or reset connection, a refused dial, an API server restarting, an empty
-// watch that client-go returns after its own retries, an error event)
-// stops the view at once until a new bookmark or list proves it current
-// again. A partition that says nothing (replies swallowed) stops it at the
-// latest MaxWatchBreak after the last proof: no token of an object
-// deleted at t is accepted from the view after t + MaxWatchBreak, whatever
-// the network does.
+// The view vouches only for what has reached its store, and proves it
+// through the API server itself: every few seconds it asks, for each
+// resource, a consistent list of one object (resourceVersion "", the
+// watch's field selector) — the resource version R that list returns
+// says how far the cluster had got when it was asked at T, and a
+// consistent read also brings the API server's watch cache up to R. Once
+// the store has applied a change, a list or a bookmark at R or later, the
+// watch has delivered everything before T: the view is current as of T.
+// Each watch is opened with a short server-side timeout, so that the API
+// server's bookmark two seconds before the deadline carries the cache's
+// progress even when nothing the view watches changed. The view answers
+// while both resources were proven current within MaxWatchBreak and no
+// watch has failed since: a watch that fails to open or ends before its
+// deadline (a closed or reset connection, a refused dial, an API server
+// restarting, an empty watch that client-go returns after its own
+// retries, an error event), one still open past its deadline (replies
+// swallowed), or a proof that fails stops the view at once until a proof
+// begun after the failure completes. No token of an object deleted at t is
+// accepted from the view after t + MaxWatchBreak, whatever the network
+// does.
 type Bound struct {
 	offline, review authn.Authenticator
 	nodeName        string
@@ -71,23 +76,28 @@ type watched struct {
 	resource string
 	refl     *cache.Reflector
 	store    cache.Store   // slimmed objects, keyed namespace/name
-	timeout  time.Duration // each watch's server-side timeout
+	timeout  time.Duration // each watch's server-side timeout, and the time between proofs
 	now      func() time.Time
 	held     atomic.Int64 // objects in the store (no list per scrape)
 	failures atomic.Uint64
+	// prove asks the API server how far the cluster has got: the resource
+	// version of a consistent list of one object.
+	prove func(ctx context.Context) (uint64, error)
 
 	mu sync.Mutex
 	// synced: a list has been applied to the store.
 	synced bool
-	// vouched: every change made before it is in the store (the arrival of
-	// a bookmark applied in order, or the start of a list applied).
+	// vouched: every change made before it is in the store.
 	vouched time.Time
-	// failed: when a watch failed after vouched (zero: none has); the view
-	// does not answer until vouched passes it.
+	// failed: when a watch or a proof failed after vouched (zero: none
+	// has); the view does not answer until vouched passes it.
 	failed time.Time
-	// listed: when the list being read began.
-	listed time.Time
-	dead   tombstones
+	// applied: the highest resource version the store has applied (an
+	// event, a list or a bookmark); pending: the proofs asked whose
+	// resource version it has not reached yet, oldest first.
+	applied uint64
+	pending []proof
+	dead    tombstones
 }
 
 // DefaultMaxWatchBreak is the longest the view answers after it was last
@@ -95,9 +105,20 @@ type watched struct {
 const DefaultMaxWatchBreak = 10 * time.Second
 
 // MinMaxWatchBreak is the least MaxWatchBreak: a watch's timeout is at
-// least 3 s (its bookmark comes 2 s before it), and proofs must arrive
-// more often than the bound.
-const MinMaxWatchBreak = 5 * time.Second
+// least 3 s (its bookmark comes 2 s before it), and a proof asked every
+// 3 s may wait a watch's timeout for that bookmark, all within the bound.
+const MinMaxWatchBreak = 8 * time.Second
+
+// proof is a consistent list's answer: the cluster had reached resource
+// version rv when it was asked at at.
+type proof struct {
+	at time.Time
+	rv uint64
+}
+
+// maxPending bounds the proofs waiting for the store; the oldest is
+// dropped first (a later one proves more).
+const maxPending = 8
 
 // BoundConfig configures [NewBound].
 type BoundConfig struct {
@@ -112,12 +133,12 @@ type BoundConfig struct {
 	// to pods of other nodes are reviewed.
 	NodeName string
 	// MaxWatchBreak is the longest the view answers after it was last
-	// proven current (a bookmark or a list applied); it also bounds how
-	// long a verdict the cache holds stands while the view cannot vouch.
-	// Each watch is opened with a server-side timeout of half of it (at
-	// least 3 s), so that the API server's bookmark before that deadline
-	// proves the view current at least that often. Default
-	// DefaultMaxWatchBreak; at least MinMaxWatchBreak.
+	// proven current; it also bounds how long a verdict the cache holds
+	// stands while the view cannot vouch. Proofs are asked, and each watch
+	// is opened with a server-side timeout, every WatchTimeout(MaxWatchBreak)
+	// (a bound less two seconds, halved; at least 3 s), so that a proof
+	// completes within the bound. Default DefaultMaxWatchBreak; at least
+	// MinMaxWatchBreak.
 	MaxWatchBreak time.Duration
 	// Tombstones is how long the UID of an object the watch saw deleted is
 	// remembered, so that its tokens are refused without a review; after
@@ -179,7 +200,7 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	case cfg.Offline == nil || cfg.Review == nil:
 		return nil, errors.New("kube: the bound-object view needs an offline verifier and a reviewer")
 	case cfg.MaxWatchBreak != 0 && cfg.MaxWatchBreak < MinMaxWatchBreak:
-		return nil, fmt.Errorf("kube: a watch break bound of %s cannot be kept: the API server proves a watch current at most every 3 s; want %s or more", cfg.MaxWatchBreak, MinMaxWatchBreak)
+		return nil, fmt.Errorf("kube: a watch break bound of %s cannot be kept: a proof through the API server takes up to 6 s; want %s or more", cfg.MaxWatchBreak, MinMaxWatchBreak)
 	}
 	if cfg.MaxWatchBreak <= 0 {
 		cfg.MaxWatchBreak = DefaultMaxWatchBreak
@@ -203,10 +224,13 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	return b, nil
 }
 
-// WatchTimeout is the server-side timeout of each watch under maxBreak:
-// half of it in whole seconds, at least 3 s.
+// WatchTimeout is the server-side timeout of each watch under maxBreak,
+// and the time between two proofs: the bound less 2 s, halved, in whole
+// seconds, at least 3 s. A proof asked at T completes by the next
+// bookmark, at most a watch's timeout later: the view is proven current
+// at least every two of them, within the bound.
 func WatchTimeout(maxBreak time.Duration) time.Duration {
-	return max(3*time.Second, (maxBreak / 2).Truncate(time.Second))
+	return max(3*time.Second, ((maxBreak - 2*time.Second) / 2).Truncate(time.Second))
 }
 
 // watch makes a reflector of resource into a store of its own: every
@@ -221,9 +245,6 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 	seconds := int64(w.timeout / time.Second)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			if o.Continue == "" {
-				w.listing(w.now())
-			}
 			o.FieldSelector = fieldSelector
 			return res.List(ctx, o)
 		},
@@ -251,20 +272,95 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 	backoff := &wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: w.timeout, Steps: 8}
 	w.refl = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, (*viewStore)(w),
 		cache.ReflectorOptions{Name: "bound-object view " + gvr.Resource, TypeDescription: gvr.Resource, Backoff: backoff})
+	w.prove = func(ctx context.Context) (uint64, error) {
+		// resourceVersion "": a consistent read, which the API server
+		// serves only once its watch cache has caught up with etcd.
+		l, err := res.List(ctx, metav1.ListOptions{FieldSelector: fieldSelector, Limit: 1})
+		if err != nil {
+			return 0, err
+		}
+		return parseRV(l.ResourceVersion)
+	}
 	return w
+}
+
+// parseRV reads a resource version. Resource versions are opaque to
+// clients, but the API server's are etcd revisions, compared as numbers by
+// its own watch cache; one that is not cannot be compared, and the view
+// does not vouch for a store it cannot compare.
+func parseRV(rv string) (uint64, error) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("kube: resource version %q is not a number; the bound-object view cannot tell how current it is", rv)
+	}
+	return n, nil
+}
+
+// proving asks for a proof every timeout until ctx ends.
+func (w *watched) proving(ctx context.Context) {
+	t := time.NewTicker(w.timeout)
+	defer t.Stop()
+	for {
+		at := w.now()
+		pctx, cancel := context.WithTimeout(ctx, w.timeout)
+		rv, err := w.prove(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			w.fail(w.now())
+		default:
+			w.proved(proof{at: at, rv: rv})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// proved records a proof; it vouches for the store as soon as the store
+// has applied its resource version.
+func (w *watched) proved(p proof) {
+	w.mu.Lock()
+	if w.applied < p.rv {
+		if len(w.pending) == maxPending {
+			w.pending = append(w.pending[:0], w.pending[1:]...)
+		}
+		w.pending = append(w.pending, p)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	w.vouch(p.at)
+}
+
+// reached records that the store has applied resource version rv, and
+// vouches for it as of the latest proof that rv completes.
+func (w *watched) reached(rv string) {
+	n, err := parseRV(rv)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.applied = max(w.applied, n)
+	var at time.Time
+	i := 0
+	for ; i < len(w.pending) && w.pending[i].rv <= w.applied; i++ {
+		at = w.pending[i].at
+	}
+	w.pending = append(w.pending[:0], w.pending[i:]...)
+	w.mu.Unlock()
+	if !at.IsZero() {
+		w.vouch(at)
+	}
 }
 
 // watchGrace is how long past its timeout a watch may stay open before the
 // view ends it as failed.
 const watchGrace = 2 * time.Second
-
-// listing records that a list begins at t: once applied, the store holds
-// every change made before t.
-func (w *watched) listing(t time.Time) {
-	w.mu.Lock()
-	w.listed = t
-	w.mu.Unlock()
-}
 
 // vouch records that the store holds every change made before t.
 func (w *watched) vouch(t time.Time) {
@@ -278,8 +374,8 @@ func (w *watched) vouch(t time.Time) {
 	}
 }
 
-// fail records that a watch failed at t: the view does not answer until
-// a bookmark or a list proves it current after t.
+// fail records that a watch or a proof failed at t: the view does not
+// answer until a proof asked after t completes.
 func (w *watched) fail(t time.Time) {
 	w.failures.Add(1)
 	w.mu.Lock()
@@ -308,11 +404,11 @@ func (w *watched) state(now time.Time, maxBreak time.Duration) (synced bool, bro
 	return true, time.Time{}, w.vouched
 }
 
-// observed passes a watch's events on, notes its bookmarks, and when the
-// watch ends, records a failure unless the server ended it at its
-// deadline after a bookmark — the way the API server ends a healthy
-// watch (one still open at its deadline plus watchGrace, ended here, has
-// failed).
+// observed passes a watch's events on and, when the watch ends, records a
+// failure unless the server ended it at its deadline — the way the API
+// server ends a healthy watch (one still open at its deadline plus
+// watchGrace, ended here, has failed; so has one that ends early, as
+// client-go's empty watch does at once).
 type observed struct {
 	inner watch.Interface
 	out   chan watch.Event
@@ -325,13 +421,13 @@ func (w *watched) observe(wctx context.Context, inner watch.Interface, opened ti
 	go func() {
 		defer cancel()
 		defer close(o.out)
-		bookmarked, stopped := false, false
+		stopped := false
 		defer func() {
 			// Stopped by the reflector (the process stopping, or an
 			// event it would not take): not the network's doing, but
 			// the store is not proven current past this watch either.
 			ended := w.now()
-			if stopped || !bookmarked || ended.Sub(opened) < w.timeout-time.Second || wctx.Err() != nil {
+			if stopped || ended.Sub(opened) < w.timeout-time.Second || wctx.Err() != nil {
 				w.fail(ended)
 			}
 		}()
@@ -343,11 +439,6 @@ func (w *watched) observe(wctx context.Context, inner watch.Interface, opened ti
 				}
 				select {
 				case o.out <- ev:
-					// Handed over: the reflector has applied every event
-					// before this one to the store.
-					if ev.Type == watch.Bookmark {
-						bookmarked = true
-					}
 				case <-o.stop:
 					stopped = true
 					return
@@ -397,7 +488,11 @@ func (s *viewStore) put(obj any) error {
 	} else {
 		w.held.Add(1)
 	}
-	return w.store.Add(m)
+	if err := w.store.Add(m); err != nil {
+		return err
+	}
+	w.reached(m.ResourceVersion)
+	return nil
 }
 
 func (s *viewStore) Delete(obj any) error {
@@ -415,6 +510,7 @@ func (s *viewStore) Delete(obj any) error {
 		}
 	}
 	w.bury(string(m.UID), w.now())
+	w.reached(m.ResourceVersion)
 	return nil
 }
 
@@ -445,26 +541,25 @@ func (s *viewStore) Replace(list []any, rv string) error {
 	w.held.Store(int64(len(items)))
 	w.mu.Lock()
 	w.synced = true
-	listed := w.listed
 	w.mu.Unlock()
-	w.vouch(listed)
+	w.reached(rv)
 	return nil
 }
 
-// Bookmark: every event the watch sent before it is in the store.
-func (s *viewStore) Bookmark(string) error {
-	w := (*watched)(s)
-	w.vouch(w.now())
+// Bookmark: every change the watch sends up to rv is in the store.
+func (s *viewStore) Bookmark(rv string) error {
+	(*watched)(s).reached(rv)
 	return nil
 }
 
 func (s *viewStore) Resync() error { return nil }
 
-// Start runs the watches until ctx ends.
+// Start runs the watches and their proofs until ctx ends.
 func (b *Bound) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, w := range []*watched{b.pods, b.accounts} {
 		wg.Go(func() { w.refl.RunWithContext(ctx) })
+		wg.Go(func() { w.proving(ctx) })
 	}
 	wg.Wait()
 	return nil

@@ -149,16 +149,16 @@ func TestBoundAnswersFromTheWatch(t *testing.T) {
 	}
 }
 
-// TestBoundRefusesABoundTooShortToKeep: the API server proves a watch
-// current at most every 3 s, so a bound under 5 s is refused when the
-// view is built, naming the least.
+// TestBoundRefusesABoundTooShortToKeep: a proof through the API server
+// takes up to two watch timeouts of at least 3 s, so a bound under 8 s is
+// refused when the view is built, naming the least.
 func TestBoundRefusesABoundTooShortToKeep(t *testing.T) {
 	none := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return nil, nil })
 	_, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(&rest.Config{Host: "https://127.0.0.1:1"}), Offline: none, Review: none, MaxWatchBreak: time.Second})
-	if err == nil || !strings.Contains(err.Error(), "1s") || !strings.Contains(err.Error(), "5s or more") {
+	if err == nil || !strings.Contains(err.Error(), "1s") || !strings.Contains(err.Error(), "8s or more") {
 		t.Fatalf("NewBound with a 1 s bound: %v", err)
 	}
-	for _, tc := range []struct{ bound, want time.Duration }{{5 * time.Second, 3 * time.Second}, {10 * time.Second, 5 * time.Second}, {11 * time.Second, 5 * time.Second}, {time.Minute, 30 * time.Second}} {
+	for _, tc := range []struct{ bound, want time.Duration }{{8 * time.Second, 3 * time.Second}, {10 * time.Second, 4 * time.Second}, {11 * time.Second, 4 * time.Second}, {time.Minute, 29 * time.Second}} {
 		if got := kube.WatchTimeout(tc.bound); got != tc.want {
 			t.Errorf("WatchTimeout(%s) = %s; want %s", tc.bound, got, tc.want)
 		}

@@ -41,10 +41,17 @@ type Stats struct {
 	// UnknownKid counts tokens naming a kid that was not among the keys,
 	// answered validator_unavailable while a refetch could not yet run.
 	UnknownKid uint64
+	// SignatureRefetches counts tokens whose signature failed under the
+	// keys of their kid (or under every key, without a kid) and that had
+	// the keys fetched again — an issuer that rotated a key under the
+	// same kid; SignatureRefetchesLimited those refused because a fetch
+	// had run less than RefreshMinInterval before.
+	SignatureRefetches, SignatureRefetchesLimited uint64
 }
 
 type counters struct {
 	fetches, fetchFailures, keysIgnored, staleRefusals, unknownKid atomic.Uint64
+	signatureRefetches, signatureRefetchesLimited                  atomic.Uint64
 }
 
 // keySet holds one issuer's verification keys and fetches them: through
@@ -79,8 +86,32 @@ func (k *keySet) snapshot() (keys []jose.JSONWebKey, fetched, attempt time.Time)
 
 // lookup returns the keys that may have signed a token with this kid (all
 // keys when kid is empty; every key of that kid, RFC 7517 §4.5 allowing
-// several of different types).
-func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
+// several of different types), and when they were fetched.
+
+// again returns the keys of kid to try once more for a token whose
+// signature none of the keys fetched at used verified: the issuer may
+// have rotated a key under the same kid, or signs without one. Keys
+// fetched since used are tried as they are; else they are fetched again,
+// at most once per RefreshMinInterval as for an unknown kid. ok is false
+// when there is nothing new to try.
+func (k *keySet) again(ctx context.Context, kid string, used time.Time) (keys []jose.JSONWebKey, ok bool) {
+	keys, fetched, attempt := k.snapshot()
+	if fetched.After(used) {
+		return match(keys, kid), true
+	}
+	if k.cfg.Now().Sub(attempt) < k.cfg.RefreshMinInterval {
+		k.stats.signatureRefetchesLimited.Add(1)
+		return nil, false
+	}
+	k.stats.signatureRefetches.Add(1)
+	if err := k.refresh(ctx); err != nil {
+		return nil, false
+	}
+	keys, fetched, _ = k.snapshot()
+	return match(keys, kid), fetched.After(used)
+}
+
+func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, time.Time, error) {
 	now := k.cfg.Now()
 	_, fetched, attempt := k.snapshot()
 	// A failing issuer is asked again at most ten times per
@@ -89,10 +120,10 @@ func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 	switch {
 	case fetched.IsZero():
 		if !mayFetch {
-			return nil, k.lastErr()
+			return nil, time.Time{}, k.lastErr()
 		}
 		if err := k.refresh(ctx); err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 	case now.Sub(fetched) >= k.cfg.MaxKeyAge && mayFetch:
 		_ = k.refresh(ctx) // on failure the last keys stand, within MaxStaleKeys
@@ -100,29 +131,29 @@ func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 	keys, fetched, attempt := k.snapshot()
 	if age := now.Sub(fetched); age >= k.cfg.MaxStaleKeys {
 		k.stats.staleRefusals.Add(1)
-		return nil, authn.Fail(authn.ValidatorUnavailable, "the keys of %s were last fetched %s ago, longer than they are trusted while fetches fail (%s): %v",
+		return nil, time.Time{}, authn.Fail(authn.ValidatorUnavailable, "the keys of %s were last fetched %s ago, longer than they are trusted while fetches fail (%s): %v",
 			k.ic.Issuer, age.Round(time.Second), k.cfg.MaxStaleKeys, k.lastErr())
 	}
 	if found := match(keys, kid); len(found) > 0 {
-		return found, nil
+		return found, fetched, nil
 	}
 	// An unknown kid is not evidence against the caller: the issuer may
 	// have published the key since the last fetch.
 	if now.Sub(attempt) < k.cfg.RefreshMinInterval {
 		k.stats.unknownKid.Add(1)
-		return nil, authn.Fail(authn.ValidatorUnavailable, "no key with kid %q among the keys of %s fetched %s ago; they are fetched again at most every %s (retry)",
+		return nil, time.Time{}, authn.Fail(authn.ValidatorUnavailable, "no key with kid %q among the keys of %s fetched %s ago; they are fetched again at most every %s (retry)",
 			kid, k.ic.Issuer, now.Sub(attempt).Round(time.Millisecond), k.cfg.RefreshMinInterval)
 	}
 	if err := k.refresh(ctx); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	keys, _, _ = k.snapshot()
+	keys, fetched, _ = k.snapshot()
 	if found := match(keys, kid); len(found) > 0 {
-		return found, nil
+		return found, fetched, nil
 	}
 	// Not published by a fetch made just now: refused, but never cached as
 	// a verdict (it may be published a moment later).
-	return nil, &authn.Error{Reason: authn.TokenInvalid, Uncacheable: true, Err: fmt.Errorf("no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)}
+	return nil, time.Time{}, &authn.Error{Reason: authn.TokenInvalid, Uncacheable: true, Err: fmt.Errorf("no key with kid %q in the JWKS of %s", kid, k.ic.Issuer)}
 }
 
 // match returns the keys whose kid is kid (every key when kid is ""). One

@@ -36,13 +36,18 @@ func keySetCollectors(prefix string, stats func() Stats) []prometheus.Collector 
 			func(s Stats) uint64 { return s.StaleRefusals }, nil),
 		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys, answered validator_unavailable (retryable) until the keys may be fetched again.",
 			func(s Stats) uint64 { return s.UnknownKid }, nil),
+		counter("_caller_jwks_signature_refetches_total", "Tokens whose signature failed under the keys of their kid (or under every key, without a kid), by result: fetched (the keys were fetched again and tried once more: an issuer rotating a key under the same kid), limited (refused token_invalid, not cached, because a fetch ran less than the refresh interval before): a rising count outside a rotation is forged tokens.",
+			func(s Stats) uint64 { return s.SignatureRefetches }, prometheus.Labels{"result": "fetched"}),
+		counter("_caller_jwks_signature_refetches_total", "Tokens whose signature failed under the keys of their kid (or under every key, without a kid), by result: fetched (the keys were fetched again and tried once more: an issuer rotating a key under the same kid), limited (refused token_invalid, not cached, because a fetch ran less than the refresh interval before): a rising count outside a rotation is forged tokens.",
+			func(s Stats) uint64 { return s.SignatureRefetchesLimited }, prometheus.Labels{"result": "limited"}),
 	}
 }
 
 // add sums two counts.
 func (s Stats) add(o Stats) Stats {
 	return Stats{Fetches: s.Fetches + o.Fetches, FetchFailures: s.FetchFailures + o.FetchFailures, KeysIgnored: s.KeysIgnored + o.KeysIgnored,
-		StaleRefusals: s.StaleRefusals + o.StaleRefusals, UnknownKid: s.UnknownKid + o.UnknownKid}
+		StaleRefusals: s.StaleRefusals + o.StaleRefusals, UnknownKid: s.UnknownKid + o.UnknownKid,
+		SignatureRefetches: s.SignatureRefetches + o.SignatureRefetches, SignatureRefetchesLimited: s.SignatureRefetchesLimited + o.SignatureRefetchesLimited}
 }
 
 // issuerMetrics are the per-issuer series, in the API server's shape

@@ -28,7 +28,8 @@ type Authenticator struct {
 // Stats returns what the key sets did so far.
 func (a *Authenticator) Stats() Stats {
 	return Stats{Fetches: a.stats.fetches.Load(), FetchFailures: a.stats.fetchFailures.Load(), KeysIgnored: a.stats.keysIgnored.Load(),
-		StaleRefusals: a.stats.staleRefusals.Load(), UnknownKid: a.stats.unknownKid.Load()}
+		StaleRefusals: a.stats.staleRefusals.Load(), UnknownKid: a.stats.unknownKid.Load(),
+		SignatureRefetches: a.stats.signatureRefetches.Load(), SignatureRefetchesLimited: a.stats.signatureRefetchesLimited.Load()}
 }
 
 type issuer struct {
@@ -192,12 +193,24 @@ func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw
 		}
 		return nil, authn.Fail(authn.TokenInvalid, "malformed JWT or algorithm not allowed for %s (%s): %v", iss.cfg.Issuer, strings.Join(iss.algs, ", "), err)
 	}
-	keys, err := iss.keys.lookup(ctx, jws.kid)
+	keys, fetched, err := iss.keys.lookup(ctx, jws.kid)
 	if err != nil {
 		return nil, err
 	}
 	if !verifyAny(&jws, keys) {
-		return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys (alg %s, kid %q)", jws.alg, jws.kid)
+		// The issuer may have rotated the key under the same kid (or signs
+		// without one): the keys are fetched again, rate-limited as for
+		// an unknown kid, and tried once more.
+		again, ok := iss.keys.again(ctx, jws.kid, fetched)
+		if !ok {
+			// Not cached as a verdict: a fetch allowed a moment later may
+			// publish the key.
+			return nil, &authn.Error{Reason: authn.TokenInvalid, Uncacheable: true,
+				Err: fmt.Errorf("signature does not verify with the issuer's keys (alg %s, kid %q); they were fetched less than %s ago", jws.alg, jws.kid, a.cfg.RefreshMinInterval)}
+		}
+		if !verifyAny(&jws, again) {
+			return nil, authn.Fail(authn.TokenInvalid, "signature does not verify with the issuer's keys, fetched again just now (alg %s, kid %q)", jws.alg, jws.kid)
+		}
 	}
 	// The claims are read from the payload segment of the very signing
 	// input that verified; a second "iss" is refused there.

@@ -90,9 +90,9 @@ type AuthOptions struct {
 	// soon as the watch delivers the deletion. With ReviewInterval too, a
 	// credential is also reviewed at first sight and once per interval.
 	WatchBoundObjects bool
-	// WatchMaxBreak is how long the bound-object view still answers after
-	// a watch connection closed (kube.BoundConfig.MaxWatchBreak); past it,
-	// every token is reviewed until the watch is back. Zero: the default.
+	// WatchMaxBreak is the longest the bound-object view answers after it
+	// was last proven current (kube.BoundConfig.MaxWatchBreak); a failed
+	// watch stops it at once. Zero: the default; at least 8 s.
 	WatchMaxBreak time.Duration
 	// KeysMaxStale bounds how long cached signing keys are trusted while
 	// every JWKS fetch fails (oidc.Config.MaxStaleKeys), for the oidc
@@ -138,7 +138,7 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
 	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
 	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs RBAC to list and watch pods and serviceaccounts; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
-	f.DurationVar(&a.WatchMaxBreak, "caller-watch-max-break", a.WatchMaxBreak, "--caller-watch-bound-objects: how long the watched view still answers after its watch connection broke; past it, every token is reviewed until the watch is back")
+	f.DurationVar(&a.WatchMaxBreak, "caller-watch-max-break", a.WatchMaxBreak, "--caller-watch-bound-objects: the longest the view answers after it was last proven current through the API server (a consistent list of one object every (bound - 2s)/2, each watch opened with that server-side timeout, so that the API server's bookmark before the deadline completes the proof); a failed watch or proof stops it at once; while it is stopped every token is reviewed, and a cached verdict stands for at most this long (at least 8s)")
 	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 }
 
@@ -237,8 +237,8 @@ func (a AuthOptions) Validate() error {
 	if a.WatchBoundObjects && a.Backend == BackendOIDC {
 		errs = append(errs, errors.New("serve: --caller-watch-bound-objects belongs to --caller-backend tokenreview"))
 	}
-	if a.WatchMaxBreak < 0 {
-		errs = append(errs, fmt.Errorf("serve: --caller-watch-max-break %s: want a positive duration", a.WatchMaxBreak))
+	if a.WatchMaxBreak != 0 && a.WatchMaxBreak < kube.MinMaxWatchBreak {
+		errs = append(errs, fmt.Errorf("serve: --caller-watch-max-break %s: want %s or more (a proof through the API server takes up to 6 s)", a.WatchMaxBreak, kube.MinMaxWatchBreak))
 	}
 	if a.KeysMaxStale < 0 {
 		errs = append(errs, fmt.Errorf("serve: --caller-keys-max-stale %s: want a positive duration", a.KeysMaxStale))

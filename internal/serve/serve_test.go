@@ -140,6 +140,7 @@ func TestOptionsValidate(t *testing.T) {
 		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: -time.Minute}, "--caller-review-interval -1m0s"},
 		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", WatchBoundObjects: true}, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: -time.Second}, "--caller-watch-max-break -1s"},
+		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: 7 * time.Second}, "--caller-watch-max-break 7s: want 8s or more"},
 	} {
 		if err := tt.a.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", tt.a, err, tt.want)

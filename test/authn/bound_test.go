@@ -2,7 +2,9 @@ package authn_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,16 +151,78 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	}
 }
 
-// TestBoundWatchBreakAgainstTheAPIServer: the view's watches reach the
-// real kube-apiserver through a proxy the test cuts. Past MaxWatchBreak
-// every token is reviewed; a pod deleted during the break is refused from
-// the view once the watch is back, and a live pod's token is answered by
-// the view again with no review.
-func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
+// partition is one way the view's watches lose the real API server: cut
+// starts it, heal ends it (returning when the API server can be reached
+// again), observable says the view learns of it from a failed watch, not
+// only from its clock.
+type partition struct {
+	name       string
+	cut, heal  func(t *testing.T, p *faults.Proxy)
+	observable bool
+}
+
+var partitions = []partition{
+	// Every connection closed, each new one closed as it is accepted:
+	// client-go's own watch retries end in an empty watch.
+	{"closed", func(_ *testing.T, p *faults.Proxy) { p.Cut() }, mend, true},
+	// Replies swallowed: nothing says anything is wrong.
+	{"blackhole", func(_ *testing.T, p *faults.Proxy) { p.HoldReplies(true) }, func(t *testing.T, p *faults.Proxy) {
+		p.HoldReplies(false)
+		p.Cut()
+		mend(t, p)
+	}, false},
+	// The port closed: dials refused.
+	{"refused", func(_ *testing.T, p *faults.Proxy) { p.Refuse() }, mend, true},
+	// The API server stopped (SIGTERM, as a rollout does) and started
+	// again: TokenReview is down with it.
+	{"restart", func(t *testing.T, _ *faults.Proxy) {
+		if err := apiserver.StopAPIServer(); err != nil {
+			t.Logf("the API server's exit: %v", err)
+		}
+	}, func(t *testing.T, _ *faults.Proxy) {
+		if err := apiserver.StartAPIServer(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}, true},
+}
+
+func mend(t *testing.T, p *faults.Proxy) {
+	if err := p.Mend(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBoundFailsClosedAgainstTheAPIServer: the view's watches reach the
+// real kube-apiserver through a proxy, with the default bound
+// (kube.DefaultMaxWatchBreak), behind an hour-long verdict cache as a
+// service runs it, and are partitioned four ways: connections closed,
+// replies swallowed, dials refused, the API server restarted. A pod is
+// deleted as the partition begins (before the stop, for the restart) and
+// another once the view has stopped answering (once the API server is
+// back, for the restart). Asserted, probing both tokens every 20 ms from
+// the view and through the cache:
+//   - no token of a deleted pod is accepted later than the bound after
+//     its deletion, nor at all once the view has stopped;
+//   - a partition the watch reports stops the view at once (a failed
+//     watch, its lag still under the bound), and a stopped view never
+//     answers again while the partition lasts;
+//   - while stopped, tokens are reviewed (fallback "broken"; TokenReview's
+//     validator_unavailable while the API server is down);
+//   - after the partition, the view answers only from a state proven after
+//     it stopped, refuses both deleted pods' tokens itself (no review, from
+//     the cache too), and answers a live pod's token with no review.
+func TestBoundFailsClosedAgainstTheAPIServer(t *testing.T) {
 	fixtures(t)
+	for _, p := range partitions {
+		t.Run(p.name, func(t *testing.T) { failsClosedThrough(t, p) })
+	}
+}
+
+func failsClosedThrough(t *testing.T, p partition) {
+	const ns = "matrix"
+	maxBreak := kube.DefaultMaxWatchBreak
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const ns, maxBreak = "matrix", time.Second
 	u, err := url.Parse(apiserver.REST.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -171,77 +235,162 @@ func TestBoundWatchBreakAgainstTheAPIServer(t *testing.T) {
 	watchREST := rest.CopyConfig(apiserver.REST)
 	watchREST.Host = "https://" + proxy.Addr()
 	counting, reviews, offline := reviewerAndOffline(t)
-	b, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(watchREST), Offline: offline, Review: counting, MaxWatchBreak: maxBreak})
+	b, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(watchREST), Offline: offline, Review: counting})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = b.Start(ctx) }()
+	done := make(chan struct{})
+	go func() { _ = b.Start(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	a := authn.NewCache(b, authn.CacheConfig{TTL: time.Hour})
+
 	tokens := map[string]string{}
-	for _, pod := range []string{"break-kept", "break-deleted"} {
-		p, err := apiserver.Pod(ctx, ns, pod, "caller", "node-a")
+	for _, role := range []string{"kept", "early", "late"} {
+		pod := p.name + "-" + role
+		pd, err := apiserver.Pod(ctx, ns, pod, "caller", "node-a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tokens[pod], err = apiserver.Token(ctx, ns, "caller", []string{audience}, 600, p); err != nil {
+		if tokens[role], err = apiserver.Token(ctx, ns, "caller", []string{audience}, 600, pd); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); b.Stats().Pods < 2 || !b.Healthy(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the view never held both pods: %+v", b.Stats())
-		}
-	}
-	check := func(pod string) (int64, error) {
+	fromView := func(role string) (int64, error) {
 		before := reviews.Load()
-		_, err := b.Authenticate(ctx, tokens[pod])
+		_, err := b.Authenticate(ctx, tokens[role])
 		return reviews.Load() - before, err
 	}
-	if n, err := check("break-kept"); err != nil || n != 0 {
-		t.Fatalf("before the break: %v, %d TokenReviews", err, n)
-	}
-
-	proxy.Cut()
-	cut := time.Now()
-	for b.Healthy() {
-		if time.Since(cut) > maxBreak+45*time.Second {
-			t.Fatal("the view still answers 45 s past MaxWatchBreak with its watches cut")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	unhealthy := time.Since(cut)
-	if n, err := check("break-kept"); err != nil || n != 1 {
-		t.Fatalf("with the watch broken: %v, %d TokenReviews; want accepted by one", err, n)
-	}
-	if err := apiserver.Client.CoreV1().Pods(ns).Delete(ctx, "break-deleted", deleteNow()); err != nil {
-		t.Fatal(err)
-	}
-
-	proxy.Mend()
-	mended := time.Now()
-	for !b.Healthy() {
-		if time.Since(mended) > 30*time.Second {
-			t.Fatal("the view did not recover within 30 s of the watch coming back")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	recovered := time.Since(mended)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, err := check("break-deleted")
-		if authn.ReasonOf(err) == authn.TokenInvalid && n == 0 && strings.Contains(err.Error(), "no longer exists") {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n1, e1 := fromView("kept")
+		n2, e2 := fromView("early")
+		n3, e3 := fromView("late")
+		if e1 == nil && e2 == nil && e3 == nil && n1+n2+n3 == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pod deleted during the break, after recovery: %v, %d TokenReviews", err, n)
+			t.Fatalf("the view never answered for the three pods: %v %v %v, stats %+v", e1, e2, e3, b.Stats())
 		}
 	}
-	if n, err := check("break-kept"); err != nil || n != 0 {
-		t.Fatalf("after recovery: %v, %d TokenReviews; want the view's answer", err, n)
+	for _, role := range []string{"kept", "early", "late"} {
+		if _, err := a.Authenticate(ctx, tokens[role]); err != nil { // cached from the view
+			t.Fatal(err)
+		}
+	}
+	del := func(role string) time.Time {
+		t.Helper()
+		if err := apiserver.Client.CoreV1().Pods(ns).Delete(ctx, p.name+"-"+role, deleteNow()); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+
+	// deleted: when each pod was deleted; stopped: when the view stopped
+	// answering; healed: when the partition ended.
+	deleted := map[string]time.Time{}
+	var stopped, healed time.Time
+	var stoppedWith kube.BoundStats
+	probe := func() {
+		t.Helper()
+		now := time.Now()
+		s := b.Stats()
+		switch {
+		case !s.Answering && stopped.IsZero():
+			stopped, stoppedWith = now, s
+		case s.Answering && !stopped.IsZero() && healed.IsZero():
+			t.Fatalf("the view answers again %s after it stopped, the partition still on: %+v", now.Sub(stopped), s)
+		case s.Answering && !healed.IsZero() && s.Lag >= now.Sub(stopped):
+			// A proof asked during the partition may complete after it
+			// (client-go retries the list): it proves the state as of
+			// when it was asked, which is enough — but never a state
+			// from before the view stopped.
+			t.Fatalf("the view answers %s after the partition ended from a state proven %s ago, before it stopped: %+v", now.Sub(healed), s.Lag, s)
+		}
+		for role, at := range deleted {
+			for _, via := range []authn.Authenticator{b, a} {
+				_, err := via.Authenticate(ctx, tokens[role])
+				switch {
+				case err == nil && !stopped.IsZero() && at.After(stopped):
+					t.Fatalf("the %s pod's token accepted %s after its deletion, made once the view had stopped", role, time.Since(at))
+				case err == nil && time.Since(at) > maxBreak:
+					t.Fatalf("the %s pod's token accepted %s after its deletion; the bound is %s", role, time.Since(at), maxBreak)
+				case err != nil && !slices.Contains([]authn.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout}, authn.ReasonOf(err)):
+					t.Fatalf("the %s pod's token: %v", role, err)
+				}
+			}
+		}
+	}
+
+	if p.name == "restart" {
+		deleted["early"] = del("early")
+	}
+	p.cut(t, proxy)
+	cut := time.Now()
+	if p.name != "restart" {
+		deleted["early"] = del("early")
+	}
+	for stopped.IsZero() {
+		if time.Since(cut) > 3*maxBreak {
+			t.Fatalf("the view still answers %s into the partition: %+v", time.Since(cut), b.Stats())
+		}
+		probe()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.observable && (stoppedWith.WatchFailures == 0 || stoppedWith.Lag >= maxBreak) {
+		t.Fatalf("a partition the watch reports stopped the view only by the clock: %+v", stoppedWith)
+	}
+	if p.name != "restart" {
+		deleted["late"] = del("late")
+	}
+	// While stopped: a live pod's token is reviewed.
+	n, err := fromView("kept")
+	switch {
+	case n != 1:
+		t.Fatalf("a live pod's token while the view is stopped: %v, %d TokenReviews; want one", err, n)
+	case p.name == "restart" && authn.ReasonOf(err) != authn.ValidatorUnavailable && authn.ReasonOf(err) != authn.ValidatorTimeout:
+		t.Fatalf("a live pod's token with the API server down: %v; want validator_unavailable", err)
+	case p.name != "restart" && err != nil:
+		t.Fatalf("a live pod's token while the view is stopped: %v", err)
+	}
+	for time.Since(cut) < 2*maxBreak+5*time.Second {
+		probe()
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	healed = time.Now()
+	p.heal(t, proxy)
+	if p.name == "restart" {
+		deleted["late"] = del("late")
+	}
+	for !b.Healthy() {
+		if time.Since(healed) > time.Minute {
+			t.Fatalf("the view not answering a minute after the partition ended: %+v", b.Stats())
+		}
+		probe()
+		time.Sleep(20 * time.Millisecond)
+	}
+	back := time.Since(healed)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		probe()
+		n1, e1 := fromView("early")
+		n2, e2 := fromView("late")
+		_, c1 := a.Authenticate(ctx, tokens["early"])
+		_, c2 := a.Authenticate(ctx, tokens["late"])
+		if n1+n2 == 0 && strings.Contains(fmt.Sprint(e1), "no longer exists") && strings.Contains(fmt.Sprint(e2), "no longer exists") &&
+			authn.ReasonOf(c1) == authn.TokenInvalid && authn.ReasonOf(c2) == authn.TokenInvalid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted pods' tokens after the partition: %v (%d reviews), %v (%d), through the cache %v, %v", e1, n1, e2, n2, c1, c2)
+		}
+	}
+	if n, err := fromView("kept"); err != nil || n != 0 {
+		t.Fatalf("a live pod's token after the partition: %v, %d TokenReviews; want the view's answer", err, n)
 	}
 	s := b.Stats()
-	t.Logf("watch cut: fell back to TokenReview after %s (MaxWatchBreak %s); mended: answering again after %s; stats %+v",
-		unhealthy.Round(10*time.Millisecond), maxBreak, recovered.Round(10*time.Millisecond), s)
+	t.Logf("%s: stopped %s after the partition began (lag %s, %d watch failures); answering again %s after it ended; stats %+v; cache %+v",
+		p.name, stopped.Sub(cut).Round(time.Millisecond), stoppedWith.Lag.Round(time.Millisecond), stoppedWith.WatchFailures, back.Round(time.Millisecond), s, a.Stats())
 	if s.Broken == 0 {
-		t.Fatalf("stats %+v: no token counted as reviewed for a broken watch", s)
+		t.Fatalf("stats %+v: no token counted as reviewed for a stopped view", s)
 	}
 }
 

@@ -57,6 +57,11 @@ type Server struct {
 	Dir string
 
 	procs []*proc.Process
+	// api is the API server's process (also in procs); apiArgs its
+	// flags, for Restart.
+	api     *proc.Process
+	apiBin  string
+	apiArgs []string
 }
 
 // BinDir returns where the kube-apiserver and etcd binaries are expected.
@@ -126,7 +131,8 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	if err := waitFor(ctx, 30*time.Second, func() error { return get(http.DefaultClient, clientURL+"/health", "") }); err != nil {
 		return nil, fmt.Errorf("kubeapi: etcd did not become healthy: %w\n%s", err, s.logTail("etcd.log"))
 	}
-	if err := s.run(filepath.Join(bin, "kube-apiserver"), "kube-apiserver.log", append([]string{
+	s.apiBin = filepath.Join(bin, "kube-apiserver")
+	s.apiArgs = append([]string{
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir=" + filepath.Join(dir, "certs"),
 		"--etcd-servers=" + clientURL, "--service-cluster-ip-range=10.0.0.0/24",
@@ -137,19 +143,11 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
 		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + filepath.Join(dir, "audit.log"),
-		"--endpoint-reconciler-type=none"}, extra...)...); err != nil {
-		return nil, err
-	}
+		"--endpoint-reconciler-type=none"}, extra...)
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", secure)
 	s.CAFile = filepath.Join(dir, "certs", "apiserver.crt")
-	if err := waitFor(ctx, 90*time.Second, func() error {
-		c, err := s.httpClient()
-		if err != nil {
-			return err
-		}
-		return get(c, s.URL+"/readyz", AdminToken)
-	}); err != nil {
-		return nil, fmt.Errorf("kubeapi: kube-apiserver did not become ready: %w\n%s", err, s.logTail("kube-apiserver.log"))
+	if err := s.startAPIServer(ctx); err != nil {
+		return nil, err
 	}
 	s.REST = &rest.Config{Host: s.URL, BearerToken: AdminToken, TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, QPS: 100, Burst: 200}
 	if s.Client, err = kubernetes.NewForConfig(s.REST); err != nil {
@@ -194,17 +192,69 @@ func (s *Server) writeFiles() error {
 }
 
 func (s *Server) run(bin, logName string, args ...string) error {
-	logf, err := os.Create(filepath.Join(s.Dir, logName))
+	_, err := s.runProcess(bin, logName, args...)
+	return err
+}
+
+func (s *Server) runProcess(bin, logName string, args ...string) (*proc.Process, error) {
+	logf, err := os.OpenFile(filepath.Join(s.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Output: logf, Group: true})
 	if err != nil {
 		_ = logf.Close()
-		return fmt.Errorf("kubeapi: %w", err)
+		return nil, fmt.Errorf("kubeapi: %w", err)
 	}
 	s.procs = append(s.procs, p)
+	return p, nil
+}
+
+// startAPIServer starts the API server with its flags and waits until it
+// is ready.
+func (s *Server) startAPIServer(ctx context.Context) error {
+	p, err := s.runProcess(s.apiBin, "kube-apiserver.log", s.apiArgs...)
+	if err != nil {
+		return err
+	}
+	s.api = p
+	if err := waitFor(ctx, 90*time.Second, func() error {
+		c, err := s.httpClient()
+		if err != nil {
+			return err
+		}
+		return get(c, s.URL+"/readyz", AdminToken)
+	}); err != nil {
+		return fmt.Errorf("kubeapi: kube-apiserver did not become ready: %w\n%s", err, s.logTail("kube-apiserver.log"))
+	}
 	return nil
+}
+
+// StopAPIServer stops the API server (SIGTERM, as a rollout does; etcd
+// keeps running) and returns once it has exited. StartAPIServer starts it
+// again on the same port with the same flags, certificates and data.
+func (s *Server) StopAPIServer() error {
+	if s.api == nil {
+		return errors.New("kubeapi: the API server is not running")
+	}
+	err := s.api.Stop()
+	for i, p := range s.procs {
+		if p == s.api {
+			s.procs = append(s.procs[:i], s.procs[i+1:]...)
+			break
+		}
+	}
+	s.api = nil
+	return err
+}
+
+// StartAPIServer starts the API server stopped by StopAPIServer and waits
+// until it is ready.
+func (s *Server) StartAPIServer(ctx context.Context) error {
+	if s.api != nil {
+		return errors.New("kubeapi: the API server is running")
+	}
+	return s.startAPIServer(ctx)
 }
 
 // Stop stops the API server and etcd and removes the directory.
