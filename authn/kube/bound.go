@@ -265,12 +265,13 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 			return w.observe(wctx, iw, w.now(), cancel), nil
 		},
 	}
-	// A plain ListWatch: a paginated list, then watches; the store, not a
-	// queue, receives every change (no informer, no resync). Retries back
-	// off to the watch's timeout at most, so that the view is back within
-	// seconds of the API server.
+	// A paginated list, then watches (not a watch-list stream, which
+	// would have to finish within the watch's short timeout); the store,
+	// not a queue, receives every change (no informer, no resync).
+	// Retries back off to the watch's timeout at most, so that the view is
+	// back within seconds of the API server.
 	backoff := &wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: w.timeout, Steps: 8}
-	w.refl = cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, (*viewStore)(w),
+	w.refl = cache.NewReflectorWithOptions(listThenWatch{lw}, &metav1.PartialObjectMetadata{}, (*viewStore)(w),
 		cache.ReflectorOptions{Name: "bound-object view " + gvr.Resource, TypeDescription: gvr.Resource, Backoff: backoff})
 	w.prove = func(ctx context.Context) (uint64, error) {
 		// resourceVersion "": a consistent read, which the API server
@@ -283,6 +284,13 @@ func (b *Bound) watch(cfg BoundConfig, gvr schema.GroupVersionResource, fieldSel
 	}
 	return w
 }
+
+// listThenWatch is a ListWatch the reflector lists and then watches, never
+// asks for a watch-list stream.
+type listThenWatch struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector so.
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // parseRV reads a resource version. Resource versions are opaque to
 // clients, but the API server's are etcd revisions, compared as numbers by
@@ -359,8 +367,14 @@ func (w *watched) reached(rv string) {
 }
 
 // watchGrace is how long past its timeout a watch may stay open before the
-// view ends it as failed.
-const watchGrace = 2 * time.Second
+// view ends it as failed; deadlineSlack how much shorter than its timeout
+// a watch the server ended at its deadline may measure here (an API server
+// shutting down ends watches cleanly too, at any moment: one that ends
+// earlier has failed).
+const (
+	watchGrace    = 2 * time.Second
+	deadlineSlack = 500 * time.Millisecond
+)
 
 // vouch records that the store holds every change made before t.
 func (w *watched) vouch(t time.Time) {
@@ -427,7 +441,9 @@ func (w *watched) observe(wctx context.Context, inner watch.Interface, opened ti
 			// event it would not take): not the network's doing, but
 			// the store is not proven current past this watch either.
 			ended := w.now()
-			if stopped || ended.Sub(opened) < w.timeout-time.Second || wctx.Err() != nil {
+			// The server's timer starts before the answer reaches here:
+			// a deadline end measures a little under the timeout.
+			if stopped || ended.Sub(opened) < w.timeout-deadlineSlack || wctx.Err() != nil {
 				w.fail(ended)
 			}
 		}()
@@ -445,6 +461,11 @@ func (w *watched) observe(wctx context.Context, inner watch.Interface, opened ti
 				}
 			case <-o.stop:
 				stopped = true
+				return
+			case <-wctx.Done():
+				// Past the deadline and its grace: ended here, whatever
+				// the client's stream does with its context.
+				inner.Stop()
 				return
 			}
 		}

@@ -351,7 +351,8 @@ func TestGuardWatchingBoundObjects(t *testing.T) {
 		`test_caller_bound_fallbacks_total{unsynced}`: -1,
 		`test_caller_bound_objects{pods}`:             0,
 		`test_caller_bound_synced`:                    1,
-		`test_caller_bound_watch_lag_seconds`:         0,
+		`test_caller_bound_answering`:                 1,
+		`test_caller_bound_watch_lag_seconds`:         -1, // since the last proof
 	}
 	got, err := scrape.Values(reg)
 	if err != nil {
