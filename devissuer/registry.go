@@ -33,8 +33,11 @@ type pod struct {
 	Node string `json:"node,omitempty"` // empty: not scheduled
 }
 
+// newRegistry is an empty registry at revision 1, as etcd's revisions
+// start: a resource version of "0" means "any" to a watch (the current
+// state as Added events, no deletions), never a state the issuer had.
 func newRegistry() *registry {
-	return &registry{ServiceAccounts: map[string]string{}, Nodes: map[string]string{}, Pods: map[string]pod{}}
+	return &registry{Revision: 1, ServiceAccounts: map[string]string{}, Nodes: map[string]string{}, Pods: map[string]pod{}}
 }
 
 func (i *Issuer) registryPath() string { return filepath.Join(i.dir, "registry.json") }

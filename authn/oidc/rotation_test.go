@@ -2,7 +2,6 @@ package oidc_test
 
 import (
 	"context"
-	"crypto"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,7 +52,7 @@ func TestSameKidRotationUnderLoad(t *testing.T) {
 					for i := 0; ctx.Err() == nil; i++ {
 						rotation.RLock()
 						c := claims(p.issuer, start, map[string]any{"jti": fmt.Sprintf("w%d-%d", w, i)})
-						tok := forge.Sign(c, signer.(crypto.Signer), jose.ES256, kid)
+						tok := forge.Sign(c, signer, jose.ES256, kid)
 						_, err := cache.Authenticate(context.Background(), tok)
 						rotation.RUnlock()
 						sent.Add(1)

@@ -202,7 +202,9 @@ func mend(t *testing.T, p *faults.Proxy) {
 // back, for the restart). Asserted, probing both tokens every 20 ms from
 // the view and through the cache:
 //   - no token of a deleted pod is accepted later than the bound after
-//     its deletion, nor at all once the view has stopped;
+//     its deletion, nor from the view at all once the view has stopped
+//     (TokenReview, the fallback, may itself accept one for milliseconds
+//     after the deletion: the API server reads pods from its watch cache);
 //   - a partition the watch reports stops the view at once (a failed
 //     watch, its lag still under the bound), and a stopped view never
 //     answers again while the partition lasts;
@@ -289,6 +291,7 @@ func failsClosedThrough(t *testing.T, p partition) {
 	deleted := map[string]time.Time{}
 	var stopped, healed time.Time
 	var stoppedWith kube.BoundStats
+	reviewAccepts := 0 // a deleted pod's token accepted by TokenReview itself
 	probe := func() {
 		t.Helper()
 		now := time.Now()
@@ -307,10 +310,20 @@ func failsClosedThrough(t *testing.T, p partition) {
 		}
 		for role, at := range deleted {
 			for _, via := range []authn.Authenticator{b, a} {
+				before := reviews.Load()
 				_, err := via.Authenticate(ctx, tokens[role])
+				reviewed := reviews.Load() != before
 				switch {
-				case err == nil && !stopped.IsZero() && at.After(stopped):
-					t.Fatalf("the %s pod's token accepted %s after its deletion, made once the view had stopped", role, time.Since(at))
+				case err == nil && reviewed:
+					// TokenReview's own word: the API server's
+					// authenticator reads pods from its own watch cache,
+					// and may accept a token for milliseconds after the
+					// deletion returned.
+					reviewAccepts++
+				case err == nil && via == b && !stopped.IsZero() && at.After(stopped):
+					t.Fatalf("the %s pod's token accepted from the view %s after its deletion, made once the view had stopped", role, time.Since(at))
+				}
+				switch {
 				case err == nil && time.Since(at) > maxBreak:
 					t.Fatalf("the %s pod's token accepted %s after its deletion; the bound is %s", role, time.Since(at), maxBreak)
 				case err != nil && !slices.Contains([]authn.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout}, authn.ReasonOf(err)):
@@ -387,8 +400,8 @@ func failsClosedThrough(t *testing.T, p partition) {
 		t.Fatalf("a live pod's token after the partition: %v, %d TokenReviews; want the view's answer", err, n)
 	}
 	s := b.Stats()
-	t.Logf("%s: stopped %s after the partition began (lag %s, %d watch failures); answering again %s after it ended; stats %+v; cache %+v",
-		p.name, stopped.Sub(cut).Round(time.Millisecond), stoppedWith.Lag.Round(time.Millisecond), stoppedWith.WatchFailures, back.Round(time.Millisecond), s, a.Stats())
+	t.Logf("%s: stopped %s after the partition began (lag %s, %d watch failures); answering again %s after it ended; a deleted pod's token accepted by TokenReview itself %d times; stats %+v; cache %+v",
+		p.name, stopped.Sub(cut).Round(time.Millisecond), stoppedWith.Lag.Round(time.Millisecond), stoppedWith.WatchFailures, back.Round(time.Millisecond), reviewAccepts, s, a.Stats())
 	if s.Broken == 0 {
 		t.Fatalf("stats %+v: no token counted as reviewed for a stopped view", s)
 	}
