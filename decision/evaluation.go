@@ -180,17 +180,32 @@ func nonNil(s []string) []string {
 // in their canonical order.
 var EvaluationMembers = []string{"action", "context", "resource", "subject"}
 
-// BoundEvaluation is the evaluation request a leaf binds, in RFC 8785
-// canonical JSON: of members (an evaluation's own, or a batch's defaults
-// where it has none), the subject, action, resource and context present.
-func BoundEvaluation(members map[string]json.RawMessage) ([]byte, error) {
-	return BoundEvaluationWith(members, func(v json.RawMessage) ([]byte, error) { return Canonicalize(v) })
+// EvaluationRequestDigest is the request_digest a leaf binds: of members
+// (an evaluation's own, or a batch's defaults where it has none), the
+// subject, action, resource and context present, each digested on its own
+// (MemberDigest), and the SHA-256 of the RFC 8785 canonical JSON of the
+// object of those digests, e.g. {"action":"sha256:…","resource":"sha256:…",
+// "subject":"sha256:…"}. A member is hashed once however many evaluations
+// of a batch share it: an item costs its own members, not its defaults'.
+func EvaluationRequestDigest(members map[string]json.RawMessage) (string, error) {
+	return EvaluationRequestDigestWith(members, MemberDigest)
 }
 
-// BoundEvaluationWith is BoundEvaluation with each member's value
-// canonicalized by canon (which must return exactly Canonicalize's
-// result: a PDP caches the defaults a batch's items share).
-func BoundEvaluationWith(members map[string]json.RawMessage, canon func(json.RawMessage) ([]byte, error)) ([]byte, error) {
+// MemberDigest is "sha256:" and the hex SHA-256 of a member's RFC 8785
+// canonical JSON.
+func MemberDigest(v json.RawMessage) (string, error) {
+	c, err := Canonicalize(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// EvaluationRequestDigestWith is EvaluationRequestDigest with each member
+// digested by digest (which must return exactly MemberDigest's result: a
+// PDP caches the digests of the defaults a batch's items share).
+func EvaluationRequestDigestWith(members map[string]json.RawMessage, digest func(json.RawMessage) (string, error)) (string, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
@@ -199,19 +214,21 @@ func BoundEvaluationWith(members map[string]json.RawMessage, canon func(json.Raw
 		if !ok {
 			continue
 		}
-		c, err := canon(v)
+		d, err := digest(v)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
+			return "", fmt.Errorf("%s: %w", k, err)
 		}
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		b.WriteString(`"` + k + `":`)
-		b.Write(c)
+		// Member names and digests are ASCII that canonical JSON does not
+		// escape.
+		b.WriteString(`"` + k + `":"` + d + `"`)
 	}
 	b.WriteByte('}')
-	return b.Bytes(), nil
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // VerifyEvaluation checks one AuthZEN answer on its own — a single
@@ -263,12 +280,11 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 		if err := json.Unmarshal(o.Request, &m); err != nil {
 			return nil, nil, fmt.Errorf("%w: the request sent is not a JSON object: %w", ErrRequestMismatch, err)
 		}
-		bound, err := BoundEvaluation(m)
+		want, err := EvaluationRequestDigest(m)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: the request sent: %w", ErrRequestMismatch, err)
 		}
-		sum := sha256.Sum256(bound)
-		if want := "sha256:" + hex.EncodeToString(sum[:]); want != leaf.RequestDigest {
+		if want != leaf.RequestDigest {
 			return nil, nil, fmt.Errorf("%w: request_digest %s, the evaluation request digests to %s", ErrRequestMismatch, leaf.RequestDigest, want)
 		}
 	}

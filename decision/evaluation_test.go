@@ -21,7 +21,11 @@ func signBatch(t *testing.T, s *decision.Signer, n int, at time.Time) ([][]byte,
 	var reqs [][]byte
 	for i := range n {
 		req := []byte(fmt.Sprintf(`{"subject":{"type":"user","id":"u%d"},"action":{"name":"can_read"},"resource":{"type":"doc","id":"d%d"}}`, i, i))
-		d, err := decision.Digest(req)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(req, &m); err != nil {
+			t.Fatal(err)
+		}
+		d, err := decision.EvaluationRequestDigest(m)
 		if err != nil {
 			t.Fatal(err)
 		}

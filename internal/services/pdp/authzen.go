@@ -3,10 +3,8 @@ package pdp
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +28,7 @@ import (
 // EvaluationProfile is the format of the records that sign AuthZEN
 // answers: one record per request, binding every evaluation in it through
 // a Merkle root (decision.EvaluationRecord).
-var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v2", Type: "callerauth-authzen+jwt"}
+var EvaluationProfile = decision.Profile{Schema: "callerauth.authzen-evaluations.v3", Type: "callerauth-authzen+jwt"}
 
 // The AuthZEN endpoints (Authorization API 1.0, HTTPS binding).
 const (
@@ -57,8 +55,9 @@ type evaluationsRequest struct {
 	endpoint string // "evaluation" or "evaluations"
 	batch    bool   // answered in the evaluations shape
 	semantic string
-	ignored  []string // request-level members not interpreted (foo, options.x)
+	ignored  []string // request-level members not interpreted (foo, options.x, subject._note of a default)
 	items    []evaluationItem
+	budget   *ignoredBudget // what the request has ignored so far
 }
 
 // evaluationItem is one evaluation: the decoded 4-tuple, and its members'
@@ -85,37 +84,37 @@ func (it *evaluationItem) path(rel string) string {
 	return rel
 }
 
-// canonicalMembers canonicalizes request members, each distinct JSON text
-// once: a batch's defaults are shared by every item that does not replace
-// them.
-type canonicalMembers map[memberKey][]byte
+// memberDigests digests request members (decision.MemberDigest), each
+// distinct JSON text once: a batch's defaults are shared by every item
+// that does not replace them, and hashed once per request.
+type memberDigests map[memberKey]string
 
 type memberKey struct {
 	p *byte
 	n int
 }
 
-func (c canonicalMembers) of(v json.RawMessage) ([]byte, error) {
+func (c memberDigests) of(v json.RawMessage) (string, error) {
 	k := memberKey{&v[0], len(v)}
-	if b, ok := c[k]; ok {
-		return b, nil
+	if d, ok := c[k]; ok {
+		return d, nil
 	}
-	b, err := decision.Canonicalize(v)
+	d, err := decision.MemberDigest(v)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	c[k] = b
-	return b, nil
+	c[k] = d
+	return d, nil
 }
 
-// boundRequest is the evaluation request an answer's leaf binds
-// (decision.BoundEvaluation): subject, action, resource and, when present,
-// context, in RFC 8785 canonical JSON — the item's own members where it
+// requestDigest is the request_digest of the evaluation request an
+// answer's leaf binds (decision.EvaluationRequestDigest): subject, action,
+// resource and, when present, context — the item's own members where it
 // has them, the batch's defaults where it does not, unknown members
 // included (what was sent is what is bound; the leaf lists what was
-// ignored).
-func (it evaluationItem) boundRequest(c canonicalMembers) ([]byte, error) {
-	return decision.BoundEvaluationWith(it.raw, c.of)
+// ignored), whether or not the item could be read.
+func (it evaluationItem) requestDigest(c memberDigests) (string, error) {
+	return decision.EvaluationRequestDigestWith(it.raw, c.of)
 }
 
 // evaluationMembers are the members of an evaluation request.
@@ -173,14 +172,22 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		}
 	}
 	// The defaults, read once: one that cannot be read refuses the request.
+	// What they ignore is the request's, recorded once in its record.
 	defaults := &memberDefaults{raw: map[string]json.RawMessage{}}
-	for i, k := range evaluationMembers {
+	for _, k := range evaluationMembers {
 		if v, ok := top[k]; ok {
 			defaults.raw[k] = v
-			if err := decodeMember(&defaults.eval, k, v, k, true, &defaults.ignored[i]); err != nil {
+			if err := decodeMember(&defaults.eval, k, v, k, true, &req.ignored); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if err := recordIgnored(req.ignored); err != nil {
+		return nil, err
+	}
+	budget := newIgnoredBudget(body)
+	if err := budget.take(req.ignored); err != nil {
+		return nil, err
 	}
 	if len(list) == 0 {
 		// No evaluations, or none in the array: the request is a single
@@ -191,6 +198,7 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 			return nil, it.err
 		}
 		req.items = []evaluationItem{it}
+		req.budget = budget
 		return req, nil
 	}
 	req.batch = true
@@ -203,17 +211,77 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		}
 		it := decodeItem(own, defaults, prefix)
 		it.ignored = append(ign, it.ignored...)
+		if err := budget.take(it.ignored); err != nil {
+			return nil, err
+		}
 		req.items = append(req.items, it)
 	}
+	req.budget = budget
 	return req, nil
 }
 
+// MaxIgnored bounds the members one request may have ignored — each
+// listed by path in its record or answers — and the bytes of those paths
+// may be at most twice the request's plus MaxIgnoredSlack: an answer
+// cannot outgrow what was asked by more than a constant factor, however
+// many items inherit a default the policy does not read.
+const (
+	MaxIgnored      = 16 * MaxEvaluations
+	MaxIgnoredSlack = 64 << 10
+)
+
+// MaxRecordIgnored and MaxRecordIgnoredBytes bound the request-level
+// members ignored — the record's "ignored", which every answer of a batch
+// carries in its record: a record of bounded size keeps a batch's answers
+// linear in its items.
+const (
+	MaxRecordIgnored      = 100
+	MaxRecordIgnoredBytes = 4 << 10
+)
+
+// recordIgnored refuses request-level ignored members past the record's
+// bounds.
+func recordIgnored(paths []string) error {
+	n := 0
+	for _, p := range paths {
+		n += len(p)
+	}
+	switch {
+	case len(paths) > MaxRecordIgnored:
+		return badField("body", "the request has %d members the pdp does not interpret at its top level or in its defaults; at most %d are accepted (each is listed in the record every answer carries)", len(paths), MaxRecordIgnored)
+	case n > MaxRecordIgnoredBytes:
+		return badField("body", "the members the pdp does not interpret at the request's top level or in its defaults have paths of %d bytes; at most %d are accepted (each is listed in the record every answer carries)", n, MaxRecordIgnoredBytes)
+	}
+	return nil
+}
+
+// ignoredBudget counts what a request has ignored so far.
+type ignoredBudget struct{ n, bytes, maxBytes int }
+
+func newIgnoredBudget(body []byte) *ignoredBudget {
+	return &ignoredBudget{maxBytes: 2*len(body) + MaxIgnoredSlack}
+}
+
+// take counts paths, or refuses the request when they pass a limit.
+func (b *ignoredBudget) take(paths []string) error {
+	for _, p := range paths {
+		b.n++
+		b.bytes += len(p)
+	}
+	switch {
+	case b.n > MaxIgnored:
+		return badField("body", "the request has more than %d members the pdp does not interpret (the limit: each is listed in the answer); send only what the API and the policy define", MaxIgnored)
+	case b.bytes > b.maxBytes:
+		return badField("body", "the paths of the members the pdp does not interpret come to more than %d bytes, twice the request's plus %d (the limit: each is listed in the answer); send only what the API and the policy define", b.maxBytes, MaxIgnoredSlack)
+	}
+	return nil
+}
+
 // memberDefaults are a request's top-level members, read once: their
-// JSON, what they decode to, and what each ignores.
+// JSON and what they decode to.
 type memberDefaults struct {
-	raw     map[string]json.RawMessage
-	eval    policy.Evaluation
-	ignored [4][]string // by evaluationMembers' index
+	raw  map[string]json.RawMessage
+	eval policy.Evaluation
 }
 
 // inherit copies the default member k into e.
@@ -248,27 +316,34 @@ func checkBody(body []byte) error {
 // item's error.
 func decodeItem(own map[string]json.RawMessage, defaults *memberDefaults, prefix string) evaluationItem {
 	it := evaluationItem{raw: make(map[string]json.RawMessage, len(evaluationMembers)), prefix: prefix}
+	// What the item binds is every member it has, its own or a default's,
+	// whether or not it can be read: an answer that cannot be read still
+	// verifies against the request that asked it.
 	for i, k := range evaluationMembers {
 		if v, ok := own[k]; ok {
 			it.own |= 1 << i
 			it.raw[k] = v
+		} else if v, ok := defaults.raw[k]; ok {
+			it.raw[k] = v
+		}
+	}
+	for i, k := range evaluationMembers {
+		v, ok := it.raw[k]
+		switch {
+		case !ok && k == "context":
+		case !ok:
+			it.err = badField(prefix+k, "%s is required", prefix+k)
+			return it
+		case it.own&(1<<i) != 0:
 			if err := decodeMember(&it.eval, k, v, prefix+k, true, &it.ignored); err != nil {
 				it.err = err
 				return it
 			}
-			continue
+		default:
+			// A default's ignored members are the request's, recorded
+			// once (decodeEvaluations), never once per item.
+			defaults.inherit(&it.eval, k)
 		}
-		v, ok := defaults.raw[k]
-		if !ok {
-			if k == "context" {
-				continue
-			}
-			it.err = badField(prefix+k, "%s is required", prefix+k)
-			return it
-		}
-		it.raw[k] = v
-		defaults.inherit(&it.eval, k)
-		it.ignored = append(it.ignored, defaults.ignored[i]...)
 	}
 	return it
 }
@@ -390,44 +465,34 @@ func props(m map[string]json.RawMessage, path string, ignored *[]string) (json.R
 	return v, nil
 }
 
-// authzenExtract reads and decodes an AuthZEN request for the guard, and
-// leaves the decoded request for the handler. The system an AuthZEN
-// caller speaks for is the policy package's id, bound to its principal by
-// --caller-binding.
-func (s *Server) authzenExtract(path string, decode func([]byte) (any, error)) func(r *http.Request) (binding.Request, error) {
-	return func(r *http.Request) (binding.Request, error) {
-		body, err := s.readAuthZENBody(r)
-		if err != nil {
-			return binding.Request{}, err
-		}
-		req, err := decode(body)
-		if err != nil {
-			return binding.Request{}, err
-		}
-		r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
+// authzenExtract names what an AuthZEN caller speaks for — the policy
+// package's id, bound to its principal by --caller-binding — without
+// reading the body: the guard decides who may ask before anything they
+// ask is read, so a caller it refuses costs no decoding.
+func (s *Server) authzenExtract(path string) func(r *http.Request) (binding.Request, error) {
+	return func(*http.Request) (binding.Request, error) {
 		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + path}, nil
 	}
 }
 
-// decoded is the request the extractor decoded, or (without a guard in
-// front) the body decoded now.
-func decoded[T any](r *http.Request, s *Server, decode func([]byte) (any, error)) (T, error) {
+// readDecoded reads an AuthZEN request's body (bounded) and decodes it,
+// once the guard has let the caller through.
+func readDecoded[T any](r *http.Request, s *Server, decode func([]byte) (T, error)) (T, error) {
 	var zero T
-	if d, ok := r.Body.(*decodedBody); ok {
-		if v, ok := d.req.(T); ok {
-			return v, nil
-		}
+	if n := len(requestID(r)); n > MaxRequestIDBytes {
+		return zero, badField(HeaderRequestID, "%s is %d bytes; at most %d are accepted (the record every answer carries binds it)", HeaderRequestID, n, MaxRequestIDBytes)
 	}
 	body, err := s.readAuthZENBody(r)
 	if err != nil {
 		return zero, err
 	}
-	v, err := decode(body)
-	if err != nil {
-		return zero, err
-	}
-	return v.(T), nil
+	return decode(body)
 }
+
+// MaxRequestIDBytes bounds the X-Request-ID an AuthZEN request may carry
+// (its values joined): the record binds it, and every answer of a batch
+// carries the record.
+const MaxRequestIDBytes = 1024
 
 // HeaderRequestID is the AuthZEN request identifier (§10.1.3).
 const HeaderRequestID = "X-Request-ID"
@@ -449,8 +514,7 @@ func echoRequestID(h http.Handler) http.Handler {
 // same caller authentication as /v1/check.
 func (s *Server) authzenHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
-	decode := func(body []byte) (any, error) { return decodeEvaluations(body, path == PathEvaluations) }
-	return s.guarded(s.authzenExtract(path, decode), h, s.azLatency.WithLabelValues(path))
+	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
 }
 
 // evaluationAnswer is one AuthZEN answer.
@@ -479,7 +543,7 @@ func requestID(r *http.Request) string {
 // evaluate decides every evaluation of a request (as its semantic says),
 // signs them once and answers.
 func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
-	req, err := decoded[*evaluationsRequest](r, s, func(body []byte) (any, error) { return decodeEvaluations(body, path == PathEvaluations) })
+	req, err := readDecoded(r, s, func(body []byte) (*evaluationsRequest, error) { return decodeEvaluations(body, path == PathEvaluations) })
 	if err != nil {
 		badRequest(w, r, err)
 		return
@@ -492,7 +556,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	caller, mode := s.caller(r)
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
-	canon := canonicalMembers{}
+	digests := memberDigests{}
 	for i := range req.items {
 		it := &req.items[i]
 		var d policy.Decision
@@ -505,13 +569,16 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		for _, p := range d.Ignored {
 			ignored = append(ignored, it.path(p))
 		}
-		bound, err := it.boundRequest(canon) // canonical already: its SHA-256 is the digest
+		if err := req.budget.take(ignored[len(it.ignored):]); err != nil {
+			badRequest(w, r, err)
+			return
+		}
+		digest, err := it.requestDigest(digests)
 		if err != nil {
 			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
 			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
 			return
 		}
-		sum := sha256.Sum256(bound)
 		a := evaluationAnswer{Decision: d.Allow}
 		contextDigest := decision.EmptyContextDigest
 		if d.Invalid {
@@ -525,7 +592,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		if d.Detail != "" {
 			s.log.Info("pdp: evaluation denied before policy", "reason", d.Reason, "index", i, "detail", guard.LogValue(d.Detail))
 		}
-		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]), Decision: d.Allow, Reason: d.Reason,
+		leaves = append(leaves, decision.EvaluationLeaf{Index: i, RequestDigest: digest, Decision: d.Allow, Reason: d.Reason,
 			ContextDigest: contextDigest, Ignored: ignored})
 		answers = append(answers, a)
 		s.evaluations.WithLabelValues(strconvBool(d.Allow), d.Reason).Inc()

@@ -170,8 +170,7 @@ func decodeToken(s, binding string) (pageToken, error) {
 // caller authentication as the evaluations.
 func (s *Server) searchHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.searchPage(w, r, path) })
-	decode := func(body []byte) (any, error) { return decodeSearch(body, searchKinds[path]) }
-	return s.guarded(s.authzenExtract(path, decode), h, s.azLatency.WithLabelValues(path))
+	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
 }
 
 // searchAnswer is one page, page first (§8.3 recommends it).
@@ -204,7 +203,7 @@ type searchPage struct {
 // true are the results. A page ends with page.limit results, or after
 // --authzen-search-max-candidates evaluations, or with the candidates.
 func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string) {
-	req, err := decoded[*searchRequest](r, s, func(body []byte) (any, error) { return decodeSearch(body, searchKinds[path]) })
+	req, err := readDecoded(r, s, func(body []byte) (*searchRequest, error) { return decodeSearch(body, searchKinds[path]) })
 	if err != nil {
 		badRequest(w, r, err)
 		return

@@ -1,0 +1,187 @@
+package pdp_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/services/pdp"
+)
+
+// allocated is the bytes the process allocated while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// unknown is n members no AuthZEN object defines: "u0":0,"u1":0,…
+func unknown(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"u%d":0`, i)
+	}
+	return b.String()
+}
+
+// items is n minimal batch items that take every other member from the
+// defaults.
+func items(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"resource":{"type":"todo","id":"t%d"}}`, i)
+	}
+	return b.String()
+}
+
+// TestAuthZENCallerRefusedBeforeItsBodyIsRead: a valid token of a service
+// account not bound to the package is refused (403) before a byte of what
+// it asks is decoded — the outside probe's batch of 10,000 unknown members
+// in a default, which cost 161 MB and 6 s of CPU before its 403, costs the
+// pdp next to nothing once the caller's verdict is cached.
+func TestAuthZENCallerRefusedBeforeItsBodyIsRead(t *testing.T) {
+	e, _ := startTodo(t)
+	unbound := e.token(t, "not-bound", "flex-auth", time.Time{})
+	if code, _ := e.authzen(t, unbound, pdp.PathEvaluation, `{}`); code != 403 { // its verdict cached
+		t.Fatalf("an unbound caller: %d; want 403", code)
+	}
+	body := `{"subject":{"type":"user","id":"u",` + unknown(10000) + `},"action":{"name":"can_read_todos"},"evaluations":[` + items(pdp.MaxEvaluations) + `]}`
+	var code int
+	n := allocated(func() { code, _ = e.authzen(t, unbound, pdp.PathEvaluations, body) })
+	t.Logf("an unbound caller's %d-byte batch: %d, %d bytes allocated (%.2f a request byte)", len(body), code, n, float64(n)/float64(len(body)))
+	if code != 403 {
+		t.Fatalf("an unbound caller: %d; want 403", code)
+	}
+	// The client's own copy of the body and net/http's discarding of
+	// what was not read are all that is left.
+	if n > uint64(len(body))*2 {
+		t.Fatalf("refusing an unbound caller allocated %d bytes for a %d-byte body: its body was decoded", n, len(body))
+	}
+}
+
+// TestAuthZENCostIsLinearInItsBytes: the worst request shapes found — N
+// unknown members in a default that every item inherits, in every item,
+// nested deep, a default context the policy does not read (so each item
+// ignores its members), one large default hashed into every item — each
+// at two sizes, the second twice the first in members and items alike.
+// Each costs at most maxAllocPerByte bytes allocated per request byte,
+// answered or refused, and doubling the request at most
+// maxGrowthOnDoubling times the bytes allocated: linear, where before the
+// first shape grew with members × items (146 KB allocated hundreds of MB
+// for an answer listing every ignored path in every item) and the last
+// hashed the default once per item.
+func TestAuthZENCostIsLinearInItsBytes(t *testing.T) {
+	// docs/reliability.md: a minimal item (~40 bytes) is answered with the
+	// record's JWS and its proof (~2.2 KB), ~23 KB allocated.
+	const maxAllocPerByte, maxGrowthOnDoubling = 1024, 2.5
+	e, tok := startTodo(t)
+	shapes := []struct {
+		name string
+		body func(k int) string // k = 1, 2
+	}{
+		{"unknown members in a default", func(k int) string {
+			return `{"subject":{"type":"user","id":"u",` + unknown(4000*k) + `},"action":{"name":"can_read_todos"},"evaluations":[` + items(250*k) + `]}`
+		}},
+		{"unknown members in every item", func(k int) string {
+			var its []string
+			for i := range 250 * k {
+				its = append(its, fmt.Sprintf(`{"resource":{"type":"todo","id":"t%d",%s}}`, i, unknown(6*k)))
+			}
+			return `{"subject":{"type":"user","id":"u"},"action":{"name":"can_read_todos"},"evaluations":[` + strings.Join(its, ",") + `]}`
+		}},
+		{"unknown members nested deep", func(k int) string {
+			nested := strings.Repeat(`{"a":`, 1000*k) + "0" + strings.Repeat("}", 1000*k)
+			return `{"subject":{"type":"user","id":"u","x":` + nested + `},"action":{"name":"can_read_todos"},"context":{"n":` + nested + `},"evaluations":[` + items(250*k) + `]}`
+		}},
+		{"a default context the policy does not read", func(k int) string {
+			return `{"subject":{"type":"user","id":"u"},"action":{"name":"can_read_todos"},"context":{` + unknown(8*k) + `},"evaluations":[` + items(250*k) + `]}`
+		}},
+		{"one large default in every item", func(k int) string {
+			return `{"subject":{"type":"user","id":"u","properties":{"note":"` + strings.Repeat("x", 150<<10*k) + `"}},"action":{"name":"can_read_todos"},"evaluations":[` + items(250*k) + `]}`
+		}},
+	}
+	for _, c := range shapes {
+		var cost [3]uint64
+		for k := 1; k <= 2; k++ {
+			body := c.body(k)
+			var code int
+			var resp []byte
+			cost[k] = allocated(func() { code, resp = e.authzen(t, tok, pdp.PathEvaluations, body) })
+			per := float64(cost[k]) / float64(len(body))
+			t.Logf("%s ×%d: %d bytes asked, %d answered (%d), %d allocated: %.1f a request byte", c.name, k, len(body), len(resp), code, cost[k], per)
+			if code != 200 && code != 400 {
+				t.Errorf("%s: %d %.300s", c.name, code, resp)
+			}
+			if per > maxAllocPerByte {
+				t.Errorf("%s ×%d: %.1f bytes allocated a request byte; the bound is %d", c.name, k, per, maxAllocPerByte)
+			}
+		}
+		if g := float64(cost[2]) / float64(cost[1]); g > maxGrowthOnDoubling {
+			t.Errorf("%s: twice the request allocated %.2f times as much; linear is 2 (at most %.1f)", c.name, g, maxGrowthOnDoubling)
+		}
+	}
+}
+
+// TestAuthZENRequestIDIsBounded: the record binds the X-Request-ID and
+// every answer of a batch carries the record, so a header near the
+// server's 32 KiB limit would be repeated a thousand times: past
+// MaxRequestIDBytes it is refused, naming the header and the limit, and
+// echoed nonetheless.
+func TestAuthZENRequestIDIsBounded(t *testing.T) {
+	e, tok := startTodo(t)
+	body := `{"subject":{"type":"user","id":"u"},"action":{"name":"can_read_todos"},"evaluations":[` + items(10) + `]}`
+	ok := strings.Repeat("r", pdp.MaxRequestIDBytes)
+	if code, resp, h := e.postID(t, tok, pdp.PathEvaluations, body, ok); code != 200 || h.Get(pdp.HeaderRequestID) != ok {
+		t.Fatalf("an X-Request-ID of %d bytes: %d %.200s", len(ok), code, resp)
+	}
+	long := ok + "r"
+	code, resp, h := e.postID(t, tok, pdp.PathEvaluations, body, long)
+	if code != 400 || !strings.Contains(string(resp), `"field":"X-Request-ID"`) || !strings.Contains(string(resp), fmt.Sprint(pdp.MaxRequestIDBytes)) || h.Get(pdp.HeaderRequestID) != long {
+		t.Fatalf("an X-Request-ID of %d bytes: %d %.300s (echoed %t)", len(long), code, resp, h.Get(pdp.HeaderRequestID) == long)
+	}
+}
+
+// TestAuthZENUnreadableItemsVerify: an item that cannot be read is answered
+// false with its error, and its request_digest covers the whole item as
+// docs/pdp.md defines it — every member it has, its own or a default's —
+// so the batch verifies whole against the request that asked it. Before,
+// the digest covered only the members read before the failure (a missing
+// resource with a default context: {subject, action}), and such a batch
+// never verified.
+func TestAuthZENUnreadableItemsVerify(t *testing.T) {
+	e, tok := startTodo(t)
+	body := `{"subject":{"type":"user","id":"` + morty + `"},"action":{"name":"can_read_todos"},"context":{"time":"now"},"evaluations":[` +
+		`{"resource":{"type":"todo","id":"t1"}},` +
+		`{"action":{"name":"can_update_todo"}},` +
+		`{"subject":{"type":"user"},"resource":{"type":"todo","id":"t2"}},` +
+		`{"resource":{"type":"todo","id":"t3"},"context":{"deep":{"x":1}},"action":{"name":"can_read_todos","properties":7}}]}`
+	code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
+	if code != 200 {
+		t.Fatalf("%d %s", code, resp)
+	}
+	_, leaves, err := decision.VerifyEvaluations("evaluations", []byte(body), resp, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: e.srv.EvaluationSigner().JWKS()})
+	if err != nil {
+		t.Fatalf("a batch with unreadable items does not verify: %v\n%s", err, resp)
+	}
+	invalid := 0
+	for _, l := range leaves {
+		if l.Reason == "invalid_evaluation" {
+			invalid++
+		}
+	}
+	if invalid != 3 || len(leaves) != 4 {
+		t.Fatalf("%d answers, %d invalid; want 4 and 3: %+v", len(leaves), invalid, leaves)
+	}
+}
