@@ -543,7 +543,9 @@ func requestID(r *http.Request) string {
 // evaluate decides every evaluation of a request (as its semantic says),
 // signs them once and answers.
 func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
-	req, err := readDecoded(r, s, func(body []byte) (*evaluationsRequest, error) { return decodeEvaluations(body, path == PathEvaluations) })
+	req, err := readDecoded(r, s, func(body []byte) (*evaluationsRequest, error) {
+		return decodeEvaluations(body, path == PathEvaluations)
+	})
 	if err != nil {
 		badRequest(w, r, err)
 		return
