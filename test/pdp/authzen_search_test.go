@@ -2,7 +2,9 @@ package pdp_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -193,15 +195,28 @@ func TestAuthZENSearchPagination(t *testing.T) {
 		t.Fatalf("the first page: %d %s", code, resp)
 	}
 	next := *a.Page.NextToken
+	// The token re-encoded with the page moved on: its MAC no longer fits.
+	payload, mac, _ := strings.Cut(next, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(payload)
+	var moved map[string]any
+	_ = json.Unmarshal(raw, &moved)
+	moved["after"] = "record-119"
+	raw, _ = json.Marshal(moved)
+	shifted := base64.RawURLEncoding.EncodeToString(raw) + "." + mac
 	for name, body := range map[string]string{
 		"another subject": `{"subject":{"type":"user","id":"dan"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":2,"token":"` + next + `"}}`,
-		"another limit":   `{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":3,"token":"` + next + `"}}`,
 		"a context added": `{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"context":{"x":1},"page":{"limit":2,"token":"` + next + `"}}`,
 		"a made-up token": `{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":2,"token":"bm90IGEgdG9rZW4"}}`,
+		"a shifted token": `{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":2,"token":"` + shifted + `"}}`,
 	} {
 		if code, resp := p.post(t, tok, pdp.PathSearchResource, []byte(body)); code != 400 || !strings.Contains(string(resp), `"field":"page.token"`) {
 			t.Errorf("%s: %d %s; want 400 naming page.token", name, code, resp)
 		}
+	}
+	// Another page size on the way is the PEP's to ask (only the token
+	// moves with the pages; page.limit is not the search's).
+	if code, resp := p.post(t, tok, pdp.PathSearchResource, []byte(`{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":3,"token":"`+next+`"}}`)); code != 200 {
+		t.Errorf("another page.limit with the token: %d %s; want 200", code, resp)
 	}
 	// erin (Finance, employee) views 105, 111 and 117 (her own) and 115
 	// (Finance) only: a page evaluates at most 6 candidates, so the 20
@@ -275,5 +290,59 @@ func TestAuthZENSearchPagination(t *testing.T) {
 	if _, err := decision.VerifySearch("search/subject", []byte(`{"subject":{"type":"user"},"action":{"name":"edit"},"resource":{"type":"record","id":"101"}}`), buf.Bytes(),
 		decision.VerifyOptions{Profile: pdp.SearchProfile, Keys: keys, RequestID: "search-8"}); err == nil {
 		t.Error("a page verified under another X-Request-ID")
+	}
+}
+
+// TestAuthZENSearchFollowUpAsWritten: the certification scenario's C-4-5-2
+// sends its follow-up with page.token and without the first request's
+// page.limit; sent verbatim, it is answered with the next page (before:
+// 400 "page.token belongs to another search").
+func TestAuthZENSearchFollowUpAsWritten(t *testing.T) {
+	p, tok, _ := authzenCaller(t, "../../examples/authzen-certification", "authzen-certification")
+	first := `{"subject":{"type":"user"},"action":{"name":"read"},"resource":{"type":"record","id":"record-1"},"page":{"limit":1}}`
+	code, resp := p.post(t, tok, pdp.PathSearchSubject, []byte(first))
+	var a searchAnswer
+	if err := json.Unmarshal(resp, &a); code != 200 || err != nil || a.Page == nil || a.Page.NextToken == nil || *a.Page.NextToken == "" || len(a.Results) != 1 {
+		t.Fatalf("C-4-5-1: %d %s", code, resp)
+	}
+	follow := `{"subject":{"type":"user"},"action":{"name":"read"},"resource":{"type":"record","id":"record-1"},"page":{"token":"` + *a.Page.NextToken + `"}}`
+	code, resp = p.post(t, tok, pdp.PathSearchSubject, []byte(follow))
+	var b searchAnswer
+	if err := json.Unmarshal(resp, &b); code != 200 || err != nil || len(b.Results) != 1 || string(b.Results[0]) == string(a.Results[0]) {
+		t.Fatalf("C-4-5-2 as written: %d %s; want the next page", code, resp)
+	}
+}
+
+// TestAuthZENSearchWorkIsBounded: each candidate's evaluation reads the
+// whole template, so a page of a large template evaluates proportionally
+// fewer candidates (--authzen-search-max-candidates for a template up to
+// pdp.SearchWorkUnit bytes, at least one) and ends with a token. Before,
+// an 18 KB subject with undeclared properties cost ~50 s of CPU: every
+// candidate × every property × a linear search of the ignored list.
+func TestAuthZENSearchWorkIsBounded(t *testing.T) {
+	p, tok, _ := authzenCaller(t, "../../examples/authzen-search", "authzen-search", "--authzen-search-page-size", "5", "--authzen-search-max-candidates", "6")
+	after := func(body string) string {
+		t.Helper()
+		code, resp := p.post(t, tok, pdp.PathSearchResource, []byte(body))
+		var a searchAnswer
+		if err := json.Unmarshal(resp, &a); code != 200 || err != nil || a.Page == nil || a.Page.NextToken == nil || *a.Page.NextToken == "" {
+			t.Fatalf("%d %.300s; want a page with a token", code, resp)
+		}
+		payload, _, _ := strings.Cut(*a.Page.NextToken, ".")
+		raw, _ := base64.RawURLEncoding.DecodeString(payload)
+		var tk struct{ After string }
+		_ = json.Unmarshal(raw, &tk)
+		return tk.After
+	}
+	small := after(`{"subject":{"type":"user","id":"erin"},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":100}}`)
+	var props []string
+	for i := range 1000 {
+		props = append(props, fmt.Sprintf(`"p%d":%d`, i, i))
+	}
+	large := `{"subject":{"type":"user","id":"erin","properties":{` + strings.Join(props, ",") + `}},"action":{"name":"view"},"resource":{"type":"record"},"page":{"limit":100}}`
+	big := after(large)
+	t.Logf("a page of a small template ends after %q, of a %d-byte one after %q", small, len(large), big)
+	if small <= big {
+		t.Fatalf("a %d-byte template evaluated as many candidates as a small one (after %q, %q)", len(large), big, small)
 	}
 }

@@ -1,6 +1,8 @@
 package pdp
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -44,7 +46,13 @@ type searchRequest struct {
 	binding  string // the digest every page of this search shares: the request without page.token
 	digest   string // the request's own digest, page.token included: what its page's record binds
 	ignored  []string
+	size     int // the request's bytes: what each evaluation of a candidate reads at most
 }
+
+// SearchWorkUnit is the template size up to which a search page may
+// evaluate --authzen-search-max-candidates candidates; a larger template
+// gets proportionally fewer per page.
+const SearchWorkUnit = 1 << 10
 
 // decodeSearch reads a search request to the endpoint of kind: the
 // members the text defines with their types, the searched-for member's
@@ -54,7 +62,7 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 	if err := checkBody(body); err != nil {
 		return nil, err
 	}
-	req := &searchRequest{kind: kind}
+	req := &searchRequest{kind: kind, size: len(body)}
 	known := []string{"subject", "resource", "context", "page"}
 	if kind != "action" {
 		known = append(known, "action") // an action search has none (§8.5)
@@ -93,14 +101,12 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 			return nil, err
 		}
 	}
-	hasToken := false
 	if v, ok := top["page"]; ok {
 		page, err := object(v, "page", []string{"token", "limit"}, &req.ignored)
 		if err != nil {
 			return nil, err
 		}
 		if v, ok := page["token"]; ok {
-			hasToken = true
 			if req.token, err = str(v, "page.token"); err != nil {
 				return nil, err
 			}
@@ -116,52 +122,64 @@ func decodeSearch(body []byte, kind string) (*searchRequest, error) {
 	if req.digest, err = decision.Digest(body); err != nil {
 		return nil, badField("body", "the request cannot be canonicalized: %v", err)
 	}
-	// Every page of one search shares every member but page.token (§8.2).
-	if !hasToken {
-		req.binding = req.digest // nothing to take out
-		return req, nil
-	}
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(body, &m)
-	if raw, ok := m["page"]; ok {
-		var page map[string]json.RawMessage
-		_ = json.Unmarshal(raw, &page)
-		delete(page, "token")
-		if len(page) == 0 {
-			delete(m, "page") // {"page":{"token":…}} continues a search sent without page
-		} else {
-			m["page"], _ = json.Marshal(page)
+	// Every page of one search shares every member but page (§8.2): the
+	// token moves, and a PEP may ask another page size on the way.
+	req.binding = req.digest
+	if _, hasPage := top["page"]; hasPage {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(body, &m)
+		delete(m, "page")
+		b, _ := json.Marshal(m)
+		if req.binding, err = decision.Digest(b); err != nil {
+			return nil, badField("body", "the request cannot be canonicalized: %v", err)
 		}
-	}
-	b, _ := json.Marshal(m)
-	if req.binding, err = decision.Digest(b); err != nil {
-		return nil, badField("body", "the request cannot be canonicalized: %v", err)
 	}
 	return req, nil
 }
 
-// pageToken is where a page ended, and the search it belongs to. It is
-// opaque to the PEP but no secret: edited, it names another page of the
-// same results, or another search (400).
+// pageToken is where a page ended, and the search it belongs to, with a
+// MAC under the pdp's page-token key (derived from its signing keys, so
+// every replica that signs with them accepts it, and a key rotation ends
+// the searches in progress). It is opaque to the PEP but no secret: a
+// token edited, or made by anyone but the pdp, is refused (400).
 type pageToken struct {
 	V     int    `json:"v"`
 	After string `json:"after"` // the last candidate the previous page evaluated
 	Of    string `json:"of"`    // the search's binding digest
 }
 
-func (t pageToken) encode() string {
+// pageTokenVersion is the token's format: 2, MAC'd.
+const pageTokenVersion = 2
+
+func (t pageToken) encode(key []byte) string {
 	b, _ := json.Marshal(t)
-	return base64.RawURLEncoding.EncodeToString(b)
+	payload := base64.RawURLEncoding.EncodeToString(b)
+	return payload + "." + base64.RawURLEncoding.EncodeToString(pageMAC(key, payload))
 }
 
-func decodeToken(s, binding string) (pageToken, error) {
+func pageMAC(key []byte, payload string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+func decodeToken(s, binding string, key []byte) (pageToken, error) {
 	var t pageToken
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || ijson.Decode(b, &t) != nil || t.V != 1 {
-		return t, badField("page.token", "page.token is not a token this PDP issued")
+	notOurs := badField("page.token", "page.token is not a token this PDP issued (or it was issued under signing keys since rotated: start the search again)")
+	payload, mac, ok := strings.Cut(s, ".")
+	if !ok {
+		return t, notOurs
+	}
+	sum, err := base64.RawURLEncoding.DecodeString(mac)
+	if err != nil || !hmac.Equal(sum, pageMAC(key, payload)) {
+		return t, notOurs
+	}
+	b, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil || ijson.Decode(b, &t) != nil || t.V != pageTokenVersion {
+		return t, notOurs
 	}
 	if t.Of != binding {
-		return t, badField("page.token", "page.token belongs to another search: every member but page.token must be what the first page's request sent (AuthZEN 1.0 §8.2)")
+		return t, badField("page.token", "page.token belongs to another search: subject, action, resource and context must be what the first page's request sent (AuthZEN 1.0 §8.2)")
 	}
 	return t, nil
 }
@@ -215,7 +233,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	}
 	var after string
 	if req.token != "" {
-		t, err := decodeToken(req.token, req.binding)
+		t, err := decodeToken(req.token, req.binding, st.pageKey)
 		if err != nil {
 			badRequest(w, r, err)
 			return
@@ -242,8 +260,17 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	}
 	ans := searchAnswer{Results: []json.RawMessage{}}
 	ignored := slices.Clone(req.ignored)
+	seen := make(map[string]struct{}, len(ignored))
+	for _, p := range ignored {
+		seen[p] = struct{}{}
+	}
+	// Each evaluation reads the whole template: a page evaluates at most
+	// --authzen-search-max-candidates candidates of a template up to
+	// SearchWorkUnit bytes, proportionally fewer of a larger one (at least
+	// one), so that a page's work is bounded whatever the request's shape.
+	most := max(1, s.o.SearchMaxCandidates*SearchWorkUnit/max(req.size, SearchWorkUnit))
 	evaluated, i := 0, start
-	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < s.o.SearchMaxCandidates; i++ {
+	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < most && r.Context().Err() == nil; i++ {
 		c := candidates[i]
 		e := req.template
 		var result []byte
@@ -261,7 +288,8 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		d := st.pkg.EvaluateAuthZEN(st.reg, e)
 		evaluated++
 		for _, p := range d.Ignored {
-			if !slices.Contains(ignored, p) {
+			if _, ok := seen[p]; !ok {
+				seen[p] = struct{}{}
 				ignored = append(ignored, p)
 			}
 		}
@@ -270,9 +298,12 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		}
 	}
 	s.searchEvaluated.WithLabelValues(path).Add(float64(evaluated))
+	if err := r.Context().Err(); err != nil {
+		return // the client has gone: no page to sign
+	}
 	if i < len(candidates) {
 		// i > start: limits of at least 1 evaluate at least one candidate.
-		ans.Page.NextToken = pageToken{V: 1, After: candidates[i-1], Of: req.binding}.encode()
+		ans.Page.NextToken = pageToken{V: pageTokenVersion, After: candidates[i-1], Of: req.binding}.encode(st.pageKey)
 	}
 	ans.Page.Count = len(ans.Results)
 	unsigned, err := json.Marshal(ans)

@@ -6,7 +6,12 @@ package pdp
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,7 +255,10 @@ type state struct {
 	// group shares signer's signatures among the checks that arrive
 	// together; nil with --sign-group-max 0.
 	group *decision.Group
-	sig   string // file signature, to see changes
+	// pageKey MACs search page tokens: derived from the signing keys, so
+	// every replica shares it and a key rotation replaces it.
+	pageKey []byte
+	sig     string // file signature, to see changes
 }
 
 // callerAuthMode reads --caller-auth-mode other than off: enforce, or warn
@@ -376,7 +384,26 @@ func load(dir, registry, keyFile string) (*state, error) {
 			return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
 		}
 	}
+	if st.pageKey, err = pageTokenKey(keys); err != nil {
+		return nil, fmt.Errorf("pdp: --signing-key-file %s: %w", keyFile, err)
+	}
 	return st, nil
+}
+
+// pageTokenKey derives the key that MACs search page tokens from the
+// signing keys' private material: secret as they are, the same on every
+// replica that mounts them, replaced when they rotate.
+func pageTokenKey(keys []crypto.Signer) ([]byte, error) {
+	m := hmac.New(sha256.New, []byte("callerauth pdp search page token v2"))
+	for _, k := range keys {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			return nil, err
+		}
+		m.Write(binary.BigEndian.AppendUint32(nil, uint32(len(der))))
+		m.Write(der)
+	}
+	return m.Sum(nil), nil
 }
 
 // signature summarises the files' sizes and times, to notice a change.
