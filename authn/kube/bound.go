@@ -304,30 +304,39 @@ func parseRV(rv string) (uint64, error) {
 	return n, nil
 }
 
-// proving asks for a proof every timeout until ctx ends.
+// proving asks for a proof every timeout until ctx ends; after a failed
+// one, again sooner (from a quarter of a second, doubling up to the
+// timeout), so that a view stopped by a short failure — an API server not
+// ready yet at start-up — answers again within a second or so.
 func (w *watched) proving(ctx context.Context) {
-	t := time.NewTicker(w.timeout)
-	defer t.Stop()
+	retry := time.Duration(0)
 	for {
 		at := w.now()
 		pctx, cancel := context.WithTimeout(ctx, w.timeout)
 		rv, err := w.prove(pctx)
 		cancel()
+		next := w.timeout - w.now().Sub(at)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			w.fail(w.now())
+			retry = min(max(2*retry, proofRetry), w.timeout)
+			next = retry
 		default:
+			retry = 0
 			w.proved(proof{at: at, rv: rv})
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(max(next, 0)):
 		}
 	}
 }
+
+// proofRetry is the first wait after a failed proof.
+const proofRetry = 250 * time.Millisecond
 
 // proved records a proof; it vouches for the store as soon as the store
 // has applied its resource version.

@@ -467,6 +467,13 @@ func (s *scanner) space() {
 	s.i = i
 }
 
+// nonCharacter reports Unicode's noncharacters — U+FDD0 to U+FDEF and the
+// last two code points of every plane — which I-JSON strings must not hold
+// (RFC 7493 §2.1).
+func nonCharacter(r rune) bool {
+	return (r >= 0xFDD0 && r <= 0xFDEF) || (r&0xFFFE == 0xFFFE && r <= utf8.MaxRune)
+}
+
 // plainRun returns the end of the run of plain bytes from i.
 func plainRun(b []byte, i int) int {
 	for i < len(b) && plainByte[b[i]] {
@@ -733,6 +740,9 @@ func (s *scanner) str(decode bool) (string, error) {
 			if r == utf8.RuneError && size <= 1 {
 				return "", s.fail("invalid UTF-8 in a string (RFC 7493 §2.1)")
 			}
+			if nonCharacter(r) {
+				return "", s.fail(fmt.Sprintf("noncharacter U+%04X in a string (RFC 7493 §2.1)", r))
+			}
 			out.WriteRune(r)
 			s.i += size
 		}
@@ -772,9 +782,15 @@ func (s *scanner) escape(out *strings.Builder) error {
 			if !ok || lo < 0xDC00 || lo > 0xDFFF {
 				return s.fail(fmt.Sprintf(`unpaired surrogate \u%04x (RFC 7493 §2.1)`, r))
 			}
-			out.WriteRune(0x10000 + (r-0xD800)<<10 + (lo - 0xDC00))
+			p := 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+			if nonCharacter(p) {
+				return s.fail(fmt.Sprintf(`noncharacter U+%04X (\u%04x\u%04x) in a string (RFC 7493 §2.1)`, p, r, lo))
+			}
+			out.WriteRune(p)
 			s.i += 12
 			return nil
+		case nonCharacter(r):
+			return s.fail(fmt.Sprintf(`noncharacter U+%04X (\u%04x) in a string (RFC 7493 §2.1)`, r, r))
 		default:
 			out.WriteRune(r)
 		}

@@ -337,3 +337,25 @@ func BenchmarkMembers(b *testing.B) {
 		}
 	}
 }
+
+// TestNonCharacters: I-JSON strings must not hold Unicode's noncharacters
+// (RFC 7493 §2.1: "MUST NOT include code points that identify Surrogates
+// or Noncharacters"), raw or escaped, in values and member names; the
+// code points beside them are fine.
+func TestNonCharacters(t *testing.T) {
+	for _, doc := range []string{
+		"{\"a\":\"\uFFFF\"}", "{\"a\":\"\uFDD0\"}", "{\"a\":\"\U0010FFFF\"}", "{\"a\":\"\U0001FFFE\"}", "{\"\uFDEF\":1}",
+		`{"a":"\uffff"}`, `{"a":"\uFDD0"}`, `{"a":"\udbff\udfff"}`, `{"a":"\ud83f\udffe"}`,
+	} {
+		if err := Check([]byte(doc)); err == nil || !strings.Contains(err.Error(), "noncharacter") {
+			t.Errorf("%q: %v; want a noncharacter refused", doc, err)
+		}
+	}
+	for _, doc := range []string{
+		"{\"a\":\"\uFFFD\uFDCF\uFDF0\U0010FFFD\"}", `{"a":"\ufffd\ufdcf\ufdf0\udbff\udffd"}`,
+	} {
+		if err := Check([]byte(doc)); err != nil {
+			t.Errorf("%q: %v; want accepted", doc, err)
+		}
+	}
+}

@@ -497,10 +497,12 @@ const MaxRequestIDBytes = 1024
 // HeaderRequestID is the AuthZEN request identifier (§10.1.3).
 const HeaderRequestID = "X-Request-ID"
 
-// echoRequestID answers every response of an AuthZEN endpoint — a
-// decision, a refusal, a bad request — with the X-Request-ID the request
-// carried, as the text requires of a PDP (§10.1.3: "MUST include the same
-// identifier"). The header is bounded by the server's header limit.
+// echoRequestID answers every response of the pdp's API — a decision, a
+// refusal, a bad request, a 404 or 405 — with the X-Request-ID the
+// request carried, as the text requires of a PDP (§10.1.3: "MUST include
+// the same identifier"). The header is bounded by the server's header
+// limit; a request whose headers pass it is answered 431 by Go's HTTP
+// server before any handler, without it.
 func echoRequestID(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ids := r.Header.Values(HeaderRequestID); len(ids) > 0 {

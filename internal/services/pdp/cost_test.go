@@ -2,6 +2,7 @@ package pdp_test
 
 import (
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -183,5 +184,27 @@ func TestAuthZENUnreadableItemsVerify(t *testing.T) {
 	}
 	if invalid != 3 || len(leaves) != 4 {
 		t.Fatalf("%d answers, %d invalid; want 4 and 3: %+v", len(leaves), invalid, leaves)
+	}
+}
+
+// TestAuthZENEchoesTheRequestIDEverywhere: the X-Request-ID comes back on
+// every answer of the API — the mux's own 404 under /access/v1/ and 405,
+// an unknown tenant, the metadata and the JWKS — not only on decisions.
+func TestAuthZENEchoesTheRequestIDEverywhere(t *testing.T) {
+	e, _ := startTodo(t)
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/access/v1/nothing"}, {"GET", pdp.PathEvaluation}, {"POST", "/no-such-tenant" + pdp.PathEvaluation},
+		{"GET", pdp.PathAuthZENConfig}, {"GET", pdp.PathJWKS}, {"DELETE", "/v1/check"},
+	} {
+		req, _ := http.NewRequest(c.method, e.url+c.path, strings.NewReader("{}"))
+		req.Header.Set(pdp.HeaderRequestID, "id-"+c.path)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if got := resp.Header.Get(pdp.HeaderRequestID); got != "id-"+c.path {
+			t.Errorf("%s %s: %d, X-Request-ID %q", c.method, c.path, resp.StatusCode, got)
+		}
 	}
 }

@@ -466,15 +466,15 @@ func (s *Server) Handler() http.Handler {
 	for _, p := range []string{PathEvaluation, PathEvaluations, PathSearchSubject, PathSearchResource, PathSearchAction} {
 		var h http.Handler
 		if _, ok := searchKinds[p]; ok {
-			h = echoRequestID(s.searchHandler(p))
+			h = s.searchHandler(p)
 		} else {
-			h = echoRequestID(s.authzenHandler(p))
+			h = s.authzenHandler(p)
 		}
 		mux.Handle("POST "+p, h)
 		mux.Handle("POST /{tenant}"+p, s.inTenant(h))
 	}
-	mux.Handle("GET "+PathAuthZENConfig, echoRequestID(http.HandlerFunc(s.authzenConfig)))
-	mux.Handle("GET "+PathAuthZENConfig+"/{tenant}", echoRequestID(http.HandlerFunc(s.authzenConfig)))
+	mux.Handle("GET "+PathAuthZENConfig, http.HandlerFunc(s.authzenConfig))
+	mux.Handle("GET "+PathAuthZENConfig+"/{tenant}", http.HandlerFunc(s.authzenConfig))
 	mux.HandleFunc("GET "+PathJWKS, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
@@ -485,7 +485,10 @@ func (s *Server) Handler() http.Handler {
 		st := s.state.Load()
 		_, _ = fmt.Fprintf(w, "ok %s %s\n", st.pkg.ID, st.pkg.Version)
 	})
-	return mux
+	// Every answer the mux gives echoes the request's X-Request-ID: a
+	// decision, a refusal, a bad request, and the mux's own 404 (an
+	// unknown path or tenant) and 405, the metadata and the JWKS alike.
+	return echoRequestID(mux)
 }
 
 // checkHandler is POST /v1/check: the guard's middleware (the caller
