@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -400,7 +399,7 @@ func pageTokenKey(keys []crypto.Signer) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.Write(binary.BigEndian.AppendUint32(nil, uint32(len(der))))
+		fmt.Fprintf(m, "%d:", len(der)) // length-prefixed: no two key lists collide
 		m.Write(der)
 	}
 	return m.Sum(nil), nil
