@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,6 +165,9 @@ func Open(ctx context.Context, name, target string, migrations fs.FS, o Options)
 				return nil, fmt.Errorf("%s: datastore %s: the directory %s does not exist (or is not a directory): create it, or give a path in one that does", name, dsn, dir)
 			}
 		}
+		if err := restrict(dsn); err != nil {
+			return nil, fmt.Errorf("%s: datastore %s: %w", name, dsn, err)
+		}
 		// WAL keeps readers off the writer's back; synchronous=FULL makes
 		// every committed transaction durable before it returns.
 		db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)")
@@ -192,6 +196,45 @@ func Open(ctx context.Context, name, target string, migrations fs.FS, o Options)
 		return nil, fmt.Errorf("%s: datastore %s: %w", name, d.Target, err)
 	}
 	return d, nil
+}
+
+// restrict makes a SQLite datastore readable by its owner alone: the file
+// is created 0600 before SQLite opens it (SQLite gives its -wal and -shm
+// files the database file's mode), an existing database, -wal or -shm
+// file open to others is made 0600, and the directory, when this process
+// owns it, 0700. The datastore holds callers' names and what they sent; a
+// node's hostPath is read by whatever else runs there.
+func restrict(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return err
+		case st.Mode().Perm()&0o077 != 0:
+			if err := os.Chmod(p, 0o600); err != nil {
+				return fmt.Errorf("making %s readable by its owner alone: %w", p, err)
+			}
+		}
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) == os.Getuid() && st.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("making the directory %s its owner's alone: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // versionTable is the goose version table of a service.

@@ -225,3 +225,43 @@ func TestMissingDirectoryIsNamed(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestSQLiteFilesAreTheOwnersAlone: a SQLite datastore's file, its -wal
+// and -shm are created 0600 and its directory made 0700 whatever the
+// umask; files an earlier version left 0644 are tightened at open.
+func TestSQLiteFilesAreTheOwnersAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "events.db")
+	for round := range 2 {
+		db, err := datastore.Open(context.Background(), "test-svc", path, migrations, datastore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS t (x INTEGER)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`INSERT INTO t VALUES (1)`); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := st.Mode().Perm(); m != 0o600 {
+				t.Errorf("round %d: %s is %v; want 0600", round, filepath.Base(p), m)
+			}
+		}
+		if st, _ := os.Stat(dir); st.Mode().Perm() != 0o700 {
+			t.Errorf("round %d: the directory is %v; want 0700", round, st.Mode().Perm())
+		}
+		// Open to others again, as an older version left them.
+		for _, p := range []string{path, path + "-wal", path + "-shm", dir} {
+			_ = os.Chmod(p, 0o755)
+		}
+		_ = db.Close()
+	}
+}

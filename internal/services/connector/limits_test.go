@@ -289,3 +289,21 @@ func TestMetricsTheDocsList(t *testing.T) {
 		t.Fatalf("read %d metrics and %d reasons from the docs; the table moved?", metrics, reasons)
 	}
 }
+
+// TestIdempotencyKeyCheckedOnEveryBatch: a key no batch may carry is
+// refused with its reason even on an empty batch (before, an empty batch
+// was answered OK without its key being looked at).
+func TestIdempotencyKeyCheckedOnEveryBatch(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	run(t, connector.Options{Socket: sock}, "")
+	c := dialSocket(t, sock)
+	for _, batch := range []*pcv1.HealthEvents{{IdempotencyKey: "bad key!"}, {IdempotencyKey: strings.Repeat("k", connector.MaxIdempotencyKey+1)}} {
+		_, err := c.HealthEventOccurredV1(context.Background(), batch)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "idempotency_key") {
+			t.Errorf("an empty batch with key %.20q: %v; want InvalidArgument naming idempotency_key", batch.IdempotencyKey, err)
+		}
+	}
+	if _, err := c.HealthEventOccurredV1(context.Background(), &pcv1.HealthEvents{IdempotencyKey: "ok-key"}); err != nil {
+		t.Fatalf("an empty batch with a good key: %v", err)
+	}
+}

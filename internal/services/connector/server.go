@@ -345,12 +345,14 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		c.NodeName = stamped[i]
 		events[i] = c
 	}
-	if len(events) == 0 {
-		return &emptypb.Empty{}, nil
-	}
+	// The key is checked whatever the batch holds: an empty batch with a
+	// key no batch could carry is as wrong as a full one.
 	key := in.GetIdempotencyKey()
 	if !validKey(key) {
 		return nil, guard.Refuse(ReasonBadIdempotencyKey, fmt.Sprintf("idempotency_key: at most %d characters of [A-Za-z0-9._:-]; nothing was stored", MaxIdempotencyKey))
+	}
+	if len(events) == 0 {
+		return &emptypb.Empty{}, nil
 	}
 	duplicate, err := s.store.Append(ctx, caller, scope, key, events)
 	switch {
