@@ -751,3 +751,41 @@ func testRetriedClaimsAndReports(t *testing.T, datastore string) {
 		t.Errorf("a 129-byte key: %v", err)
 	}
 }
+
+// TestClaimKeyAfterItsLeaseLapsed: a node that reuses its claim key after
+// the claim's lease lapsed, before the expiry pass requeued that job, gets
+// a claim of its own — not Unavailable from the key's unique index (the
+// probe saw 470 of 600 such claims fail with "UNIQUE constraint failed").
+func TestClaimKeyAfterItsLeaseLapsed(t *testing.T) {
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixNano())
+			s, err := controller.OpenStore(target, func() time.Time { return time.Unix(0, clock.Load()) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			for range 2 {
+				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, lease1, _, err := s.Claim(ctx, "tenant-a", "node-1", "k", time.Minute)
+			if err != nil || first == nil {
+				t.Fatalf("the first claim: %v %v", first, err)
+			}
+			clock.Add(int64(2 * time.Minute)) // the lease lapses; no expiry pass yet
+			second, lease2, replayed, err := s.Claim(ctx, "tenant-a", "node-1", "k", time.Minute)
+			if err != nil || second == nil || replayed || lease2 == lease1 {
+				t.Fatalf("the key reused after its lease lapsed: job %v, replayed %t, same lease %t, %v; want a claim of its own", second, replayed, lease2 == lease1, err)
+			}
+			// Within the new lease, the key names the new claim.
+			again, lease3, replayed, err := s.Claim(ctx, "tenant-a", "node-1", "k", time.Minute)
+			if err != nil || !replayed || again.GetId() != second.GetId() || lease3 != lease2 {
+				t.Fatalf("a retry within the new lease: %v replayed %t %v", again.GetId(), replayed, err)
+			}
+		})
+	}
+}

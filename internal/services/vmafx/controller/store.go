@@ -285,6 +285,14 @@ func (s *Store) claim(ctx context.Context, tenant, node, key string, lease time.
 	}
 	leaseID := newLeaseID()
 	claimKey := sql.NullString{String: key, Valid: key != ""}
+	if key != "" {
+		// A claim that held this key and lost its lease (the expiry pass
+		// has not run yet) no longer holds it: the key is free again.
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET claim_key = NULL WHERE tenant = ? AND node = ? AND claim_key = ? AND (state <> ? OR lease_expires_at <= ?)`),
+			tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now.UnixNano()); err != nil {
+			return nil, "", err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = ?, lease_id = ?, claim_key = ?, attempts = attempts + 1, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`),
 		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, leaseID, claimKey, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
 		return nil, "", err
