@@ -789,3 +789,37 @@ func TestClaimKeyAfterItsLeaseLapsed(t *testing.T) {
 		})
 	}
 }
+
+// TestNamesAndReasonsANodeMaySend: a node_name with a control or format
+// character (an escape sequence, a bidirectional override) is refused at
+// the API, naming the character; a node may not report FAILED with the
+// controller's own reasons (cancelled, attempts_exhausted), which say
+// what the controller did, not what the measurement met.
+func TestNamesAndReasonsANodeMaySend(t *testing.T) {
+	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter)
+	if _, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	node := e.client(t, "tenant-a", "node-1", controller.RoleNode)
+	for _, name := range []string{"node\x1b[31mred", "node\u202eevil", "tab\there", "del\x7f", "c1\u0085"} {
+		_, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: name})
+		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "node_name: a control or format character") {
+			t.Errorf("node_name %q: %v; want InvalidArgument naming the character", name, err)
+		}
+	}
+	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "gpu-node-1"})
+	if err != nil || c.GetJob() == nil {
+		t.Fatalf("a plain name: %v %v", c, err)
+	}
+	for _, reason := range []string{controller.ReasonCancelled, controller.ReasonAttemptsExhausted} {
+		_, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "x", Reason: reason})
+		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is the controller's own") {
+			t.Errorf("FAILED %s from a node: %v; want InvalidArgument", reason, err)
+		}
+	}
+	if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "x", Reason: "decode_failed"}); err != nil {
+		t.Fatalf("FAILED with a reason of the node's: %v", err)
+	}
+}

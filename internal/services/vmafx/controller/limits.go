@@ -82,8 +82,11 @@ func CheckReport(r *vmafxv1.ReportJobRequest) error {
 		if r.GetError() == "" {
 			return errors.New("error: a FAILED report needs an error message")
 		}
-		if r.GetReason() == "" {
+		switch r.GetReason() {
+		case "":
 			r.Reason = ReasonMeasurementFailed
+		case ReasonCancelled, ReasonAttemptsExhausted:
+			return fmt.Errorf("reason: %s is the controller's own; a node reports why its measurement failed (e.g. %s)", r.GetReason(), ReasonMeasurementFailed)
 		}
 	case vmafxv1.JobState_JOB_STATE_SUCCEEDED:
 		if len(r.GetScores()) == 0 {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -455,6 +456,10 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	if len(node) > maxNodeName || !utf8.ValidString(node) {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
 	}
+	if i := strings.IndexFunc(node, unprintable); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(node[i:])
+		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: a control or format character (U+%04X) at byte %d: names are printed to terminals", r, i))
+	}
 	key := in.GetClaimKey()
 	if len(key) > maxRequestID {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("claim_key: %d bytes; at most %d", len(key), maxRequestID))
@@ -528,3 +533,8 @@ func checkID(id string) error {
 	}
 	return nil
 }
+
+// unprintable is a character a name may not hold: a control or format
+// character (an escape sequence, a bidirectional override), anything
+// unicode.IsPrint refuses but the ASCII space.
+func unprintable(r rune) bool { return !unicode.IsPrint(r) }

@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -364,7 +366,7 @@ func newVmafxWatchCmd(o *Options, f *vmafxFlags) *cobra.Command {
 					return callError("watch", err)
 				}
 				j := resp.GetJob()
-				line := strings.Join(strings.Fields(fmt.Sprintf("%s %s %d frames", stateName(j.GetState()), j.GetNode(), frames(j))), " ")
+				line := strings.Join(strings.Fields(fmt.Sprintf("%s %s %d frames", stateName(j.GetState()), shown(j.GetNode()), frames(j))), " ")
 				switch {
 				case bar != nil:
 					bar.Describe(args[0] + " " + stateName(j.GetState()))
@@ -454,10 +456,21 @@ func printJobs(w io.Writer, format string, resp proto.Message, jobs ...*vmafxv1.
 		if c := j.GetCreatedAt(); c != nil {
 			created = c.AsTime().UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.GetId(), stateName(j.GetState()), frames(j), node,
-			orDash(strings.Join(scores, " ")), orDash(j.GetReason()), created)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", shown(j.GetId()), stateName(j.GetState()), frames(j), shown(node),
+			orDash(strings.Join(scores, " ")), shown(orDash(j.GetReason())), created)
 	}
 	return tw.Flush()
+}
+
+// shown is s as a terminal may print it: as it is when every character
+// is printable, else quoted with Go's escapes (a control character, an
+// escape sequence or a bidirectional override reaches no terminal raw,
+// whatever a controller of an older version stored).
+func shown(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 func orDash(s string) string {
