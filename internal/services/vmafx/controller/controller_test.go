@@ -823,3 +823,47 @@ func TestNamesAndReasonsANodeMaySend(t *testing.T) {
 		t.Fatalf("FAILED with a reason of the node's: %v", err)
 	}
 }
+
+// TestASubmitterSeesOnlyWhatItsRoleMay: a caller with vmafx:submitter alone
+// may not read jobs (vmafx:reader): resubmitting a known request_id, or
+// cancelling a cancelled job, answers the job's identity and state — not
+// its spec, node, error or scores (before, the whole job).
+func TestASubmitterSeesOnlyWhatItsRoleMay(t *testing.T) {
+	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter)
+	full := e.client(t, "tenant-a", "ops", controller.RoleSubmitter, controller.RoleReader)
+	node := e.client(t, "tenant-a", "node-1", controller.RoleNode)
+	sub, err := full.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "nightly-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"})
+	if err != nil || c.GetJob().GetId() != sub.GetJob().GetId() {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_SUCCEEDED, Scores: bothScores}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "nightly-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := again.GetJob()
+	if j.GetId() != sub.GetJob().GetId() || j.GetState() != vmafxv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetScores()) != 0 || j.GetSpec() != nil || j.GetNode() != "" {
+		t.Fatalf("a submitter's resubmission of a finished job: %v; want its id and state only", j)
+	}
+	if r, err := full.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "nightly-1"}); err != nil || len(r.GetJob().GetScores()) != 2 {
+		t.Fatalf("a reader's resubmission: %v %v; want the whole job", r, err)
+	}
+	pending, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: pending.GetJob().GetId()})
+		if err != nil || r.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_CANCELLED || r.GetJob().GetSpec() != nil || r.GetJob().GetSubmittedBy() != "" {
+			t.Fatalf("a submitter's cancel: %v %v; want its id and state only", r, err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -396,7 +397,19 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}
-	return &vmafxv1.SubmitJobResponse{Job: j}, nil
+	return &vmafxv1.SubmitJobResponse{Job: visible(c, j)}, nil
+}
+
+// visible is what the caller may see of j: all of it with vmafx:reader;
+// else — a submitter — the job's identity and where it stands (id,
+// tenant, state, reason, times), not its spec, node, error or scores. A
+// known request_id resubmitted, or a cancelled job cancelled again, is no
+// way around the reader role.
+func visible(c *authn.Caller, j *vmafxv1.Job) *vmafxv1.Job {
+	if j == nil || slices.Contains(c.Roles, RoleReader) {
+		return j
+	}
+	return &vmafxv1.Job{Id: j.GetId(), Tenant: j.GetTenant(), State: j.GetState(), Reason: j.GetReason(), CreatedAt: j.GetCreatedAt(), UpdatedAt: j.GetUpdatedAt()}
 }
 
 // GetJob implements JobService.
@@ -522,7 +535,7 @@ func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (
 	if s.Log != nil {
 		s.Log.InfoContext(ctx, "controller: cancelled", "job", j.GetId(), "tenant", c.Tenant, "caller", c.Username)
 	}
-	return &vmafxv1.CancelJobResponse{Job: j}, nil
+	return &vmafxv1.CancelJobResponse{Job: visible(c, j)}, nil
 }
 
 // checkID refuses an id no job could have, without echoing it: a job id is

@@ -236,72 +236,60 @@ func newLeaseID() string {
 // lost. Concurrent claims with one key lease at most one job (a unique
 // index), and each returns it.
 func (s *Store) Claim(ctx context.Context, tenant, node, key string, lease time.Duration) (j *vmafxv1.Job, leaseID string, replayed bool, err error) {
-	if key != "" {
-		if j, leaseID, err := s.claimed(ctx, tenant, node, key); err != nil || j != nil {
-			return j, leaseID, err == nil, err
-		}
-	}
-	j, leaseID, err = s.claim(ctx, tenant, node, key, lease)
-	if err != nil && key != "" {
-		// A concurrent claim with the same key won the unique index.
-		if j, leaseID, lerr := s.claimed(ctx, tenant, node, key); lerr == nil && j != nil {
-			return j, leaseID, true, nil
-		}
-	}
-	return j, leaseID, false, err
-}
-
-// claimed finds the live claim of tenant and node under key: its job and
-// lease, or nil.
-func (s *Store) claimed(ctx context.Context, tenant, node, key string) (*vmafxv1.Job, string, error) {
-	var id, leaseID string
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT id, lease_id FROM jobs WHERE tenant = ? AND node = ? AND claim_key = ? AND state = ? AND lease_expires_at > ?`),
-		tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), s.now().UnixNano()).Scan(&id, &leaseID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, "", nil
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	j, err := s.Get(ctx, tenant, id)
-	return j, leaseID, err
-}
-
-func (s *Store) claim(ctx context.Context, tenant, node, key string, lease time.Duration) (*vmafxv1.Job, string, error) {
 	now := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	var id string
+	if key != "" {
+		// Claims under one key take turns (SQLite has one writer; on
+		// PostgreSQL a transaction-scoped advisory lock of the key): the
+		// second finds the first's claim and returns it, so concurrent
+		// retries lease one job and all name it.
+		if s.db.Dialect == datastore.Postgres {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, tenant+"\x1f"+node+"\x1f"+key); err != nil {
+				return nil, "", false, err
+			}
+		}
+		err := tx.QueryRowContext(ctx, s.q(`SELECT id, lease_id FROM jobs WHERE tenant = ? AND node = ? AND claim_key = ? AND state = ? AND lease_expires_at > ?`),
+			tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now.UnixNano()).Scan(&id, &leaseID)
+		switch {
+		case err == nil:
+			if err := tx.Commit(); err != nil {
+				return nil, "", false, err
+			}
+			j, err := s.Get(ctx, tenant, id)
+			return j, leaseID, true, err
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, "", false, err
+		}
+		// A claim that held this key and lost its lease (the expiry pass
+		// has not run yet) no longer holds it: the key is free again.
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET claim_key = NULL WHERE tenant = ? AND node = ? AND claim_key = ?`), tenant, node, key); err != nil {
+			return nil, "", false, err
+		}
+	}
 	err = tx.QueryRowContext(ctx, s.q(`SELECT id FROM jobs WHERE tenant = ? AND state = ? ORDER BY queued_at, seq LIMIT 1`+s.lockRow(true)),
 		tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, "", nil
+		return nil, "", false, nil
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
-	leaseID := newLeaseID()
+	leaseID = newLeaseID()
 	claimKey := sql.NullString{String: key, Valid: key != ""}
-	if key != "" {
-		// A claim that held this key and lost its lease (the expiry pass
-		// has not run yet) no longer holds it: the key is free again.
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET claim_key = NULL WHERE tenant = ? AND node = ? AND claim_key = ? AND (state <> ? OR lease_expires_at <= ?)`),
-			tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now.UnixNano()); err != nil {
-			return nil, "", err
-		}
-	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET state = ?, node = ?, lease_id = ?, claim_key = ?, attempts = attempts + 1, lease_expires_at = ?, progress = 0, updated_at = ? WHERE id = ?`),
 		int32(vmafxv1.JobState_JOB_STATE_RUNNING), node, leaseID, claimKey, now.Add(lease).UnixNano(), now.UnixNano(), id); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
-	j, err := s.Get(ctx, tenant, id)
-	return j, leaseID, err
+	j, err = s.Get(ctx, tenant, id)
+	return j, leaseID, false, err
 }
 
 // Report applies a node's report to a job of tenant whose current lease
