@@ -435,3 +435,49 @@ func TestCacheReverifiesWhatItsRevocableCannotVouchFor(t *testing.T) {
 		t.Fatalf("stats %+v; want 1 reverified, 2 misses, 2 hits", s)
 	}
 }
+
+// TestCacheKeepsEachIssuersShare: one tenant's identity provider minting
+// tokens by the thousand — and a flood of refused tokens beside it —
+// evict their own verdicts once the cache is full, never those of an
+// issuer holding less than its fair share (MaxEntries / active issuers:
+// 33 of 100 here); an issuer alone still fills an idle cache whole.
+// Before, one LRU list: the flood evicted every other tenant's verdicts.
+func TestCacheKeepsEachIssuersShare(t *testing.T) {
+	var calls atomic.Int64
+	inner := authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+		calls.Add(1)
+		iss, _, _ := strings.Cut(tok, "/")
+		if iss == "bad" {
+			return nil, authn.Fail(authn.TokenInvalid, "bad")
+		}
+		return &authn.Caller{Username: "u-" + tok, Issuer: "https://" + iss}, nil
+	})
+	ctx := context.Background()
+	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, MaxEntries: 100})
+	for i := range 100 {
+		if _, err := c.Authenticate(ctx, fmt.Sprintf("a/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Len() != 100 {
+		t.Fatalf("one issuer alone holds %d of 100 entries; want the whole idle cache", c.Len())
+	}
+	for i := range 30 {
+		if _, err := c.Authenticate(ctx, fmt.Sprintf("b/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 1000 { // issuer a mints on, and refused tokens arrive
+		_, _ = c.Authenticate(ctx, fmt.Sprintf("a/x%d", i))
+		_, _ = c.Authenticate(ctx, fmt.Sprintf("bad/%d", i))
+	}
+	before := calls.Load()
+	for i := range 30 {
+		if _, err := c.Authenticate(ctx, fmt.Sprintf("b/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Fatalf("issuer b's 30 verdicts: %d verified again after issuer a's flood; want all still cached", n)
+	}
+}

@@ -38,8 +38,10 @@ type CacheConfig struct {
 	// validator_unavailable, so that fail-open rules apply and the metric
 	// tells. Cached verdicts are unaffected. Default 64.
 	MaxInFlight int
-	// MaxEntries bounds the cache; the least recently used entry is evicted.
-	// Default 10000.
+	// MaxEntries bounds the cache. A full cache evicts the least recently
+	// used verdict of the issuer holding the most (refusals count as one
+	// issuer), so that under contention each active issuer keeps at least
+	// MaxEntries / (active issuers). Default 10000.
 	MaxEntries int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -102,6 +104,9 @@ type Cache struct {
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]*list.Element
 	lru     *list.List // front = most recent; values are *cacheEntry
+	// groups are the entries of each issuer (refusals apart), each list
+	// front = most recent: a full cache evicts from the largest.
+	groups map[string]*list.List
 
 	group singleflight.Group
 	stats CacheStats
@@ -119,6 +124,8 @@ type CacheStats struct {
 
 type cacheEntry struct {
 	key      [sha256.Size]byte
+	group    string        // the caller's issuer; refusals for a refusal
+	inGroup  *list.Element // its element in groups[group]
 	caller   *Caller
 	err      error     // a cached token_invalid verdict when caller is nil
 	verified time.Time // when the verification that reached it began
@@ -130,7 +137,7 @@ var _ Authenticator = (*Cache)(nil)
 // NewCache wraps inner with a verdict cache.
 func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	c := &Cache{inner: inner, ttl: cfg.TTL, negTTL: cfg.NegativeTTL, max: cfg.MaxEntries, now: cfg.Now,
-		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New()}
+		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New(), groups: map[string]*list.List{}}
 	if c.ttl == 0 {
 		c.ttl = DefaultCacheTTL
 	}
@@ -236,8 +243,7 @@ func (c *Cache) reverify(key [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
-		c.lru.Remove(el)
-		delete(c.entries, key)
+		c.remove(el)
 	}
 	c.stats.Hits--
 	c.stats.Misses++
@@ -294,12 +300,12 @@ func (c *Cache) get(key [sha256.Size]byte) (*Caller, time.Time, error) {
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.expires) {
-		c.lru.Remove(el)
-		delete(c.entries, key)
+		c.remove(el)
 		c.stats.Misses++
 		return nil, time.Time{}, nil
 	}
 	c.lru.MoveToFront(el)
+	c.groups[e.group].MoveToFront(e.inGroup)
 	if e.err != nil {
 		c.stats.NegativeHits++
 		return nil, e.verified, e.err
@@ -318,20 +324,55 @@ func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error, verifi
 			expires = caller.Expiry
 		}
 	}
-	e := &cacheEntry{key: key, caller: caller, err: refusal, verified: verified, expires: expires}
+	group := refusals
+	if caller != nil {
+		group = caller.Issuer
+	}
+	e := &cacheEntry{key: key, group: group, caller: caller, err: refusal, verified: verified, expires: expires}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
-		el.Value = e
-		c.lru.MoveToFront(el)
-		return
+		c.remove(el)
 	}
+	g := c.groups[group]
+	if g == nil {
+		g = list.New()
+		c.groups[group] = g
+	}
+	e.inGroup = g.PushFront(e)
 	c.entries[key] = c.lru.PushFront(e)
+	// Full: the least recently used verdict of the issuer holding the most
+	// goes (refusals count as one issuer). One issuer may fill an idle
+	// cache, but under contention each active issuer keeps at least
+	// MaxEntries / (active issuers): an identity provider minting tokens
+	// by the thousand, or a flood of refused ones, cannot evict another
+	// tenant's verdicts below that.
 	for c.lru.Len() > c.max {
-		old := c.lru.Back()
-		c.lru.Remove(old)
-		delete(c.entries, old.Value.(*cacheEntry).key)
+		largest := g
+		for _, og := range c.groups {
+			if og.Len() > largest.Len() {
+				largest = og
+			}
+		}
+		c.remove(c.entries[largest.Back().Value.(*cacheEntry).key])
 		c.stats.Evictions++
+	}
+}
+
+// refusals is the group of cached refusals, whose issuer is not known.
+const refusals = "\x00refusals"
+
+// remove takes an entry out of the cache, its issuer's list included.
+// The caller holds c.mu.
+func (c *Cache) remove(el *list.Element) {
+	e := el.Value.(*cacheEntry)
+	c.lru.Remove(el)
+	delete(c.entries, e.key)
+	if g := c.groups[e.group]; g != nil {
+		g.Remove(e.inGroup)
+		if g.Len() == 0 {
+			delete(c.groups, e.group)
+		}
 	}
 }
 

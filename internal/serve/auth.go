@@ -132,7 +132,7 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.Var((*cacheTTL)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
 	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
 	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
-	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); the least recently used is evicted")
+	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); full, the least recently used verdict of the issuer holding the most is evicted (refusals count as one issuer), so no issuer is pushed below entries / active issuers")
 	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included (a TokenReview, or an issuer's discovery and JWKS fetch)")
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
