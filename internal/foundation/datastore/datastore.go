@@ -230,7 +230,7 @@ func restrict(path string) error {
 		return err
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) == os.Getuid() && st.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
+		if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // a directory needs its search bit: 0700 is its owner's alone
 			return fmt.Errorf("making the directory %s its owner's alone: %w", dir, err)
 		}
 	}
