@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -195,7 +196,13 @@ func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *c
 func Execute(ctx context.Context, cmd *cobra.Command, args []string, stderr io.Writer) int {
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), err)
+		// Errors of the service's own packages already name it: named
+		// once ("pdp: serve: …", not "pdp: pdp: serve: …").
+		msg := err.Error()
+		if !strings.HasPrefix(msg, cmd.Name()+": ") {
+			msg = cmd.Name() + ": " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 	return 0

@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,8 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
+	"github.com/spf13/cobra"
+
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -415,5 +418,20 @@ func TestCacheTTLZero(t *testing.T) {
 	a.AddFlags(f)
 	if err := f.Parse([]string{"--caller-cache-ttl", "-1s"}); err == nil || !strings.Contains(err.Error(), "want zero (no cache) or more") {
 		t.Fatalf("a negative TTL: %v", err)
+	}
+}
+
+// TestExecuteNamesTheCommandOnce: an error that already names the command
+// is printed as it is ("pdp: serve: …"), another gets the name once.
+func TestExecuteNamesTheCommandOnce(t *testing.T) {
+	for _, c := range []struct{ err, want string }{
+		{"pdp: serve: --listen: address in use", "pdp: serve: --listen: address in use\n"},
+		{"open x: no such file", "pdp: open x: no such file\n"},
+	} {
+		cmd := &cobra.Command{Use: "pdp", SilenceErrors: true, SilenceUsage: true, RunE: func(*cobra.Command, []string) error { return errors.New(c.err) }}
+		var out bytes.Buffer
+		if code := serve.Execute(context.Background(), cmd, nil, &out); code != 1 || out.String() != c.want {
+			t.Errorf("%q: exit %d, printed %q; want 1, %q", c.err, code, out.String(), c.want)
+		}
 	}
 }
