@@ -54,8 +54,11 @@ func Main(args []string) int {
 	o := &Options{}
 	o.defaults()
 	if err := Execute(ctx, o, args); err != nil {
-		fmt.Fprintln(o.Stderr, "callerauth:", err)
-		return jobcli.ExitCode(err)
+		code := jobcli.ExitCode(err)
+		if code != jobcli.ExitInterrupted { // Ctrl-C: the user knows; quietly
+			fmt.Fprintln(o.Stderr, "callerauth:", err)
+		}
+		return code
 	}
 	return 0
 }

@@ -124,6 +124,33 @@ func TestVmafxCLI(t *testing.T) {
 		t.Fatalf("an unreachable controller: exit %d, %v", jobcli.ExitCode(r.err), r.err)
 	}
 
+	// What fails here, not at the controller, is a local error (exit 1)
+	// saying what to fix: a token file that is missing (nothing was sent),
+	// a server name the certificate does not hold, a --timeout of zero.
+	cfgText := string(must(os.ReadFile(ci)))
+	tokenLine := cfgText[strings.Index(cfgText, "token_file: "):]
+	missing := filepath.Join(t.TempDir(), "gone.token")
+	_ = os.WriteFile(ci+".notoken", []byte(strings.Replace(cfgText, tokenLine, "token_file: "+missing+"\n", 1)), 0o600)
+	r = vmafx(ci+".notoken", "get", first.ID)
+	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), missing) || !strings.Contains(r.err.Error(), "nothing was sent") {
+		t.Fatalf("a missing token file: exit %d, %v; want 1 naming the file", jobcli.ExitCode(r.err), r.err)
+	}
+	_ = os.WriteFile(ci+".wrongname", []byte(strings.Replace(cfgText, "server_name: 127.0.0.1", "server_name: wrong.example", 1)), 0o600)
+	r = vmafx(ci+".wrongname", "get", first.ID)
+	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), "server name (wrong.example)") {
+		t.Fatalf("a wrong server name: exit %d, %v; want 1 naming the server name", jobcli.ExitCode(r.err), r.err)
+	}
+	r = vmafx(ci, "get", first.ID, "--timeout", "0s")
+	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), "--timeout 0s") {
+		t.Fatalf("--timeout 0s: exit %d, %v; want a usage error", jobcli.ExitCode(r.err), r.err)
+	}
+	// A command interrupted (Ctrl-C) exits 130.
+	interrupted, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r := execute(interrupted, t, "", time.Time{}, "vmafx", "--config", ci, "get", first.ID); jobcli.ExitCode(r.err) != jobcli.ExitInterrupted {
+		t.Fatalf("an interrupted call: exit %d, %v; want %d", jobcli.ExitCode(r.err), r.err, jobcli.ExitInterrupted)
+	}
+
 	// A node measures; watch follows the first job to its end.
 	stop, err := w.RunNode("node-a1")
 	if err != nil {

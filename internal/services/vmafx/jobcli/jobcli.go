@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
@@ -64,11 +65,28 @@ func ExitCode(err error) int {
 	return 1
 }
 
+// ExitInterrupted is the exit code of a command stopped by Ctrl-C or
+// SIGTERM (128 + SIGINT, as a shell reports it).
+const ExitInterrupted = 130
+
 // callError says why a call to the controller failed: the code, the
 // stable reason and the role a method needs (the ErrorInfo of the status),
 // and the message; refused and unanswered calls get their own exit codes.
-func callError(what string, err error) error {
+// What failed here rather than at the controller is a local error (exit
+// 1) saying what to fix: a token that could not be read or has expired
+// (nothing was sent), a controller certificate the configured CA or server
+// name does not accept; an interrupted command exits 130.
+func (f *vmafxFlags) callError(ctx context.Context, what string, err error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return &exitError{code: ExitInterrupted, err: fmt.Errorf("%s: interrupted", what)}
+	}
 	st := status.Convert(err)
+	switch msg := st.Message(); {
+	case st.Code() == codes.Unauthenticated && strings.HasPrefix(msg, perRPCCredsFailed):
+		return fmt.Errorf("%s: nothing was sent, the token could not be: %s", what, strings.TrimPrefix(msg, perRPCCredsFailed))
+	case st.Code() == codes.Unavailable && strings.Contains(msg, "authentication handshake failed"):
+		return fmt.Errorf("%s: the controller's certificate was not accepted — check the CA (%s) and the server name (%s): %s", what, orNone(f.cfg.CAFile, "the system's roots"), orNone(f.cfg.ServerName, "the address's host"), msg)
+	}
 	reason, role := "", ""
 	for _, d := range st.Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok {
@@ -91,7 +109,21 @@ func callError(what string, err error) error {
 		fmt.Fprintf(&b, ", needs role %s", role)
 	}
 	fmt.Fprintf(&b, "): %s", st.Message())
+	if reason == "token_invalid" {
+		b.WriteString(" (check that the token file holds a current token for the controller's audience, from the tenant's identity provider)")
+	}
 	return &exitError{code: code, err: errors.New(b.String())}
+}
+
+// perRPCCredsFailed begins the status gRPC gives a call whose token source
+// failed before anything was sent.
+const perRPCCredsFailed = "transport: per-RPC creds failed due to error: "
+
+func orNone(v, none string) string {
+	if v == "" {
+		return none
+	}
+	return v
 }
 
 // vmafxFlags are the flags every vmafx command shares.
@@ -99,6 +131,7 @@ type vmafxFlags struct {
 	config  string
 	output  string
 	timeout time.Duration
+	cfg     credentials.Config // the connection loaded by client
 }
 
 // client dials the controller the way the node and the operator do: the
@@ -111,10 +144,14 @@ func (f *vmafxFlags) client(o *Options) (vmafxv1.JobServiceClient, func(), error
 		v := o.Getenv(k)
 		return v, v != ""
 	}
+	if f.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--timeout %s: want a positive duration (how long one call may take)", f.timeout)
+	}
 	cfg, err := connection.Load(f.config, lookup)
 	if err != nil {
 		return nil, nil, fmt.Errorf("vmafx: the controller connection: %w", err)
 	}
+	f.cfg = cfg
 	conn, jobs, err := connection.Dial(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("vmafx: %w", err)
@@ -144,7 +181,7 @@ func (f *vmafxFlags) one(cmd *cobra.Command, o *Options, what string, call func(
 	defer cancel()
 	resp, err := call(ctx, jobs)
 	if err != nil {
-		return callError(what, err)
+		return f.callError(cmd.Context(), what, err)
 	}
 	return printJobs(o.Stdout, f.output, resp, resp.GetJob())
 }
@@ -168,10 +205,12 @@ section of --config (address, tls, ca_file, server_name, token_file, token)
 and the VMAFX_CONTROLLER_* variables over it, so one file serves all three.
 The token file is read on every call; an expired JWT is never sent.
 
-Exit codes: 0 done; 1 a usage or local error; 3 the controller refused the
-call (the message names the reason and any role the method needs); 4 no
-answer (unreachable, unavailable, timed out: retry); 5 the job watched ended
-FAILED or CANCELLED.`,
+Exit codes: 0 done; 1 a usage or local error (a token file missing or
+expired: nothing was sent; a CA or server name that does not accept the
+controller's certificate); 3 the controller refused the call (the message
+names the reason and any role the method needs); 4 no answer (unreachable,
+unavailable, timed out: retry); 5 the job watched ended FAILED or
+CANCELLED; 130 interrupted.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.config, "config", "", "YAML file with a controller section (address, tls, ca_file, server_name, token_file, token), as the node's and the operator's")
@@ -294,7 +333,7 @@ func newVmafxListCmd(o *Options, f *vmafxFlags) *cobra.Command {
 				resp, err := jobs.ListJobs(ctx, req)
 				cancel()
 				if err != nil {
-					return callError("list", err)
+					return f.callError(cmd.Context(), "list", err)
 				}
 				out.Jobs = append(out.Jobs, resp.GetJobs()...)
 				out.NextPageToken = resp.GetNextPageToken()
@@ -363,7 +402,7 @@ func newVmafxWatchCmd(o *Options, f *vmafxFlags) *cobra.Command {
 				resp, err := jobs.GetJob(ctx, &vmafxv1.GetJobRequest{Id: args[0]})
 				cancel()
 				if err != nil {
-					return callError("watch", err)
+					return f.callError(cmd.Context(), "watch", err)
 				}
 				j := resp.GetJob()
 				line := strings.Join(strings.Fields(fmt.Sprintf("%s %s %d frames", stateName(j.GetState()), shown(j.GetNode()), frames(j))), " ")
@@ -389,7 +428,7 @@ func newVmafxWatchCmd(o *Options, f *vmafxFlags) *cobra.Command {
 				}
 				select {
 				case <-cmd.Context().Done():
-					return cmd.Context().Err()
+					return &exitError{code: ExitInterrupted, err: errors.New("watch: interrupted")}
 				case <-t.C:
 				}
 			}
