@@ -96,10 +96,16 @@ func run(t *testing.T, doc string) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	// Whatever the walk left running goes with its process group.
+	// A walk stops what it started: once the script has ended, nothing of
+	// its process group may be left running. (Whatever is goes with the
+	// group all the same.)
+	left := syscall.Kill(-cmd.Process.Pid, 0) == nil
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if err != nil {
 		t.Fatalf("docs/%s walk failed: %v\n%s", doc, err, out.String())
+	}
+	if left {
+		t.Errorf("docs/%s: the walk ended with processes it started still running; it must stop them (kill, then wait)", doc)
 	}
 	claims := 0
 	for _, line := range strings.Split(script, "\n") {
