@@ -42,6 +42,9 @@ const (
 	// FailedPrecondition: the request does not fit the state of what it
 	// names (gRPC FailedPrecondition, HTTP 409).
 	FailedPrecondition
+	// ResourceExhausted: the caller (or its tenant) has used up a quota;
+	// retry later (gRPC ResourceExhausted, HTTP 429).
+	ResourceExhausted
 )
 
 func (c Code) String() string {
@@ -58,6 +61,8 @@ func (c Code) String() string {
 		return "NotFound"
 	case FailedPrecondition:
 		return "FailedPrecondition"
+	case ResourceExhausted:
+		return "ResourceExhausted"
 	default:
 		return "OK"
 	}

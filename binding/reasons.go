@@ -55,7 +55,7 @@ var reasonWord = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 // reason again with another meaning panics: two services, or a service and
 // a rule, would be answering one reason two ways.
 func Define(reason string, code Code, sentence string) string {
-	if !reasonWord.MatchString(reason) || code < Unauthenticated || code > FailedPrecondition || sentence == "" {
+	if !reasonWord.MatchString(reason) || code < Unauthenticated || code > ResourceExhausted || sentence == "" {
 		panic(fmt.Sprintf("binding: Define(%q, %v, %q): want a stable word, a code and a sentence", reason, code, sentence))
 	}
 	reasonsMu.Lock()

@@ -29,6 +29,7 @@ var transports = map[binding.Code]struct {
 	binding.InvalidArgument:    {codes.InvalidArgument, http.StatusBadRequest},
 	binding.NotFound:           {codes.NotFound, http.StatusNotFound},
 	binding.FailedPrecondition: {codes.FailedPrecondition, http.StatusConflict},
+	binding.ResourceExhausted:  {codes.ResourceExhausted, http.StatusTooManyRequests},
 }
 
 // GRPCCode maps a refusal code to a gRPC code (OK for no refusal).

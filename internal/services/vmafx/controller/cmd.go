@@ -32,6 +32,9 @@ CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
 	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
+	f.IntVar(&o.MaxPendingJobs, "max-pending-jobs", DefaultMaxPendingJobs, "each tenant's quota of PENDING jobs: a submission beyond is refused ResourceExhausted tenant_pending_quota (1 to 1,000,000)")
+	f.IntVar(&o.MaxSubmissionsPerMinute, "max-submissions-per-minute", DefaultMaxSubmissionsPerMinute, "each tenant's quota of submissions a minute, per controller replica: beyond, ResourceExhausted tenant_submission_rate with the delay to retry after (1 to 1,000,000)")
+	f.StringArrayVar(&o.TenantQuotas, "tenant-quota", nil, "one tenant's quotas instead of the defaults, TENANT=PENDING/PER_MINUTE (repeatable), e.g. tenant-a=5000/1200")
 	f.BoolVar(&o.Reflection, "grpc-reflection", false, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
 	o.Auth.AddFlags(f)
 	// The issuers are the tenants file's (--tenants).

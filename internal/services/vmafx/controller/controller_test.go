@@ -296,6 +296,16 @@ func (e *env) clientWithIssuer(t *testing.T) vmafxv1.JobServiceClient {
 	return e.clientWith(t, tok.Token)
 }
 
+// reasonOf is the stable reason a refusal's ErrorInfo carries.
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
 func requiredRole(err error) string {
 	for _, d := range status.Convert(err).Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
@@ -433,7 +443,7 @@ func TestClaimExactlyOnce(t *testing.T) {
 			ctx := context.Background()
 			want := map[string]bool{}
 			for i := range jobs {
-				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec)
+				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -768,7 +778,7 @@ func TestClaimKeyAfterItsLeaseLapsed(t *testing.T) {
 			defer s.Close()
 			ctx := context.Background()
 			for range 2 {
-				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec); err != nil {
+				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -865,5 +875,61 @@ func TestASubmitterSeesOnlyWhatItsRoleMay(t *testing.T) {
 		if err != nil || r.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_CANCELLED || r.GetJob().GetSpec() != nil || r.GetJob().GetSubmittedBy() != "" {
 			t.Fatalf("a submitter's cancel: %v %v; want its id and state only", r, err)
 		}
+	}
+}
+
+// TestTenantQuotas: one tenant may not fill the datastore every tenant
+// shares (the probe put 4,500 jobs in 5.9 s): past its PENDING quota a
+// submission is ResourceExhausted tenant_pending_quota — a retry of a
+// stored submission is still answered — and past its submissions a minute
+// tenant_submission_rate, saying when to retry; another tenant, with an
+// override of its own, is not affected; both are counted by tenant.
+func TestTenantQuotas(t *testing.T) {
+	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"), func(o *controller.Options) {
+		o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.TenantQuotas = 3, 6, []string{"tenant-b=10/100"}
+	})
+	e.clock.Store(time.Now().UnixNano())
+	ctx := context.Background()
+	a := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	b := e.client(t, "tenant-b", "ci-b", controller.RoleSubmitter, controller.RoleReader)
+	for i := range 3 {
+		if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: fmt.Sprintf("r-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonPendingQuota {
+		t.Fatalf("a fourth pending job: %v; want ResourceExhausted tenant_pending_quota", err)
+	}
+	if r, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "r-1"}); err != nil || r.GetJob().GetId() == "" {
+		t.Fatalf("a retry of a stored submission with the quota full: %v %v", r, err)
+	}
+	for range 4 {
+		if _, err := b.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+			t.Fatalf("tenant-b, under its own quota: %v", err)
+		}
+	}
+	// A node claims one of tenant-a's: there is room again, within the
+	// minute's submissions (5 of 6 taken so far).
+	node := e.client(t, "tenant-a", "node-1", controller.RoleNode)
+	if _, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+		t.Fatalf("with room again: %v", err)
+	}
+	_, err = a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonSubmissionRate || !strings.Contains(err.Error(), "retry in") {
+		t.Fatalf("a seventh submission in a minute: %v; want ResourceExhausted tenant_submission_rate with a delay", err)
+	}
+	e.clock.Add(int64(time.Minute))
+	if _, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+		t.Fatalf("a minute on: %v", err)
+	}
+	if got := metric(t, e.ctl, `vmafx_controller_quota_refusals_total`); got != 2 {
+		t.Errorf("quota refusals counted: %v; want 2", got)
 	}
 }

@@ -28,6 +28,8 @@ var (
 	ReasonJobNotFound          = binding.Define("job_not_found", binding.NotFound, "no such job in your tenant")
 	ReasonConflict             = binding.Define("job_conflict", binding.FailedPrecondition, "the job is not in a state that allows this")
 	ReasonDatastoreUnavailable = binding.Define("datastore_unavailable", binding.Unavailable, "the datastore is unavailable; retry")
+	ReasonPendingQuota         = binding.Define("tenant_pending_quota", binding.ResourceExhausted, "the tenant has as many jobs PENDING as its quota allows (--max-pending-jobs, --tenant-quota); retry once some have been claimed")
+	ReasonSubmissionRate       = binding.Define("tenant_submission_rate", binding.ResourceExhausted, "the tenant submitted as many jobs this minute as its quota allows (--max-submissions-per-minute, --tenant-quota); retry after the delay the message gives")
 )
 
 // ReasonMeasurementFailed is the reason of a FAILED report that names

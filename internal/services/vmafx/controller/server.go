@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +91,11 @@ type Options struct {
 	Lease, LeaseCheck time.Duration
 	// MaxAttempts is how many claims a job gets (--max-attempts).
 	MaxAttempts int
+	// MaxPendingJobs and MaxSubmissionsPerMinute are each tenant's quota
+	// (--max-pending-jobs, --max-submissions-per-minute); TenantQuotas
+	// override them per tenant (--tenant-quota NAME=PENDING/PER_MINUTE).
+	MaxPendingJobs, MaxSubmissionsPerMinute int
+	TenantQuotas                            []string
 	// Reflection serves gRPC server reflection (--grpc-reflection), for
 	// grpcurl and the like; a caller needs the reader role.
 	Reflection bool
@@ -146,6 +152,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxAttempts < 1 || o.MaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("controller: --max-attempts %d: want 1 to 100", o.MaxAttempts))
+	}
+	if _, err := o.quotas(); err != nil {
+		errs = append(errs, fmt.Errorf("controller: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -215,7 +224,13 @@ func New(o Options) (*Server, error) {
 	for _, rpc := range []string{"claim", "report"} {
 		s.replays.WithLabelValues(rpc)
 	}
-	reg.MustRegister(s.requeued, s.exhausted, s.replays, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	quotaRefusals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_controller_quota_refusals_total",
+		Help: "Submissions refused by a tenant's quota, by quota (pending: --max-pending-jobs; rate: --max-submissions-per-minute) and tenant."}, []string{"quota", "tenant"})
+	q, err := o.quotas()
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	reg.MustRegister(quotaRefusals, s.requeued, s.exhausted, s.replays, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	roles := maps.Clone(MethodRoles)
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
@@ -240,7 +255,8 @@ func New(o Options) (*Server, error) {
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)),
 		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
-	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays})
+	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays,
+		Quotas: q, QuotaRefusals: quotaRefusals, Now: o.Now})
 	if o.Reflection {
 		reflection.Register(s.grpc)
 	}
@@ -337,9 +353,27 @@ type Service struct {
 	Lease       time.Duration
 	MaxAttempts int
 	Log         *slog.Logger
+	// Quotas are each tenant's (zero: none); QuotaRefusals counts, by
+	// quota ("pending", "rate") and tenant, the submissions refused.
+	Quotas        quotas
+	QuotaRefusals *prometheus.CounterVec
+	Now           func() time.Time
+	submissions   submissions
 	// Replays counts, by rpc ("claim", "report"), retries answered with
 	// what an earlier request already did (nil: not counted).
 	Replays *prometheus.CounterVec
+}
+
+// quotaRefused counts a submission refused by a quota.
+func (s *Service) quotaRefused(quota, tenant string) {
+	if s.QuotaRefusals != nil {
+		s.QuotaRefusals.WithLabelValues(quota, tenant).Inc()
+	}
+}
+
+// quotas are the options' quotas, parsed; zero is the default.
+func (o Options) quotas() (quotas, error) {
+	return parseQuotas(Quota{Pending: cmp.Or(o.MaxPendingJobs, DefaultMaxPendingJobs), PerMinute: cmp.Or(o.MaxSubmissionsPerMinute, DefaultMaxSubmissionsPerMinute)}, o.TenantQuotas)
 }
 
 // replayed counts one retry answered as its first time.
@@ -393,7 +427,20 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	if len(in.GetRequestId()) > maxRequestID {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("request_id: %d bytes; at most %d", len(in.GetRequestId()), maxRequestID))
 	}
-	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec)
+	q := s.Quotas.of(c.Tenant)
+	now := time.Now()
+	if s.Now != nil {
+		now = s.Now()
+	}
+	if ok, retry := s.submissions.take(c.Tenant, q.PerMinute, now); !ok {
+		s.quotaRefused("rate", c.Tenant)
+		return nil, refuse(ReasonSubmissionRate, fmt.Sprintf("tenant %s has submitted %d jobs this minute, its quota; retry in %s", c.Tenant, q.PerMinute, retry.Round(time.Second)))
+	}
+	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending)
+	if errors.Is(err, ErrPendingQuota) {
+		s.quotaRefused("pending", c.Tenant)
+		return nil, refuse(ReasonPendingQuota, fmt.Sprintf("tenant %s has %d jobs PENDING, its quota; retry once nodes have claimed some", c.Tenant, q.Pending))
+	}
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}

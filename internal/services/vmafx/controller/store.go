@@ -114,14 +114,50 @@ func scan(row interface{ Scan(...any) error }) (*vmafxv1.Job, error) {
 	return &j, nil
 }
 
+// ErrPendingQuota is a submission refused because the tenant already has
+// its quota of PENDING jobs.
+var ErrPendingQuota = errors.New("controller: the tenant's quota of pending jobs is full")
+
 // Submit stores a new PENDING job. With a requestID, a job of the tenant
-// already stored under it is returned instead (idempotent submission).
-func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *vmafxv1.JobSpec) (*vmafxv1.Job, error) {
+// already stored under it is returned instead (idempotent submission: a
+// retry is never refused by the quota). maxPending (0: none) bounds the
+// tenant's PENDING jobs: a submission beyond is ErrPendingQuota. The count
+// and the insert are one transaction, serialised per tenant (SQLite's one
+// writer; an advisory lock on PostgreSQL), so replicas cannot overshoot.
+func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *vmafxv1.JobSpec, maxPending int) (*vmafxv1.Job, error) {
 	now := s.now().UnixNano()
 	id := uuid.NewString()
 	var rid any
 	if requestID != "" {
 		rid = requestID
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("controller: storing a job: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if s.db.Dialect == datastore.Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 1))`, tenant); err != nil {
+			return nil, fmt.Errorf("controller: storing a job: %w", err)
+		}
+	}
+	if requestID != "" {
+		j, err := scan(tx.QueryRowContext(ctx, s.q(`SELECT `+columns+` FROM jobs WHERE tenant = ? AND request_id = ?`), tenant, requestID))
+		switch {
+		case err == nil:
+			return j, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("controller: reading the job of request %q: %w", requestID, err)
+		}
+	}
+	if maxPending > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM jobs WHERE tenant = ? AND state = ?`), tenant, int32(vmafxv1.JobState_JOB_STATE_PENDING)).Scan(&n); err != nil {
+			return nil, fmt.Errorf("controller: counting pending jobs: %w", err)
+		}
+		if n >= maxPending {
+			return nil, ErrPendingQuota
+		}
 	}
 	// SQLite numbers jobs itself (one writer); PostgreSQL's seq is an
 	// identity column, safe under concurrent replicas.
@@ -129,18 +165,13 @@ func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *
 	if s.db.Dialect == datastore.Postgres {
 		seq = "DEFAULT"
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at, request_id, queued_at)
-		VALUES (?, `+seq+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
-		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now, rid, now)
-	if err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, seq, tenant, reference, distorted, metrics, state, submitted_by, created_at, updated_at, request_id, queued_at)
+		VALUES (?, `+seq+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		id, tenant, spec.GetReference(), spec.GetDistorted(), strings.Join(spec.GetMetrics(), ","), int32(vmafxv1.JobState_JOB_STATE_PENDING), by, now, now, rid, now); err != nil {
 		return nil, fmt.Errorf("controller: storing a job: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 && requestID != "" {
-		j, err := scan(s.db.QueryRowContext(ctx, s.q(`SELECT `+columns+` FROM jobs WHERE tenant = ? AND request_id = ?`), tenant, requestID))
-		if err != nil {
-			return nil, fmt.Errorf("controller: reading the job of request %q: %w", requestID, err)
-		}
-		return j, nil
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("controller: storing a job: %w", err)
 	}
 	return s.Get(ctx, tenant, id)
 }
