@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/authn/oidc"
@@ -26,8 +27,6 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
-	"github.com/spf13/cobra"
-
 	"github.com/callerauth/callerauth/internal/serve"
 )
 

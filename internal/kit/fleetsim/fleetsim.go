@@ -23,7 +23,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
 	metafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/callerauth/callerauth/authn"
@@ -279,7 +282,7 @@ func startView(ctx context.Context, pods, accounts int, offline, review authn.Au
 	for i := range accounts {
 		objs = append(objs, meta("ServiceAccount", "sa"+strconv.Itoa(i)))
 	}
-	b, err := kube.NewBound(kube.BoundConfig{Metadata: metaClient(objs), Offline: offline, Review: review})
+	b, err := kube.NewBound(kube.BoundConfig{Metadata: endingWatches{metaClient(objs)}, Offline: offline, Review: review})
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +294,73 @@ func startView(ctx context.Context, pods, accounts int, offline, review authn.Au
 	}
 	return b, nil
 }
+
+// endingWatches is a metadata client whose watches end at their
+// timeoutSeconds, as the API server's do: client-go's fake never ends
+// one, and the bound-object view counts a watch still open past its
+// deadline as failed (replies swallowed somewhere).
+type endingWatches struct{ metadata.Interface }
+
+func (e endingWatches) Resource(r schema.GroupVersionResource) metadata.Getter {
+	return endingResource{e.Interface.Resource(r)}
+}
+
+type endingResource struct{ metadata.Getter }
+
+func (r endingResource) Namespace(ns string) metadata.ResourceInterface {
+	return endingNamespace{r.Getter.Namespace(ns)}
+}
+
+type endingNamespace struct{ metadata.ResourceInterface }
+
+func (n endingNamespace) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := n.ResourceInterface.Watch(ctx, opts)
+	if err != nil || opts.TimeoutSeconds == nil {
+		return w, err
+	}
+	return endAt(w, time.Duration(*opts.TimeoutSeconds)*time.Second), nil
+}
+
+// ending passes a watch's events on until its deadline, then ends it.
+type ending struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func endAt(inner watch.Interface, after time.Duration) watch.Interface {
+	e := &ending{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(e.out)
+		defer inner.Stop()
+		deadline := time.NewTimer(after)
+		defer deadline.Stop()
+		for {
+			select {
+			case ev, ok := <-inner.ResultChan():
+				if !ok {
+					return
+				}
+				select {
+				case e.out <- ev:
+				case <-e.stop:
+					return
+				case <-deadline.C:
+					return
+				}
+			case <-e.stop:
+				return
+			case <-deadline.C:
+				return
+			}
+		}
+	}()
+	return e
+}
+
+func (e *ending) ResultChan() <-chan watch.Event { return e.out }
+func (e *ending) Stop()                          { e.once.Do(func() { close(e.stop) }) }
 
 // metaClient is client-go's fake metadata client holding objs.
 func metaClient(objs []runtime.Object) *metafake.FakeMetadataClient {

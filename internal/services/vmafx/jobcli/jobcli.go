@@ -82,8 +82,8 @@ func (f *vmafxFlags) callError(ctx context.Context, what string, err error) erro
 	}
 	st := status.Convert(err)
 	switch msg := st.Message(); {
-	case st.Code() == codes.Unauthenticated && strings.HasPrefix(msg, perRPCCredsFailed):
-		return fmt.Errorf("%s: nothing was sent, the token could not be: %s", what, strings.TrimPrefix(msg, perRPCCredsFailed))
+	case st.Code() == codes.Unauthenticated && strings.HasPrefix(msg, unsentPrefix):
+		return fmt.Errorf("%s: nothing was sent, the token could not be: %s", what, strings.TrimPrefix(msg, unsentPrefix))
 	case st.Code() == codes.Unavailable && strings.Contains(msg, "authentication handshake failed"):
 		return fmt.Errorf("%s: the controller's certificate was not accepted — check the CA (%s) and the server name (%s): %s", what, orNone(f.cfg.CAFile, "the system's roots"), orNone(f.cfg.ServerName, "the address's host"), msg)
 	}
@@ -115,9 +115,9 @@ func (f *vmafxFlags) callError(ctx context.Context, what string, err error) erro
 	return &exitError{code: code, err: errors.New(b.String())}
 }
 
-// perRPCCredsFailed begins the status gRPC gives a call whose token source
+// unsentPrefix begins the status gRPC gives a call whose token source
 // failed before anything was sent.
-const perRPCCredsFailed = "transport: per-RPC creds failed due to error: "
+const unsentPrefix = "transport: per-RPC creds failed due to error: "
 
 func orNone(v, none string) string {
 	if v == "" {
