@@ -933,3 +933,34 @@ func TestTenantQuotas(t *testing.T) {
 		t.Errorf("quota refusals counted: %v; want 2", got)
 	}
 }
+
+// TestClaimKeysBelongToTheirToken: a claim key is scoped by the identity
+// of the token that sent it, not by the node_name it claims under: another
+// node's token sending the same name and key gets a claim of its own —
+// never the first node's job and lease ID (before, it got both).
+func TestClaimKeysBelongToTheirToken(t *testing.T) {
+	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
+	ctx := context.Background()
+	submitter := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter)
+	for range 2 {
+		if _, err := submitter.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1, n2 := e.client(t, "tenant-a", "node-1", controller.RoleNode), e.client(t, "tenant-a", "node-2", controller.RoleNode)
+	first, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "shared", ClaimKey: "k"})
+	if err != nil || first.GetJob() == nil {
+		t.Fatalf("node-1's claim: %v %v", first, err)
+	}
+	other, err := n2.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "shared", ClaimKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.GetLeaseId() == first.GetLeaseId() || other.GetJob().GetId() == first.GetJob().GetId() {
+		t.Fatalf("node-2 with node-1's name and key got node-1's claim (job %s, same lease %t)", other.GetJob().GetId(), other.GetLeaseId() == first.GetLeaseId())
+	}
+	again, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "shared", ClaimKey: "k"})
+	if err != nil || again.GetLeaseId() != first.GetLeaseId() {
+		t.Fatalf("node-1's own retry: %v %v; want its claim again", again, err)
+	}
+}

@@ -3,6 +3,8 @@ package controller
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -506,13 +508,9 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	if err != nil {
 		return nil, err
 	}
-	node := c.PodName
-	if node == "" {
-		node = in.GetNodeName()
-	}
-	if node == "" {
-		node = c.Username
-	}
+	// The name the token binds wins over the one the request gives: a pod
+	// (or, for a node-bound token, a node) claims as itself.
+	node := cmp.Or(c.PodName, c.NodeName, in.GetNodeName(), c.Username)
 	if len(node) > maxNodeName || !utf8.ValidString(node) {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
 	}
@@ -523,6 +521,9 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	key := in.GetClaimKey()
 	if len(key) > maxRequestID {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("claim_key: %d bytes; at most %d", len(key), maxRequestID))
+	}
+	if key != "" {
+		key = claimKeyOf(c, key)
 	}
 	j, lease, replayed, err := s.Store.Claim(ctx, c.Tenant, node, key, s.Lease)
 	if err != nil {
@@ -592,6 +593,18 @@ func checkID(id string) error {
 		return refuse(ReasonInvalidArgument, fmt.Sprintf("id: %d bytes; a job id is a UUID", len(id)))
 	}
 	return nil
+}
+
+// claimKeyOf scopes a claim key by the identity of the token that sent it
+// — issuer, subject, UID and pod UID — not by the name it claims under:
+// another node's token sending that node's name and key finds no claim of
+// its. (Stored as a digest of the identity and the key, at most 193 bytes.)
+func claimKeyOf(c *authn.Caller, key string) string {
+	h := sha256.New()
+	for _, f := range []string{c.Issuer, c.Username, c.UID, c.PodUID} {
+		fmt.Fprintf(h, "%d:%s", len(f), f)
+	}
+	return hex.EncodeToString(h.Sum(nil)) + "/" + key
 }
 
 // unprintable is a character a name may not hold: a control or format
