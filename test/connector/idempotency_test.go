@@ -102,3 +102,30 @@ func countMessages(t *testing.T, p *proc, prefix string) int {
 	}
 	return n
 }
+
+// TestKeysBelongToThePod: two pods of one service account sending the same
+// idempotency key with the same events are two batches — both stored —
+// because a key belongs to the bound identity (the pod's UID), not to the
+// service account (before, the second was answered as a duplicate and
+// silently not stored); one pod's retry is still a duplicate.
+func TestKeysBelongToThePod(t *testing.T) {
+	d := startDev(t)
+	p, caFile := startDeployment(t, configJSON([]string{monitor}, "enforce", false), d.iss.KubeconfigFile())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	batch := []*pcv1.HealthEvent{{Version: 1, Agent: "e2e", CheckName: "GpuXid", Message: "same-key", NodeName: "node-d", IsFatal: true}}
+	for _, pod := range []string{"csp-pod-a", "csp-pod-b", "csp-pod-a"} {
+		pub, err := connector.NewPublisher(credentials.Config{Address: p.addr, TLS: true, CAFile: caFile, ServerName: "localhost",
+			TokenFile: d.token(t, "csp-health-monitor", pod, "node-b", aud)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.PublishKeyed(ctx, "batch-1", batch...); err != nil {
+			t.Fatalf("%s: %v", pod, err)
+		}
+		_ = pub.Close()
+	}
+	if n := countMessages(t, p, "same-key"); n != 2 {
+		t.Fatalf("%d events stored; want 2 (one per pod; the first pod's retry a duplicate)", n)
+	}
+}

@@ -320,13 +320,13 @@ type service struct {
 func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEvents) (*emptypb.Empty, error) {
 	s := svc.s
 	nodes := nodeNames(in)
-	caller, scope := "", binding.ScopeNodeLocal
+	caller, scope, podUID := "", binding.ScopeNodeLocal, ""
 	var stamped []string
 	if v, ok := guard.FromContext(ctx); ok {
 		grant := binding.NodeGrantOf(v.Grant)
 		stamped = grant.Stamp(nodes)
 		if v.Caller != nil {
-			caller = v.Caller.Username
+			caller, podUID = v.Caller.Username, v.Caller.PodUID
 		}
 		if grant != nil && grant.Scope != "" {
 			scope = grant.Scope
@@ -353,6 +353,12 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	}
 	if len(events) == 0 {
 		return &emptypb.Empty{}, nil
+	}
+	if key != "" && podUID != "" {
+		// Keys belong to the bound identity: two pods of one service
+		// account each have their own (the pod's UID, which a recreated
+		// pod of the same name does not share).
+		key = "pod:" + podUID + "/" + key
 	}
 	duplicate, err := s.store.Append(ctx, caller, scope, key, events)
 	switch {
