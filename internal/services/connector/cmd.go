@@ -49,6 +49,10 @@ node-binding settings; see docs/platform-connector.md.`,
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
 	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
+	f.IntVar(&o.QuotaEvents, "caller-quota-events", DefaultQuotaEvents, "events one caller (its pod, for a pod-bound token; all tokenless callers together) may store per --caller-quota-window; beyond, ResourceExhausted publisher_quota with the delay to retry after")
+	f.DurationVar(&o.QuotaWindow, "caller-quota-window", DefaultQuotaWindow, "the window --caller-quota-events counts in (at least 1s)")
+	f.DurationVar(&o.KeyRetention, "idempotency-key-retention", DefaultKeyRetention, "how long a batch's idempotency key is kept: a retry later than that is stored as a new batch (at least 1m)")
+	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", DefaultMaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
 	o.Serve.AddFlags(f)
 	o.Auth.AddFlags(f)
 	// The names these two had before every service shared one set.

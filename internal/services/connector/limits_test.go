@@ -307,3 +307,56 @@ func TestIdempotencyKeyCheckedOnEveryBatch(t *testing.T) {
 		t.Fatalf("an empty batch with a good key: %v", err)
 	}
 }
+
+// TestPublisherQuotaAndDatastoreBound: a caller past its events for the
+// window is refused ResourceExhausted publisher_quota with the delay to
+// retry after, and a batch that fits is still stored; a datastore past
+// --max-datastore-bytes refuses new batches (datastore_full) rather than
+// fill the disk; both counted.
+func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	r := run(t, connector.Options{Socket: sock, QuotaEvents: 5, QuotaWindow: time.Hour, MaxDatastoreBytes: 1 << 20}, "")
+	c := dialSocket(t, sock)
+	ctx := context.Background()
+	if _, err := c.HealthEventOccurredV1(ctx, events(3, "")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.HealthEventOccurredV1(ctx, events(3, ""))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry in") {
+		t.Fatalf("3 more events of a quota of 5: %v; want ResourceExhausted with a delay", err)
+	}
+	if _, err := c.HealthEventOccurredV1(ctx, events(2, "")); err != nil {
+		t.Fatalf("2 more, within the quota: %v", err)
+	}
+	if got := counter(t, r.s, "platform_connector_quota_refusals_total", connector.ReasonPublisherQuota); got != 1 {
+		t.Fatalf("publisher_quota refusals counted: %v", got)
+	}
+
+	// Another connector, a generous quota and a 1 MiB bound: batches of
+	// 8 × 32 KiB until the bound refuses them.
+	sock2 := filepath.Join(t.TempDir(), "pc2.sock")
+	r2 := run(t, connector.Options{Socket: sock2, QuotaEvents: 1 << 20, MaxDatastoreBytes: 1 << 20}, "")
+	c2 := dialSocket(t, sock2)
+	refused := false
+	for deadline := time.Now().Add(30 * time.Second); !refused && time.Now().Before(deadline); {
+		_, err := c2.HealthEventOccurredV1(ctx, events(8, strings.Repeat("m", 32<<10)))
+		switch {
+		case status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "--max-datastore-bytes"):
+			refused = true
+		case err != nil:
+			t.Fatal(err)
+		default:
+			time.Sleep(50 * time.Millisecond) // the size is looked at every 2 s
+		}
+	}
+	if !refused {
+		t.Fatal("the datastore was never bounded")
+	}
+	size, err := r2.s.Store().Size(ctx)
+	if err != nil || size > 4<<20 {
+		t.Fatalf("the datastore holds %d bytes with a 1 MiB bound, %v; want it stopped near the bound", size, err)
+	}
+	if got := counter(t, r2.s, "platform_connector_quota_refusals_total", connector.ReasonDatastoreFull); got < 1 {
+		t.Fatalf("datastore_full refusals counted: %v", got)
+	}
+}

@@ -1,12 +1,15 @@
 package connector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -22,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -61,15 +65,34 @@ type Options struct {
 	// MaxMessageBytes is the largest request message accepted; gRPC refuses
 	// a larger one whole (ResourceExhausted). Default DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	Logger          *slog.Logger
+	// QuotaEvents bounds the events one caller — its pod, for a pod-bound
+	// token; its account otherwise; all tokenless callers together — may
+	// store in QuotaWindow (--caller-quota-events, --caller-quota-window).
+	// Defaults DefaultQuotaEvents a DefaultQuotaWindow.
+	QuotaEvents int
+	QuotaWindow time.Duration
+	// KeyRetention is how long a batch's idempotency key is kept
+	// (--idempotency-key-retention; default DefaultKeyRetention): a retry
+	// later than that is stored as a new batch.
+	KeyRetention time.Duration
+	// MaxDatastoreBytes bounds what the datastore may hold; past it, new
+	// batches are refused (--max-datastore-bytes; default
+	// DefaultMaxDatastoreBytes), never the disk filled.
+	MaxDatastoreBytes int64
+	Logger            *slog.Logger
 	// Authenticator replaces the backend, for tests.
 	Authenticator authn.Authenticator
 }
 
-// Defaults of the batch limits.
+// Defaults of the batch limits, the quota, the key retention and the
+// datastore's bound.
 const (
-	DefaultMaxBatchEvents  = 1000
-	DefaultMaxMessageBytes = 4 << 20
+	DefaultMaxBatchEvents    = 1000
+	DefaultMaxMessageBytes   = 4 << 20
+	DefaultQuotaEvents       = 6000
+	DefaultQuotaWindow       = time.Minute
+	DefaultKeyRetention      = 24 * time.Hour
+	DefaultMaxDatastoreBytes = 4 << 30
 )
 
 // Validate refuses options that cannot be honoured, naming the flag. auth
@@ -87,6 +110,18 @@ func (o Options) Validate(auth AuthConfig) error {
 	}
 	if o.MaxMessageBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("connector: --max-message-bytes %d: want at least 1024", o.MaxMessageBytes))
+	}
+	if o.QuotaEvents < 1 {
+		errs = append(errs, fmt.Errorf("connector: --caller-quota-events %d: want at least 1", o.QuotaEvents))
+	}
+	if o.QuotaWindow < time.Second {
+		errs = append(errs, fmt.Errorf("connector: --caller-quota-window %s: want at least 1s", o.QuotaWindow))
+	}
+	if o.KeyRetention < time.Minute {
+		errs = append(errs, fmt.Errorf("connector: --idempotency-key-retention %s: want at least 1m (a publisher's retries must find their key)", o.KeyRetention))
+	}
+	if o.MaxDatastoreBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("connector: --max-datastore-bytes %d: want at least 1 MiB", o.MaxDatastoreBytes))
 	}
 	switch o.Role {
 	case RoleSocket:
@@ -136,6 +171,12 @@ type Server struct {
 	failed  prometheus.Counter // batches the datastore could not store
 	// duplicates are retried batches whose idempotency key was stored.
 	duplicates prometheus.Counter
+	// quota counts each caller's events in its window; size is what the
+	// datastore held at its last look; quotaRefused and keysExpired count.
+	quota        *window.Counter
+	size         atomic.Int64
+	quotaRefused *prometheus.CounterVec
+	keysExpired  prometheus.Counter
 	// The node-binding settings in force: the deployment role always
 	// enforces and never fails open, whatever config.json says.
 	mode     guard.Mode
@@ -160,6 +201,10 @@ func New(o Options) (*Server, error) {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	o.QuotaEvents = cmp.Or(o.QuotaEvents, DefaultQuotaEvents)
+	o.QuotaWindow = cmp.Or(o.QuotaWindow, DefaultQuotaWindow)
+	o.KeyRetention = cmp.Or(o.KeyRetention, DefaultKeyRetention)
+	o.MaxDatastoreBytes = cmp.Or(o.MaxDatastoreBytes, DefaultMaxDatastoreBytes)
 	if err := o.Validate(auth); err != nil {
 		return nil, err
 	}
@@ -179,7 +224,16 @@ func New(o Options) (*Server, error) {
 		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
 	s.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_duplicate_batches_total",
 		Help: "Batches answered OK without being stored again: a retry whose idempotency key the datastore already held (a connection cut after the commit)."})
-	s.health.Registry.MustRegister(s.refused, s.stored, s.failed, s.duplicates)
+	s.quota = window.New(o.QuotaWindow, maxQuotaKeys)
+	s.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_quota_refusals_total",
+		Help: "Batches refused ResourceExhausted, by reason: publisher_quota (the caller stored --caller-quota-events in its window), datastore_full (the datastore holds --max-datastore-bytes)."}, []string{"reason"})
+	s.quotaRefused.WithLabelValues(ReasonPublisherQuota)
+	s.quotaRefused.WithLabelValues(ReasonDatastoreFull)
+	s.keysExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_idempotency_keys_expired_total",
+		Help: "Idempotency keys forgotten after --idempotency-key-retention."})
+	s.health.Registry.MustRegister(s.refused, s.stored, s.failed, s.duplicates, s.quotaRefused, s.keysExpired,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "platform_connector_datastore_bytes", Help: "Bytes the datastore held at its last look (every few seconds); new batches are refused at --max-datastore-bytes."},
+			func() float64 { return float64(s.size.Load()) }))
 	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, metricsPrefix)
 	if err != nil {
 		return nil, err
@@ -225,6 +279,9 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })
+	if err := s.measure(context.Background()); err != nil {
+		return nil, err
+	}
 	s.grpc = grpc.NewServer(opts...)
 	pcv1.RegisterPlatformConnectorServer(s.grpc, &service{s: s})
 	rpcMetrics.Init(s.grpc)
@@ -301,9 +358,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("connector: %w", err)
 	}
 	s.m.ServeGRPC("grpc", lis, s.grpc)
+	s.m.Add(serve.Named("datastore housekeeping", serve.RunnableFunc(s.housekeeping)))
 	s.m.Set("role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
 		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode),
-		"failOpenOnUnavailable", s.failOpen, "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes)
+		"failOpenOnUnavailable", s.failOpen, "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes,
+		"quotaEvents", s.opts.QuotaEvents, "quotaWindow", s.opts.QuotaWindow.String(), "idempotencyKeyRetention", s.opts.KeyRetention.String(),
+		"maxDatastoreBytes", s.opts.MaxDatastoreBytes)
 	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("connector: %w", err)
@@ -354,6 +414,15 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	if len(events) == 0 {
 		return &emptypb.Empty{}, nil
 	}
+	if n := s.size.Load(); n >= s.opts.MaxDatastoreBytes {
+		s.quotaRefused.WithLabelValues(ReasonDatastoreFull).Inc()
+		return nil, guard.Refuse(ReasonDatastoreFull, fmt.Sprintf("the datastore holds %d bytes, its bound (--max-datastore-bytes %d); nothing was stored: retry once it has been pruned", n, s.opts.MaxDatastoreBytes))
+	}
+	who := caller + "#" + podUID // tokenless callers: all "#"
+	if ok, retry := s.quota.Take(who, len(events), s.opts.QuotaEvents, time.Now()); !ok {
+		s.quotaRefused.WithLabelValues(ReasonPublisherQuota).Inc()
+		return nil, guard.Refuse(ReasonPublisherQuota, fmt.Sprintf("this caller has stored its quota of %d events in %s (--caller-quota-events, --caller-quota-window); nothing was stored: retry in %s", s.opts.QuotaEvents, s.opts.QuotaWindow, retry.Round(time.Second)))
+	}
 	if key != "" && podUID != "" {
 		// Keys belong to the bound identity: two pods of one service
 		// account each have their own (the pod's UID, which a recreated
@@ -376,7 +445,52 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		return &emptypb.Empty{}, nil
 	}
 	s.stored.Add(float64(len(events)))
+	// Counted at once, so that a fast publisher meets the bound within a
+	// batch of it, not a few seconds later; the next look corrects it.
+	s.size.Add(int64(proto.Size(in)))
 	return &emptypb.Empty{}, nil
+}
+
+// maxQuotaKeys bounds the callers whose events are counted at once.
+const maxQuotaKeys = 1 << 16
+
+// measure reads how much the datastore holds.
+func (s *Server) measure(ctx context.Context) error {
+	n, err := s.store.Size(ctx)
+	if err != nil {
+		return err
+	}
+	s.size.Store(n)
+	return nil
+}
+
+// housekeeping looks at the datastore's size every few seconds and
+// forgets idempotency keys past their retention, until ctx ends.
+func (s *Server) housekeeping(ctx context.Context) error {
+	sizeEvery := 2 * time.Second
+	expireEvery := min(s.opts.KeyRetention/10, time.Hour)
+	size, expire := time.NewTicker(sizeEvery), time.NewTicker(expireEvery)
+	defer size.Stop()
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-size.C:
+			if err := s.measure(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("connector: measuring the datastore failed", "err", err)
+			}
+		case <-expire.C:
+			n, err := s.store.ExpireKeys(ctx, time.Now().Add(-s.opts.KeyRetention))
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("connector: expiring idempotency keys failed", "err", err)
+				}
+				continue
+			}
+			s.keysExpired.Add(float64(n))
+		}
+	}
 }
 
 // MaxIdempotencyKey bounds a batch's idempotency key.
@@ -386,6 +500,8 @@ const MaxIdempotencyKey = 128
 var (
 	ReasonBadIdempotencyKey = binding.Define("idempotency_key_invalid", binding.InvalidArgument, "the batch's idempotency key is too long or has a character outside [A-Za-z0-9._:-]")
 	ReasonKeyReused         = binding.Define("idempotency_key_reused", binding.InvalidArgument, "the batch's idempotency key names another batch already stored")
+	ReasonPublisherQuota    = binding.Define("publisher_quota", binding.ResourceExhausted, "the caller has stored its quota of events for now (--caller-quota-events per --caller-quota-window); retry after the delay the message gives")
+	ReasonDatastoreFull     = binding.Define("datastore_full", binding.ResourceExhausted, "the datastore holds --max-datastore-bytes: new batches are refused, never the disk filled")
 )
 
 // validKey reports whether key is empty or at most MaxIdempotencyKey

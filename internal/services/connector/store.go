@@ -165,3 +165,28 @@ func (s *Store) List(ctx context.Context, node string, limit int) ([]StoredEvent
 	}
 	return out, errors.Join(rows.Err())
 }
+
+// Size is how many bytes the datastore holds for the connector: the
+// SQLite file's pages, or the PostgreSQL tables with their indexes and
+// TOAST.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	q := `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`
+	if s.db.Dialect == datastore.Postgres {
+		q = `SELECT pg_total_relation_size('health_events') + pg_total_relation_size('health_event_batches')`
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("connector: datastore size: %w", err)
+	}
+	return n, nil
+}
+
+// ExpireKeys forgets the idempotency keys of batches received before
+// before: a retry that late is a new batch. It returns how many went.
+func (s *Store) ExpireKeys(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.db.Rebind(`DELETE FROM health_event_batches WHERE received_at < ?`), before.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("connector: expiring idempotency keys: %w", err)
+	}
+	return res.RowsAffected()
+}

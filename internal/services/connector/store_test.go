@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
@@ -187,5 +188,53 @@ func testEventsCommand(t *testing.T, path string) {
 	cmd.SetArgs([]string{"events", "--datastore", filepath.Join(t.TempDir(), "missing.db")})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "missing.db") {
 		t.Fatalf("missing datastore: %v", err)
+	}
+}
+
+// TestStoreExpiresKeysAndMeasures: idempotency keys older than the
+// retention are forgotten (a later batch under the same key is a new one,
+// stored), newer ones kept; the store says how many bytes it holds, and
+// that grows as events are stored — on SQLite and PostgreSQL alike.
+func TestStoreExpiresKeysAndMeasures(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.driver, func(t *testing.T) {
+			s, err := connector.OpenStore(b.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			before, err := s.Size(ctx)
+			if err != nil || before <= 0 {
+				t.Fatalf("size of a new store: %d %v", before, err)
+			}
+			old := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "old", Message: strings.Repeat("m", 4000)}}
+			if _, err := s.Append(ctx, "u", "node_local", "k-old", old); err != nil {
+				t.Fatal(err)
+			}
+			cut := time.Now()
+			if _, err := s.Append(ctx, "u", "node_local", "k-new", old); err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.ExpireKeys(ctx, cut)
+			if err != nil || n != 1 {
+				t.Fatalf("expired %d keys, %v; want the one older than the cut", n, err)
+			}
+			other := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "other"}}
+			if dup, err := s.Append(ctx, "u", "node_local", "k-old", other); dup || err != nil {
+				t.Fatalf("the forgotten key with other events: duplicate %t, %v; want stored", dup, err)
+			}
+			if _, err := s.Append(ctx, "u", "node_local", "k-new", other); !errors.Is(err, connector.ErrKeyReused) {
+				t.Fatalf("a kept key with other events: %v; want ErrKeyReused", err)
+			}
+			for range 50 {
+				if _, err := s.Append(ctx, "u", "node_local", "", old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after, err := s.Size(ctx); err != nil || after <= before {
+				t.Fatalf("size after 52 events of 4 KB: %d (was %d), %v; want it grown", after, before, err)
+			}
+		})
 	}
 }

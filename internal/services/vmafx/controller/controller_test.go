@@ -887,6 +887,7 @@ func TestASubmitterSeesOnlyWhatItsRoleMay(t *testing.T) {
 func TestTenantQuotas(t *testing.T) {
 	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"), func(o *controller.Options) {
 		o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.TenantQuotas = 3, 6, []string{"tenant-b=10/100"}
+		o.Lease = time.Hour // the minute the clock moves on expires no lease
 	})
 	e.clock.Store(time.Now().UnixNano())
 	ctx := context.Background()

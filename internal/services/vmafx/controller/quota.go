@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 )
 
 // Default quotas of one tenant.
@@ -70,40 +68,4 @@ func (q quotas) of(tenant string) Quota {
 		return o
 	}
 	return q.def
-}
-
-// submissions counts each tenant's submissions in the current minute (a
-// fixed window per tenant). Tenants are the configured ones, so the map
-// is bounded.
-type submissions struct {
-	mu     sync.Mutex
-	window map[string]*minute
-}
-
-type minute struct {
-	start time.Time
-	n     int
-}
-
-// take counts one submission of tenant at now, or says how long until the
-// tenant's next minute when it has had limit already.
-func (s *submissions) take(tenant string, limit int, now time.Time) (ok bool, retry time.Duration) {
-	if limit <= 0 {
-		return true, 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.window == nil {
-		s.window = map[string]*minute{}
-	}
-	m := s.window[tenant]
-	if m == nil || now.Sub(m.start) >= time.Minute || now.Before(m.start) {
-		m = &minute{start: now}
-		s.window[tenant] = m
-	}
-	if m.n >= limit {
-		return false, m.start.Add(time.Minute).Sub(now)
-	}
-	m.n++
-	return true, 0
 }

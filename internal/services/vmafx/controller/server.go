@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -28,6 +29,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -360,11 +362,18 @@ type Service struct {
 	Quotas        quotas
 	QuotaRefusals *prometheus.CounterVec
 	Now           func() time.Time
-	submissions   submissions
+	// submissions counts each tenant's submissions a minute; tenants are
+	// the configured ones.
+	submissions     *window.Counter
+	submissionsOnce sync.Once
 	// Replays counts, by rpc ("claim", "report"), retries answered with
 	// what an earlier request already did (nil: not counted).
 	Replays *prometheus.CounterVec
 }
+
+// maxTenantWindows bounds the tenants whose submissions are counted at
+// once (more than any configuration names).
+const maxTenantWindows = 1 << 16
 
 // quotaRefused counts a submission refused by a quota.
 func (s *Service) quotaRefused(quota, tenant string) {
@@ -434,7 +443,8 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	if s.Now != nil {
 		now = s.Now()
 	}
-	if ok, retry := s.submissions.take(c.Tenant, q.PerMinute, now); !ok {
+	s.submissionsOnce.Do(func() { s.submissions = window.New(time.Minute, maxTenantWindows) })
+	if ok, retry := s.submissions.Take(c.Tenant, 1, q.PerMinute, now); !ok {
 		s.quotaRefused("rate", c.Tenant)
 		return nil, refuse(ReasonSubmissionRate, fmt.Sprintf("tenant %s has submitted %d jobs this minute, its quota; retry in %s", c.Tenant, q.PerMinute, retry.Round(time.Second)))
 	}
