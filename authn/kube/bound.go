@@ -504,13 +504,21 @@ var (
 func (s *viewStore) Add(obj any) error    { return s.put(obj) }
 func (s *viewStore) Update(obj any) error { return s.put(obj) }
 
-func (s *viewStore) put(obj any) error {
-	w := (*watched)(s)
+// object is the slimmed metadata of obj and its key in the store.
+func (w *watched) object(obj any) (*metav1.PartialObjectMetadata, string, error) {
 	m := slim(obj)
 	if m == nil {
-		return fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
+		return nil, "", fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
 	}
-	key := m.Namespace + "/" + m.Name
+	return m, m.Namespace + "/" + m.Name, nil
+}
+
+func (s *viewStore) put(obj any) error {
+	w := (*watched)(s)
+	m, key, err := w.object(obj)
+	if err != nil {
+		return err
+	}
 	if old, ok, _ := w.store.GetByKey(key); ok {
 		if u := uidOf(old); u != string(m.UID) {
 			w.bury(u, w.now())
@@ -527,11 +535,10 @@ func (s *viewStore) put(obj any) error {
 
 func (s *viewStore) Delete(obj any) error {
 	w := (*watched)(s)
-	m := slim(obj)
-	if m == nil {
-		return fmt.Errorf("kube: %s: unexpected object %T", w.resource, obj)
+	m, key, err := w.object(obj)
+	if err != nil {
+		return err
 	}
-	key := m.Namespace + "/" + m.Name
 	if old, ok, _ := w.store.GetByKey(key); ok {
 		w.held.Add(-1)
 		w.bury(uidOf(old), w.now())
