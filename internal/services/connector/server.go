@@ -247,6 +247,8 @@ func New(o Options) (*Server, error) {
 		}
 		s.mode, s.failOpen = guard.Enforce, false
 		opts = append(opts, grpc.Creds(grpccreds.NewTLS(m.TLSConfig())))
+	} else {
+		opts = append(opts, grpc.Creds(peerCreds{}))
 	}
 	if auth.EnableNodeBindingAuth {
 		local := o.NodeName
@@ -423,11 +425,19 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		s.quotaRefused.WithLabelValues(ReasonPublisherQuota).Inc()
 		return nil, guard.Refuse(ReasonPublisherQuota, fmt.Sprintf("this caller has stored its quota of %d events in %s (--caller-quota-events, --caller-quota-window); nothing was stored: retry in %s", s.opts.QuotaEvents, s.opts.QuotaWindow, retry.Round(time.Second)))
 	}
-	if key != "" && podUID != "" {
+	switch {
+	case key == "":
+	case podUID != "":
 		// Keys belong to the bound identity: two pods of one service
 		// account each have their own (the pod's UID, which a recreated
 		// pod of the same name does not share).
 		key = "pod:" + podUID + "/" + key
+	case caller == "":
+		// A caller without a token: its process, as the kernel names it
+		// on the socket, so that tokenless callers do not share keys.
+		if p := peerKey(ctx); p != "" {
+			key = p + "/" + key
+		}
 	}
 	duplicate, err := s.store.Append(ctx, caller, scope, key, events)
 	switch {
