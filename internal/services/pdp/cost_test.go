@@ -3,23 +3,19 @@ package pdp_test
 import (
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/callerauth/callerauth/decision"
+	costOf "github.com/callerauth/callerauth/internal/kit/cost"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
 // allocated is the bytes the process allocated while f ran.
 func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
+	n, _ := costOf.Of(f)
+	return n
 }
 
 // unknown is n members no AuthZEN object defines: "u0":0,"u1":0,…
@@ -119,9 +115,10 @@ func TestAuthZENCostIsLinearInItsBytes(t *testing.T) {
 			body := c.body(k)
 			var code int
 			var resp []byte
-			cost[k] = allocated(func() { code, resp = e.authzen(t, tok, pdp.PathEvaluations, body) })
+			var cpu time.Duration
+			cost[k], cpu = costOf.Of(func() { code, resp = e.authzen(t, tok, pdp.PathEvaluations, body) })
 			per := float64(cost[k]) / float64(len(body))
-			t.Logf("%s ×%d: %d bytes asked, %d answered (%d), %d allocated: %.1f a request byte", c.name, k, len(body), len(resp), code, cost[k], per)
+			t.Logf("%s ×%d: %d bytes asked, %d answered (%d), %d allocated: %.1f a request byte; CPU %.1f µs a KiB", c.name, k, len(body), len(resp), code, cost[k], per, float64(cpu.Microseconds())/float64(len(body))*1024)
 			if code != 200 && code != 400 {
 				t.Errorf("%s: %d %.300s", c.name, code, resp)
 			}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/devissuer"
@@ -27,6 +28,7 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/cost"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
@@ -964,4 +966,51 @@ func TestClaimKeysBelongToTheirToken(t *testing.T) {
 	if err != nil || again.GetLeaseId() != first.GetLeaseId() {
 		t.Fatalf("node-1's own retry: %v %v; want its claim again", again, err)
 	}
+}
+
+// TestRequestCostIsBounded: the largest requests the limits allow —
+// a submission with two 1,023-byte clip paths, a FAILED report with a
+// 2 KiB error, and ListJobs of 500 such jobs — each cost at most
+// maxAllocPerByte bytes allocated per request byte (a page, whose request
+// is a few bytes, at most maxPageAlloc whatever it lists: its 1 MiB bound).
+// docs/reliability.md lists the figures; CPU is reported, not asserted.
+func TestRequestCostIsBounded(t *testing.T) {
+	const maxAllocPerByte, maxPageAlloc = 256, 32 << 20
+	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"))
+	ctx := context.Background()
+	sub := e.client(t, "tenant-a", "ci-a", controller.RoleSubmitter, controller.RoleReader)
+	node := e.client(t, "tenant-a", "node-1", controller.RoleNode)
+	long := &vmafxv1.JobSpec{Reference: strings.Repeat("r", 1023), Distorted: strings.Repeat("d", 1023), Metrics: []string{"psnr", "ssim"}}
+	report := func(k string, req proto.Message, f func() error) {
+		t.Helper()
+		var err error
+		bytes, cpu := cost.Of(func() { err = f() })
+		size := proto.Size(req)
+		per := float64(bytes) / float64(max(size, 1))
+		t.Logf("%s: %d bytes asked (%v), %d allocated: %.1f a request byte, CPU %s", k, size, err, bytes, per, cpu)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if k != "ListJobs(500)" && per > maxAllocPerByte {
+			t.Errorf("%s: %.1f bytes allocated a request byte; the bound is %d", k, per, maxAllocPerByte)
+		}
+		if k == "ListJobs(500)" && bytes > maxPageAlloc {
+			t.Errorf("%s: %d bytes allocated; the bound is %d", k, bytes, maxPageAlloc)
+		}
+	}
+	for range 499 {
+		if _, err := sub.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: long}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &vmafxv1.SubmitJobRequest{Spec: long, RequestId: strings.Repeat("q", 128)}
+	report("SubmitJob", in, func() error { _, err := sub.SubmitJob(ctx, in); return err })
+	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: strings.Repeat("e", 2048)}
+	report("ReportJob FAILED", fail, func() error { _, err := node.ReportJob(ctx, fail); return err })
+	list := &vmafxv1.ListJobsRequest{PageSize: 500}
+	report("ListJobs(500)", list, func() error { _, err := sub.ListJobs(ctx, list); return err })
 }
