@@ -1,14 +1,18 @@
 package pdp_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/callerauth/callerauth/decision"
 	costOf "github.com/callerauth/callerauth/internal/kit/cost"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
@@ -203,5 +207,42 @@ func TestAuthZENEchoesTheRequestIDEverywhere(t *testing.T) {
 		if got := resp.Header.Get(pdp.HeaderRequestID); got != "id-"+c.path {
 			t.Errorf("%s %s: %d, X-Request-ID %q", c.method, c.path, resp.StatusCode, got)
 		}
+	}
+}
+
+// TestAuthZENSearchStopsWithItsClient: a search page whose client has gone
+// evaluates no candidate and signs nothing (before, the handler went on
+// for tens of seconds of CPU after the client hung up).
+func TestAuthZENSearchStopsWithItsClient(t *testing.T) {
+	e := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(certification, "policy"), filepath.Join(certification, "registry.json")
+		o.CallerBindings = []string{"authzen-certification=system:serviceaccount:secrets-engine:pep"}
+	})
+	tok := e.token(t, "pep", "flex-auth", time.Time{})
+	body := `{"subject":{"type":"user","id":"alice"},"action":{"name":"read"},"resource":{"type":"record"}}`
+	candidates := func() float64 {
+		n, err := scrape.Values(e.srv.Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n[`pdp_authzen_search_candidates_total{`+pdp.PathSearchResource+`}`]
+	}
+	serve := func(ctx context.Context) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, pdp.PathSearchResource, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := serve(context.Background()); rec.Code != 200 || candidates() == 0 {
+		t.Fatalf("a search page: %d %s, %v candidates", rec.Code, rec.Body, candidates())
+	}
+	before := candidates()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := serve(gone)
+	if n := candidates() - before; n != 0 || strings.Contains(rec.Body.String(), "record_jws") {
+		t.Fatalf("a page whose client had gone: %v candidates evaluated, answered %q; want none and nothing signed", n, rec.Body.String())
 	}
 }
