@@ -46,7 +46,7 @@ func (b *Bound) Collectors(prefix string) []prometheus.Collector {
 			})),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_watch_failures_total", Help: "Bound-object watches that failed to open or ended other than at their deadline after a bookmark (a closed, reset or refused connection, an API server restarting, an error); each stops the view until a bookmark or list proves it current again."},
 			stat(func(s BoundStats) float64 { return float64(s.WatchFailures) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: the seconds since the older of its two watches was last proven current (a bookmark, which the API server sends before each watch's deadline, or a list); it saws between 0 and about half of --caller-watch-max-break while the watches work; past the bound, every token is reviewed."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: the seconds since the older of its two watches was last proven current (a bookmark, which the API server sends before each watch's deadline, or a list); it saws between about 0 and twice (--caller-watch-max-break - 2s) / 2 while the watches work; past the bound, every token is reviewed."},
 			stat(func(s BoundStats) float64 { return s.Lag.Seconds() })),
 	}
 }
