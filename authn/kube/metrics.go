@@ -13,7 +13,7 @@ func (b *Bound) Collectors(prefix string) []prometheus.Collector {
 	}
 	fallbacks := func(reason string, f func(BoundStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_fallbacks_total",
-			Help:        "Tokens sent to TokenReview under --caller-watch-bound-objects, by reason: unsynced (the watches had not listed yet), broken (the view could not vouch for its state: a watch failed since its last bookmark or list, or none came within --caller-watch-max-break), unanswerable (bound to no pod, or to a pod of another node than the one watched), unknown (the view does not know the object: created after its last event, or deleted before it began).",
+			Help:        "Tokens sent to TokenReview under --caller-watch-bound-objects, by reason: unsynced (the watches had not listed yet), broken (the view could not vouch for its state: a watch or proof failed since it was last proven current, or no proof completed within --caller-watch-max-break), unanswerable (bound to no pod, or to a pod of another node than the one watched), unknown (the view does not know the object: created after its last event, or deleted before it began).",
 			ConstLabels: prometheus.Labels{"reason": reason}}, stat(func(s BoundStats) float64 { return float64(f(s)) }))
 	}
 	objects := func(resource string, f func(BoundStats) int) prometheus.Collector {
@@ -37,16 +37,16 @@ func (b *Bound) Collectors(prefix string) []prometheus.Collector {
 				}
 				return 0
 			})),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_answering", Help: "1 while the bound-object view answers (listed, proven current by a bookmark or list within --caller-watch-max-break, no watch failed since), else 0 (every token it would answer for is reviewed)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_answering", Help: "1 while the bound-object view answers (listed, proven current through the API server within --caller-watch-max-break, no watch or proof failed since), else 0 (every token it would answer for is reviewed)."},
 			stat(func(s BoundStats) float64 {
 				if s.Answering {
 					return 1
 				}
 				return 0
 			})),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_watch_failures_total", Help: "Bound-object watches that failed to open or ended other than at their deadline after a bookmark (a closed, reset or refused connection, an API server restarting, an error); each stops the view until a bookmark or list proves it current again."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_caller_bound_watch_failures_total", Help: "Bound-object watches that failed to open, ended before their deadline or outlived it (a closed, reset or refused connection, an API server restarting, replies swallowed, an error); each stops the view until a proof asked after it completes."},
 			stat(func(s BoundStats) float64 { return float64(s.WatchFailures) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: the seconds since the older of its two watches was last proven current (a bookmark, which the API server sends before each watch's deadline, or a list); it saws between about 0 and twice (--caller-watch-max-break - 2s) / 2 while the watches work; past the bound, every token is reviewed."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_caller_bound_watch_lag_seconds", Help: "How far behind the bound-object view may be: the seconds since the older of its two resources was last proven current (a consistent list's resource version, asked every (--caller-watch-max-break - 2s)/2, reached by the store); it saws between about 0 and twice that while the watches work; past the bound, every token is reviewed."},
 			stat(func(s BoundStats) float64 { return s.Lag.Seconds() })),
 	}
 }
