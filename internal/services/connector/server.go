@@ -89,7 +89,7 @@ type Options struct {
 const (
 	DefaultMaxBatchEvents    = 1000
 	DefaultMaxMessageBytes   = 4 << 20
-	DefaultQuotaEvents       = 6000
+	DefaultQuotaEvents       = 60000
 	DefaultQuotaWindow       = time.Minute
 	DefaultKeyRetention      = 24 * time.Hour
 	DefaultMaxDatastoreBytes = 4 << 30
