@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/kit/fleetsim"
 )
 
@@ -46,8 +47,13 @@ func run(args []string) error {
 	eventsPerPod := f.Int("events-per-pod", 6, "the watch model: events a pod's life sends each watcher of it (added, status updates, deletion)")
 	warmup := f.Duration("warmup", 0, "simulated time before counting; 0: until every token has rotated and every review lapsed once (the longer of the rotation period and the review interval, plus the TTL)")
 	measure := f.Duration("measure", 0, "simulated time counted; 0: one rotation period")
+	showVersion := f.Bool("version", false, "print the build (version, revision, Go) and exit")
 	if err := f.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println("fleet-sim", version.Get().String())
+		return nil
 	}
 	sizes, err := list(*pods, strconv.Atoi)
 	if err != nil {

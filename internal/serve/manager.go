@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"google.golang.org/grpc"
+
+	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
 // Manager is one service process on the skeleton: its logger, its health
@@ -117,7 +119,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.Add(metrics)
 		line[1] = metrics.Listener.Addr().String()
 	}
-	line = append(line, "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
+	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
 	if m.guard != nil {
 		line = append(line, m.auth.settings()...)
 	}

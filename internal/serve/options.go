@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
 // Options are the serving settings every service shares. A service sets its
@@ -177,6 +179,8 @@ type Service interface {
 // command's context ends.
 func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *cobra.Command) (Service, error)) *cobra.Command {
 	cmd.Args, cmd.SilenceUsage, cmd.SilenceErrors = cobra.NoArgs, true, true
+	// --version prints the build (version, revision, Go) and exits.
+	cmd.Version = version.Get().String()
 	cmd.RunE = func(cmd *cobra.Command, _ []string) (err error) {
 		o.LogOutput = stderr
 		s, err := build(cmd)

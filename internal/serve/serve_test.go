@@ -434,3 +434,19 @@ func TestExecuteNamesTheCommandOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandVersion: every service's command answers --version with the
+// build and exits 0 without building the service.
+func TestCommandVersion(t *testing.T) {
+	built := false
+	var o serve.Options
+	cmd := serve.Command(&cobra.Command{Use: "svc"}, &o, io.Discard, func(*cobra.Command) (serve.Service, error) {
+		built = true
+		return nil, errors.New("not here")
+	})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	if code := serve.Execute(context.Background(), cmd, []string{"--version"}, io.Discard); code != 0 || built || !strings.HasPrefix(out.String(), "svc version ") || !strings.Contains(out.String(), "go1.") {
+		t.Fatalf("--version: exit %d, built %t, printed %q", code, built, out.String())
+	}
+}

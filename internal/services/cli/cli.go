@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
 )
 
@@ -84,7 +85,13 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetIn(o.Stdin)
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}), newDemoCmd(o))
+	root.Version = version.Get().String() // --version
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}), newDemoCmd(o),
+		&cobra.Command{Use: "version", Short: "Print the build: module version, VCS revision (and whether the tree was modified), Go version", Args: cobra.NoArgs,
+			RunE: func(*cobra.Command, []string) error {
+				_, err := fmt.Fprintln(o.Stdout, "callerauth", version.Get().String())
+				return err
+			}})
 	return root
 }
 

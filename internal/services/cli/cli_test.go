@@ -244,3 +244,13 @@ func TestDecisionKeygen(t *testing.T) {
 		t.Fatalf("HS256: %v", r.err)
 	}
 }
+
+// TestVersion: `callerauth version` and `--version` print the build.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := execute(context.Background(), t, "", time.Time{}, args...)
+		if r.err != nil || !strings.Contains(r.stdout.String(), "callerauth") || !strings.Contains(r.stdout.String(), "go1.") {
+			t.Errorf("%v: %v %q", args, r.err, r.stdout.String())
+		}
+	}
+}

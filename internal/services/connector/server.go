@@ -25,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -212,6 +213,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connector: %w", err)
 	}
+	m.Health().Registry.MustRegister(version.Collector("platform_connector"))
 	log := m.Logger()
 	s := &Server{opts: o, auth: auth, m: m, log: log, health: m.Health(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",

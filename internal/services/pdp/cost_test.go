@@ -246,3 +246,28 @@ func TestAuthZENSearchStopsWithItsClient(t *testing.T) {
 		t.Fatalf("a page whose client had gone: %v candidates evaluated, answered %q; want none and nothing signed", n, rec.Body.String())
 	}
 }
+
+// TestBuildInfoScraped: the pdp's registry carries pdp_build_info, 1,
+// labelled with the build (every service registers its own).
+func TestBuildInfoScraped(t *testing.T) {
+	e, _ := startTodo(t)
+	mfs, err := e.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pdp_build_info" {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["version"] == "" || !strings.HasPrefix(labels["goversion"], "go1.") {
+			t.Fatalf("pdp_build_info: %v %v", m.GetGauge().GetValue(), labels)
+		}
+		return
+	}
+	t.Fatal("no pdp_build_info in the registry")
+}

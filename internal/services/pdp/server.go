@@ -36,6 +36,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
@@ -306,6 +307,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
+	m.Health().Registry.MustRegister(version.Collector("pdp"))
 	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	st, err := s.load()
