@@ -58,7 +58,7 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 		"monitors:\n  csp-health-monitor: {enabled: true}\n  kubernetes-object-monitor: {enabled: true}\n  nvcre-certification-monitor: {enabled: true}\n  slurm-drain-monitor: {enabled: true}\n  health-events-analyzer: {enabled: true}\n" + monitoring
 	vmafxPG := "postgres://vmafx@db.example:5432/vmafx?sslmode=verify-full&sslrootcert=/etc/vmafx/postgres-ca/ca.crt"
 	vmafxFull := goodVmafx + "  mode: refresher\n  refresher: {tokenURL: 'https://idp.tenant-a.example/oauth2/token'}\n" +
-		"controller:\n  replicas: 2\n  postgres:\n    url: '" + vmafxPG + "'\n    passwordSecret: {name: vmafx-db}\n    caConfigMap: vmafx-db-ca\n" + monitoring
+		"controller:\n  replicas: 2\n  quotas:\n    tenants: [{tenant: tenant-a, maxPendingJobs: 5000, maxSubmissionsPerMinute: 1200}]\n  postgres:\n    url: '" + vmafxPG + "'\n    passwordSecret: {name: vmafx-db}\n    caConfigMap: vmafx-db-ca\n" + monitoring
 	vmafxCRDs := []string{filepath.Join(vmafxChart, "crds", "vmafx.callerauth.dev_vmafxjobs.yaml")}
 	cases := []chartCase{
 		{"pdp, default values", pdpChart, "flex-auth", "flex-auth", examplePDPValues(t), nil},

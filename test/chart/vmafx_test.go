@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -257,5 +258,24 @@ func TestVmafxChartCRDIsTheGeneratedOne(t *testing.T) {
 	}
 	if string(a) != string(b) {
 		t.Fatal("deploy/charts/vmafx/crds differs from deploy/crds: make generate copies it")
+	}
+}
+
+// TestVmafxChartQuotas: controller.quotas reach the controller's flags —
+// the defaults, and a tenant's override as --tenant-quota — and the
+// controller takes them.
+func TestVmafxChartQuotas(t *testing.T) {
+	out, err := renderVmafx(t, goodVmafx+"controller:\n  quotas:\n    maxPendingJobs: 200\n    tenants: [{tenant: tenant-a, maxPendingJobs: 5000, maxSubmissionsPerMinute: 1200}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := deploymentOf(t, out["vmafx/templates/controller.yaml"]).Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--max-pending-jobs=200", "--max-submissions-per-minute=600", "--tenant-quota=tenant-a=5000/1200"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the controller's arguments lack %s: %q", want, args)
+		}
+	}
+	if cmd := controller.NewCommand(io.Discard); cmd.ParseFlags(args) != nil {
+		t.Fatal("vmafx-controller refuses the chart's arguments")
 	}
 }
