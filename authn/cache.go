@@ -125,7 +125,8 @@ type CacheStats struct {
 type cacheEntry struct {
 	key      [sha256.Size]byte
 	group    string        // the caller's issuer; refusals for a refusal
-	inGroup  *list.Element // its element in groups[group]
+	groupLRU *list.List    // groups[group], held here so a hit looks up no map
+	inGroup  *list.Element // its element in groupLRU
 	caller   *Caller
 	err      error     // a cached token_invalid verdict when caller is nil
 	verified time.Time // when the verification that reached it began
@@ -305,7 +306,7 @@ func (c *Cache) get(key [sha256.Size]byte) (*Caller, time.Time, error) {
 		return nil, time.Time{}, nil
 	}
 	c.lru.MoveToFront(el)
-	c.groups[e.group].MoveToFront(e.inGroup)
+	e.groupLRU.MoveToFront(e.inGroup)
 	if e.err != nil {
 		c.stats.NegativeHits++
 		return nil, e.verified, e.err
@@ -339,7 +340,7 @@ func (c *Cache) put(key [sha256.Size]byte, caller *Caller, refusal error, verifi
 		g = list.New()
 		c.groups[group] = g
 	}
-	e.inGroup = g.PushFront(e)
+	e.groupLRU, e.inGroup = g, g.PushFront(e)
 	c.entries[key] = c.lru.PushFront(e)
 	// Full: the least recently used verdict of the issuer holding the most
 	// goes (refusals count as one issuer). One issuer may fill an idle
@@ -368,11 +369,9 @@ func (c *Cache) remove(el *list.Element) {
 	e := el.Value.(*cacheEntry)
 	c.lru.Remove(el)
 	delete(c.entries, e.key)
-	if g := c.groups[e.group]; g != nil {
-		g.Remove(e.inGroup)
-		if g.Len() == 0 {
-			delete(c.groups, e.group)
-		}
+	e.groupLRU.Remove(e.inGroup)
+	if e.groupLRU.Len() == 0 {
+		delete(c.groups, e.group)
 	}
 }
 
