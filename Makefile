@@ -6,6 +6,7 @@
 #   make bench-compare   callerauth beside OPA and the other peers, as ratios
 #   make demo    go run ./cmd/callerauth demo
 #   make fuzz    a short run of every fuzz test
+#   make images  one OCI image per binary, with SBOMs, into dist/images (docs/deploy.md)
 
 GO        ?= go
 PKGS      ?= ./...
@@ -40,11 +41,21 @@ OPA_VERSION := v1.22.3
 OPA_BIN     := $(CACHE)/opa/$(OPA_VERSION)
 export CALLERAUTH_OPA_BIN := $(OPA_BIN)
 
-.PHONY: all test lint bench bench-compare demo fuzz tidy clean kube-tools generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
+# The images: FROM scratch, static, non-root, reproducible; written as OCI
+# layouts and docker load tarballs with an SPDX SBOM each, no registry and
+# no daemon (docs/deploy.md). The tag is the VERSION file's, which every
+# chart's appVersion names.
+VERSION        := $(shell cat VERSION)
+IMAGE_REGISTRY ?= ghcr.io/callerauth
+IMAGE_TAG      ?= $(VERSION)
+IMAGES_OUT     ?= $(CURDIR)/dist/images
+PLATFORMS      ?=
+
+.PHONY: all test lint images runc bench bench-compare demo fuzz tidy clean kube-tools generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
 
 all: lint test
 
-test: kube-tools hydra-tools opa-tools ffmpeg postgresql
+test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc
 	$(GO) test -race -count=1 $(PKGS)
 
 # ffmpeg is the reference the vmafx node's PSNR and SSIM are checked
@@ -57,6 +68,18 @@ ffmpeg:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
 	  else \
 	    echo "make test needs ffmpeg (the reference for the vmafx measurements): install it, e.g. apt-get install ffmpeg"; exit 1; \
+	  fi; }
+
+# runc runs each image make images builds under its chart's securityContext
+# (test/images). Debian's package, installed when missing, as root (the test
+# needs root to create containers); otherwise this says what to install.
+runc:
+	@command -v runc >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing runc (the image tests run every image under its chart's securityContext)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; \
+	  else \
+	    echo "make test needs runc (the image tests): install it, e.g. apt-get install runc"; exit 1; \
 	  fi; }
 
 # PostgreSQL is the replicated datastore the store and replica tests run
@@ -118,6 +141,9 @@ bench-compare: opa-tools
 
 demo:
 	$(GO) run ./cmd/callerauth demo
+
+images:
+	$(GO) run ./internal/kit/images/cmd/images --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --tag $(IMAGE_TAG) --platforms '$(PLATFORMS)'
 
 # Every fuzz test in the tree, each for FUZZTIME: the packages and names are
 # found by grep, so a new fuzz test is run without touching this file.
