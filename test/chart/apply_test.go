@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/callerauth/callerauth/test/charts"
@@ -26,13 +25,38 @@ func TestMain(m *testing.M) {
 	e2e.Main(m, &bins, []string{"cmd/pdp"}, func() (func(), error) {
 		pdpBin = bins["pdp"]
 		return nil, nil
-	}, kubeapi.ForTests(&apiserver))
+	}, kubeapi.ForTests(&apiserver), buildImages)
 }
 
-// chartCase is a chart rendered with a set of values.
+// chartCase is a chart rendered with a set of values, applied in a
+// namespace at a Pod Security level, and what the chart means to grant
+// each of its ServiceAccounts ("verb group/resource").
 type chartCase struct {
 	name, chart, release, namespace, values string
 	crds                                    []string // the chart's own crds/ files
+	level                                   string   // the namespace's Pod Security level (docs/deploy.md)
+	grants                                  map[string][]string
+}
+
+// Grants the charts mean to give.
+var (
+	tokenReview    = []string{"create authentication.k8s.io/tokenreviews"}
+	boundObjects   = []string{"list /pods", "watch /pods", "list /serviceaccounts", "watch /serviceaccounts"}
+	operatorGrants = []string{"get vmafx.callerauth.dev/vmafxjobs", "list vmafx.callerauth.dev/vmafxjobs", "watch vmafx.callerauth.dev/vmafxjobs",
+		"update vmafx.callerauth.dev/vmafxjobs", "update vmafx.callerauth.dev/vmafxjobs/status", "create events.k8s.io/events", "patch events.k8s.io/events",
+		"get coordination.k8s.io/leases", "create coordination.k8s.io/leases", "update coordination.k8s.io/leases", "create /events", "patch /events"}
+	monitorsNone = map[string][]string{"csp-health-monitor": nil, "kubernetes-object-monitor": nil, "nvcre-certification-monitor": nil, "slurm-drain-monitor": nil, "health-events-analyzer": nil}
+)
+
+func with(m map[string][]string, more map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for k, v := range more {
+		out[k] = v
+	}
+	return out
 }
 
 // TestChartsApplyToARealAPIServer: each chart, with its default values and
@@ -46,7 +70,7 @@ type chartCase struct {
 func TestChartsApplyToARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := charts.NewCluster(t, apiserver.REST)
+	c, warned := warnedCluster(t)
 	c.ApplyCRDs(ctx, t, "../testdata/crds/monitoring.coreos.com_servicemonitors.yaml", "../testdata/crds/monitoring.coreos.com_prometheusrules.yaml")
 	monitoring := "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nprometheusRule: {enabled: true}\ndashboard: {enabled: true}\n"
 	pdpFull := examplePDPValues(t, set(true, "autoscaling", "enabled"), set(true, "caller", "watchBoundObjects"), set("30m", "caller", "reviewInterval"),
@@ -54,19 +78,36 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 		set(map[string]any{"enabled": true}, "prometheusRule"), set(map[string]any{"enabled": true}, "dashboard"))
 	pgURL := "postgres://connector@db.example:5432/events?sslmode=verify-full&sslrootcert=/etc/platform-connector/postgres-ca/ca.crt"
 	connectorFull := auth("    enabled: true\n    apiServerIssuer: https://kubernetes.default.svc.cluster.local\n") +
+		"daemonset:\n  watchBoundObjects: true\n" +
 		"deployment:\n  enabled: true\n  replicas: 3\n  watchBoundObjects: true\n  postgres:\n    url: '" + pgURL + "'\n    passwordSecret: {name: events-db}\n    caConfigMap: events-db-ca\n" +
-		"monitors:\n  csp-health-monitor: {enabled: true}\n  kubernetes-object-monitor: {enabled: true}\n  nvcre-certification-monitor: {enabled: true}\n  slurm-drain-monitor: {enabled: true}\n  health-events-analyzer: {enabled: true}\n" + monitoring
+		"monitors:\n  csp-health-monitor: {enabled: true, image: registry.example/monitor:1}\n  kubernetes-object-monitor: {enabled: true, image: registry.example/monitor:1}\n  nvcre-certification-monitor: {enabled: true, image: registry.example/monitor:1}\n  slurm-drain-monitor: {enabled: true, image: registry.example/monitor:1}\n  health-events-analyzer: {enabled: true, image: registry.example/monitor:1}\n" + monitoring
 	vmafxPG := "postgres://vmafx@db.example:5432/vmafx?sslmode=verify-full&sslrootcert=/etc/vmafx/postgres-ca/ca.crt"
 	vmafxFull := goodVmafx + "  mode: refresher\n  refresher: {tokenURL: 'https://idp.tenant-a.example/oauth2/token'}\n" +
 		"controller:\n  replicas: 2\n  quotas:\n    tenants: [{tenant: tenant-a, maxPendingJobs: 5000, maxSubmissionsPerMinute: 1200}]\n  postgres:\n    url: '" + vmafxPG + "'\n    passwordSecret: {name: vmafx-db}\n    caConfigMap: vmafx-db-ca\n" + monitoring
 	vmafxCRDs := []string{filepath.Join(vmafxChart, "crds", "vmafx.callerauth.dev_vmafxjobs.yaml")}
+	deploymentRole := auth("    enabled: true\n") + "daemonset: {enabled: false}\ndeployment: {enabled: true}\n" +
+		"monitors:\n  csp-health-monitor: {enabled: true, image: registry.example/monitor:1}\n"
 	cases := []chartCase{
-		{"pdp, default values", pdpChart, "flex-auth", "flex-auth", examplePDPValues(t), nil},
-		{"pdp, every option on", pdpChart, "flex-auth-full", "flex-auth-full", pdpFull, nil},
-		{"platform-connector, default values", chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n"), nil},
-		{"platform-connector, every option on", chartDir, "nvsentinel-full", "nvsentinel-full", connectorFull, nil},
-		{"vmafx, default values", vmafxChart, "vmafx", "vmafx-system", goodVmafx, vmafxCRDs},
-		{"vmafx, every option on", vmafxChart, "vmafx-full", "vmafx-full", vmafxFull, vmafxCRDs},
+		{"pdp, default values", pdpChart, "flex-auth", "flex-auth", examplePDPValues(t), nil, restricted,
+			map[string][]string{"flex-auth-pdp": tokenReview}},
+		{"pdp, every option on", pdpChart, "flex-auth-full", "flex-auth-full", pdpFull, nil, restricted,
+			map[string][]string{"flex-auth-full-pdp": append(tokenReview, boundObjects...)}},
+		{"platform-connector, default values", chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n"), nil, privileged,
+			map[string][]string{"nvsentinel-platform-connector": tokenReview}},
+		{"platform-connector, host directories prepared by the nodes", chartDir, "nvsentinel-hd", "nvsentinel-hd",
+			auth("    enabled: true\n") + "daemonset: {prepareHostDirs: false}\n", nil, privileged,
+			map[string][]string{"nvsentinel-hd-platform-connector": tokenReview}},
+		{"platform-connector, deployment role and a monitor", chartDir, "nvsentinel-dep", "nvsentinel-dep", deploymentRole, nil, restricted,
+			map[string][]string{"nvsentinel-dep-platform-connector-deployment": tokenReview, "csp-health-monitor": nil}},
+		{"platform-connector, every option on", chartDir, "nvsentinel-full", "nvsentinel-full", connectorFull, nil, privileged,
+			with(monitorsNone, map[string][]string{"nvsentinel-full-platform-connector": append(tokenReview, boundObjects...),
+				"nvsentinel-full-platform-connector-deployment": append(tokenReview, boundObjects...)})},
+		{"vmafx, default values", vmafxChart, "vmafx", "vmafx-system", goodVmafx, vmafxCRDs, privileged,
+			map[string][]string{"vmafx-controller": nil, "vmafx-node": nil, "vmafx-operator": operatorGrants}},
+		{"vmafx, no node", vmafxChart, "vmafx-nonode", "vmafx-nonode", goodVmafx + "node: {enabled: false}\n", vmafxCRDs, restricted,
+			map[string][]string{"vmafx-controller": nil, "vmafx-operator": operatorGrants}},
+		{"vmafx, every option on", vmafxChart, "vmafx-full", "vmafx-full", vmafxFull, vmafxCRDs, privileged,
+			map[string][]string{"vmafx-controller": nil, "vmafx-node": nil, "vmafx-operator": operatorGrants}},
 	}
 	for _, cc := range cases {
 		t.Run(cc.name, func(t *testing.T) {
@@ -77,9 +118,7 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
-			if err := apiserver.Namespace(ctx, cc.namespace); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
-			}
+			psNamespace(ctx, t, cc.namespace, cc.level)
 			names := make([]string, 0, len(out))
 			for n := range out {
 				if strings.HasSuffix(n, ".yaml") {
@@ -96,17 +135,23 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 			for _, o := range objs {
 				kinds[o.GetKind()]++
 			}
+			warned.take()
 			for _, err := range c.Apply(ctx, cc.namespace, objs) {
 				t.Error(err)
 			}
 			t.Logf("%d objects applied: %v", len(objs), kinds)
+			checkPodSecurity(ctx, t, cc, objs, warned.take())
+			checkGrants(ctx, t, cc, objs)
+			if cc.name == "pdp, default values" {
+				checkPrivilegedRefused(ctx, t, c, warned, cc.namespace, objs)
+			}
 		})
 	}
 
 	// The check can fail: an unknown field, a projected token shorter than
 	// the API server allows, and an RBAC rule without verbs are each
 	// refused, naming the object.
-	out, err := renderChart(t, chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n")+monitoring+"monitors:\n  csp-health-monitor: {enabled: true}\n")
+	out, err := renderChart(t, chartDir, "nvsentinel", "nvsentinel", auth("    enabled: true\n")+monitoring+"monitors:\n  csp-health-monitor: {enabled: true, image: registry.example/monitor:1}\n")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package chart_test
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -58,8 +59,8 @@ func TestRenderedConfigFeedsTheConnector(t *testing.T) {
     failOpenOnUnavailable: true
     crossNodeServiceAccounts: ["system:serviceaccount:ops:fleet-monitor"]
 `)+`monitors:
-  csp-health-monitor: {enabled: true}
-  slurm-drain-monitor: {enabled: true}
+  csp-health-monitor: {enabled: true, image: registry.example/monitor:1}
+  slurm-drain-monitor: {enabled: true, image: registry.example/monitor:1}
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestRenderedConfigFeedsTheConnector(t *testing.T) {
 
 // TestMonitorsFollowTheReleaseNamespace: installing elsewhere needs no edit.
 func TestMonitorsFollowTheReleaseNamespace(t *testing.T) {
-	out, err := render(t, "gpu-health", auth("    enabled: true\n")+"monitors:\n  health-events-analyzer: {enabled: true}\n")
+	out, err := render(t, "gpu-health", auth("    enabled: true\n")+"monitors:\n  health-events-analyzer: {enabled: true, image: registry.example/monitor:1}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,15 @@ func TestRenderRefusals(t *testing.T) {
 // watch on pods and serviceaccounts and nothing else; turned off, neither
 // the flag nor the role is rendered.
 func TestWatchBoundObjects(t *testing.T) {
-	out, err := render(t, "nvsentinel", auth("    enabled: true\n    apiServerIssuer: https://oidc.eks.example/id/ABC\n"))
+	// Off by default: it would let every node's agent read every pod.
+	def, err := render(t, "nvsentinel", auth("    enabled: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def["platform-connector/templates/daemonset.yaml"], "--caller-watch-bound-objects") || strings.Contains(def["platform-connector/templates/rbac.yaml"], "pods") {
+		t.Fatal("the socket role watches bound objects by default")
+	}
+	out, err := render(t, "nvsentinel", auth("    enabled: true\n    apiServerIssuer: https://oidc.eks.example/id/ABC\n")+"daemonset: {watchBoundObjects: true}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +229,7 @@ func TestWatchBoundObjects(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"[] [pods serviceaccounts] [list watch]"}; !slices.Equal(rules, want) {
+	if want := []string{"[authentication.k8s.io] [tokenreviews] [create]", "[] [pods serviceaccounts] [list watch]"}; !slices.Equal(rules, want) {
 		t.Fatalf("ClusterRole rules %q; want %q", rules, want)
 	}
 
@@ -231,5 +240,28 @@ func TestWatchBoundObjects(t *testing.T) {
 	if strings.Contains(off["platform-connector/templates/daemonset.yaml"], "--caller-watch-bound-objects") ||
 		strings.Contains(off["platform-connector/templates/rbac.yaml"], "bound-objects") {
 		t.Fatalf("watchBoundObjects false still renders the flag or the role:\n%s", off["platform-connector/templates/rbac.yaml"])
+	}
+}
+
+// TestChartsNameTheVersion: every chart's version and appVersion are the
+// VERSION file's, so a chart's default image is the one make images tags
+// from the same commit (docs/releasing.md).
+func TestChartsNameTheVersion(t *testing.T) {
+	v, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(v))
+	for _, dir := range []string{chartDir, pdpChart, vmafxChart} {
+		var c struct {
+			Version    string `json:"version"`
+			AppVersion string `json:"appVersion"`
+		}
+		if err := yaml.Unmarshal(mustReadFile(t, dir+"/Chart.yaml"), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.AppVersion != version || c.Version != version {
+			t.Errorf("%s: version %q, appVersion %q; VERSION says %q", dir, c.Version, c.AppVersion, version)
+		}
 	}
 }

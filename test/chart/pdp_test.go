@@ -172,11 +172,16 @@ func TestPDPChartFeedsThePDP(t *testing.T) {
 		t.Fatalf("the pdp refuses what the chart renders: %v", err)
 	}
 
-	// TokenReview: the Deployment's ServiceAccount is bound to
-	// system:auth-delegator.
-	crb := objs["ClusterRoleBinding/flex-auth-pdp-flex-auth-auth-delegator"]
-	if crb == nil || crb["roleRef"].(map[string]any)["name"] != "system:auth-delegator" {
-		t.Fatalf("no auth-delegator binding: %v", crb)
+	// TokenReview: the Deployment's ServiceAccount is bound to a
+	// ClusterRole of its own that may create tokenreviews and nothing else
+	// (not system:auth-delegator, which adds SubjectAccessReview).
+	crb := objs["ClusterRoleBinding/flex-auth-pdp-flex-auth-tokenreview"]
+	if crb == nil || crb["roleRef"].(map[string]any)["name"] != "flex-auth-pdp-flex-auth-tokenreview" {
+		t.Fatalf("no tokenreview binding: %v", crb)
+	}
+	role := objs["ClusterRole/flex-auth-pdp-flex-auth-tokenreview"]
+	if got := fmt.Sprint(role["rules"]); got != "[map[apiGroups:[authentication.k8s.io] resources:[tokenreviews] verbs:[create]]]" {
+		t.Fatalf("the TokenReview ClusterRole grants %s", got)
 	}
 	if sa := crb["subjects"].([]any)[0].(map[string]any)["name"]; sa != "flex-auth-pdp" {
 		t.Fatalf("the binding names %v", sa)

@@ -195,22 +195,22 @@ func TestPDPRunsAsItsChartsServiceAccount(t *testing.T) {
 
 	// Without the chart's TokenReview binding, the same pdp is refused, and
 	// says which verb on which resource.
-	var bindingName string
+	var bindingName, roleName string
 	for _, b := range named(objs, "ClusterRoleBinding") {
 		roleRef, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
-		if roleRef == "system:auth-delegator" {
-			bindingName = b.GetName()
+		if strings.HasSuffix(roleRef, "-tokenreview") {
+			bindingName, roleName = b.GetName(), roleRef
 		}
 	}
 	if bindingName == "" {
-		t.Fatal("the chart binds no system:auth-delegator")
+		t.Fatal("the chart binds no TokenReview ClusterRole")
 	}
 	if err := apiserver.Client.RbacV1().ClusterRoleBindings().Delete(ctx, bindingName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		_, _ = apiserver.Client.RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: bindingName}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+			ObjectMeta: metav1.ObjectMeta{Name: bindingName}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: roleName},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}}, metav1.CreateOptions{})
 	}()
 	url, client, p := startPDPAs(t, pdpToken)

@@ -55,7 +55,7 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 		return writeToken(t, tok)
 	}
 	// The connector runs as the chart's ServiceAccount, with the chart's
-	// RBAC (rbac.yaml: the account, the auth-delegator binding, the
+	// RBAC (rbac.yaml: the account, the TokenReview binding, the
 	// bound-object ClusterRole) applied and nothing else.
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	saToken, rbac := chartConnectorToken(ctx, t, ns)
@@ -65,8 +65,9 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 	for _, mode := range []string{"enforce", "audit"} {
 		t.Run(mode, func(t *testing.T) { kubeSocketRole(t, mode, kubeconfig, crossNode, pod, token) })
 	}
-	// The chart's default for the socket role: tokens verified offline, the
-	// pods of this node and the service accounts watched.
+	// The chart's opt-in for the socket role (daemonset.watchBoundObjects):
+	// tokens verified offline, the pods of this node and the service
+	// accounts watched.
 	t.Run("enforce, bound-object watch", func(t *testing.T) {
 		kubeSocketRole(t, "enforce", kubeconfig, crossNode, pod, token, "--caller-watch-bound-objects")
 	})
@@ -92,7 +93,7 @@ func TestSocketRoleKubeAPIServer(t *testing.T) {
 // returns a token the API server issues for that account.
 func chartConnectorToken(ctx context.Context, t *testing.T, ns string) (string, []*unstructured.Unstructured) {
 	t.Helper()
-	out, err := charts.Render("../../deploy/charts/platform-connector", "pc", ns, "global:\n  platformConnectorAuth:\n    enabled: true\ndeployment: {enabled: true}\n")
+	out, err := charts.Render("../../deploy/charts/platform-connector", "pc", ns, "global:\n  platformConnectorAuth:\n    enabled: true\ndaemonset: {watchBoundObjects: true}\ndeployment: {enabled: true}\n")
 	if err != nil {
 		t.Fatal(err)
 	}

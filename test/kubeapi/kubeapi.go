@@ -143,7 +143,10 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
 		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + filepath.Join(dir, "audit.log"),
-		"--endpoint-reconciler-type=none"}, extra...)
+		"--endpoint-reconciler-type=none",
+		// As clusters do (kubeadm's default): a privileged pod is then
+		// Pod Security admission's to refuse, as test/chart checks.
+		"--allow-privileged=true"}, extra...)
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", secure)
 	s.CAFile = filepath.Join(dir, "certs", "apiserver.crt")
 	if err := s.startAPIServer(ctx); err != nil {

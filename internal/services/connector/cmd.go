@@ -61,7 +61,7 @@ node-binding settings; see docs/platform-connector.md.`,
 	}
 	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
 	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
-	cmd.AddCommand(newEventsCommand(stdout))
+	cmd.AddCommand(newEventsCommand(stdout), newHostDirsCommand(stdout))
 	return cmd
 }
 

@@ -99,3 +99,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
           expirationSeconds: {{ int64 .Values.global.platformConnectorAuth.tokenExpirationSeconds }}
           path: token
 {{- end -}}
+
+{{- define "platform-connector.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The pod securityContext every workload of the chart runs with. */}}
+{{- define "platform-connector.podSecurityContext" -}}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A container's securityContext, resources, and GOMEMLIMIT from its memory limit; $res is its resources. */}}
+{{- define "platform-connector.container" -}}
+{{- with .root.Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .res }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

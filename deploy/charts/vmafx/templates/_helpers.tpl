@@ -1,5 +1,56 @@
+{{/* The image of one binary: .root the chart, .bin the binary (make images names each image after its binary). */}}
 {{- define "vmafx.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .root.Values.image.registry }}/{{ .bin }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+
+{{/* The pod securityContext of every workload. */}}
+{{- define "vmafx.podSecurityContext" -}}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A container's securityContext and resources, and GOMEMLIMIT from its memory limit (last, so env may follow). */}}
+{{- define "vmafx.container" -}}
+{{- with .root.Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .res }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+env:
+  {{- if (.res.limits | default dict).memory }}
+  - name: GOMEMLIMIT
+    valueFrom: {resourceFieldRef: {resource: limits.memory}}
+  {{- end }}
+{{- end -}}
+
+{{/* A NetworkPolicy admitting the metrics scrapers to .port of the pods labelled .name, and .from to .extraPort. */}}
+{{- define "vmafx.networkPolicy" -}}
+{{- if .root.Values.networkPolicy.enabled }}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+spec:
+  podSelector:
+    matchLabels: {app.kubernetes.io/name: {{ .name }}}
+  policyTypes: [Ingress]
+  ingress:
+    - ports: [{port: metrics}]
+      from:
+        {{- toYaml .root.Values.networkPolicy.metricsScrapers | nindent 8 }}
+    {{- with .from }}
+    - ports: [{port: {{ $.extraPort }}}]
+      from:
+        {{- toYaml . | nindent 8 }}
+    {{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "vmafx.controllerAddress" -}}
@@ -94,12 +145,13 @@ controller:
 {{- $c := index .root.Values.credentials .who -}}
 {{- if eq .root.Values.credentials.mode "refresher" }}
 - name: token-refresher
-  image: {{ include "vmafx.image" .root }}
-  command: ["callerauth", "token", "refresh"]
-  env:
+  image: {{ include "vmafx.image" (dict "root" .root "bin" "callerauth") }}
+  {{- include "vmafx.container" (dict "root" .root "res" .root.Values.credentials.refresher.resources) | nindent 2 }}
     - name: CLIENT_ID
       valueFrom: {secretKeyRef: {name: {{ $c.clientSecret }}, key: client-id}}
   args:
+    - token
+    - refresh
     - --token-url={{ .root.Values.credentials.refresher.tokenURL }}
     - --client-id=$(CLIENT_ID)
     - --client-secret-file=/etc/vmafx/client/client-secret
