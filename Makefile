@@ -58,29 +58,26 @@ all: lint test
 test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc
 	$(GO) test -race -count=1 $(PKGS)
 
+# $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
+# when make runs as root (CI does); otherwise this says what to install.
+define apt-install
+if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+  echo "installing $(1) ($(2))"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+else \
+  echo "make test needs $(1) ($(2)): install it - apt-get install $(1)"; exit 1; \
+fi
+endef
+
 # ffmpeg is the reference the vmafx node's PSNR and SSIM are checked
-# against. Installed from Debian's packages when missing, as root (CI runs
-# as root); otherwise this says what to install.
+# against.
 ffmpeg:
-	@command -v ffmpeg >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing ffmpeg (the reference for the vmafx measurement tests)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
-	  else \
-	    echo "make test needs ffmpeg (the reference for the vmafx measurements): install it, e.g. apt-get install ffmpeg"; exit 1; \
-	  fi; }
+	@command -v ffmpeg >/dev/null 2>&1 || { $(call apt-install,ffmpeg,the reference for the vmafx measurement tests); }
 
 # runc runs each image make images builds under its chart's securityContext
-# (test/images). Debian's package, installed when missing, as root (the test
-# needs root to create containers); otherwise this says what to install.
+# (test/chart); the tests create containers, as root.
 runc:
-	@command -v runc >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing runc (the image tests run every image under its chart's securityContext)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; \
-	  else \
-	    echo "make test needs runc (the image tests): install it, e.g. apt-get install runc"; exit 1; \
-	  fi; }
+	@command -v runc >/dev/null 2>&1 || { $(call apt-install,runc,the image tests run every image under its chart's securityContext); }
 
 # PostgreSQL is the replicated datastore the store and replica tests run
 # against (internal/foundation/datastore/pgtest starts a server per test: initdb, a

@@ -2,8 +2,8 @@ package chart_test
 
 import (
 	"archive/tar"
-	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -278,7 +278,7 @@ func extractImage(t *testing.T, layoutDir, rootfs string) *v1.ConfigFile {
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -418,7 +418,7 @@ func containerSpec(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.Containe
 		args = append(args, expand(a))
 	}
 
-	caps := []string{}
+	var caps []string
 	if sc.Capabilities != nil {
 		dropAll := false
 		for _, d := range sc.Capabilities.Drop {
@@ -498,9 +498,8 @@ func containerSpec(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.Containe
 
 // containerEnv is the environment the kubelet gives container c: the API
 // server's service, then the container's own entries resolved.
-func containerEnv(t *testing.T, ctx context.Context, pod *corev1.PodTemplateSpec, c *corev1.Container, podName, namespace, node string, secrets map[string]map[string][]byte, apiHost, apiPort string) map[string]string {
+func containerEnv(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.Container, podName, namespace, node string, secrets map[string]map[string][]byte, apiHost, apiPort string) map[string]string {
 	t.Helper()
-	_ = ctx
 	env := map[string]string{"KUBERNETES_SERVICE_HOST": apiHost, "KUBERNETES_SERVICE_PORT": apiPort, "HOSTNAME": podName}
 	for _, e := range c.Env {
 		switch {

@@ -65,7 +65,7 @@ type warnings struct {
 	list []string
 }
 
-func (w *warnings) HandleWarningHeader(code int, agent, text string) {
+func (w *warnings) HandleWarningHeader(_ int, _, text string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.list = append(w.list, text)

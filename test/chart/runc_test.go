@@ -170,7 +170,7 @@ func (r *runc) start(tmpl *corev1.PodTemplateSpec, c *corev1.Container, bin stri
 		r.t.Fatal(err)
 	}
 	cfg := extractImage(r.t, im.Layout, rootfs)
-	env := containerEnv(r.t, context.Background(), tmpl, c, "pod-"+id, r.files.namespace, "node-a", r.files.secrets, r.apiHost, r.apiPort)
+	env := containerEnv(r.t, tmpl, c, "pod-"+id, r.files.namespace, "node-a", r.files.secrets, r.apiHost, r.apiPort)
 	writeJSON(r.t, filepath.Join(bundle, "config.json"), containerSpec(r.t, tmpl, c, cfg, rootfs, vols, env))
 	cmd := exec.Command("runc", "--root", filepath.Join(r.dir, "state"), "run", "--bundle", bundle, id)
 	out := &bytes.Buffer{}
@@ -264,21 +264,8 @@ func applyForRun(ctx context.Context, t *testing.T, chart, release, namespace, v
 	if len(crds) > 0 {
 		c.ApplyCRDs(ctx, t, crds...)
 	}
-	out, err := renderChart(t, chart, release, namespace, values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs []string
-	for n, d := range out {
-		if strings.HasSuffix(n, ".yaml") {
-			docs = append(docs, d)
-		}
-	}
-	objs := charts.Objects(t, docs...)
 	psNamespace(ctx, t, namespace, privileged)
-	for _, err := range c.Apply(ctx, namespace, objs) {
-		t.Fatal(err)
-	}
+	objs := appliedChart(ctx, t, c, chart, release, namespace, values)
 	return objs, podTemplates(t, objs)
 }
 

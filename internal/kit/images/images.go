@@ -101,7 +101,7 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil { //nolint:gosec // the images and SBOMs are published.
 		return nil, err
 	}
 	// One go build per platform, every binary at once.
@@ -127,7 +127,7 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 	for _, im := range out {
 		fmt.Fprintf(&list, "%s %s\n", im.Ref, im.Digest)
 	}
-	return out, os.WriteFile(filepath.Join(o.Out, "images.txt"), list.Bytes(), 0o644)
+	return out, os.WriteFile(filepath.Join(o.Out, "images.txt"), list.Bytes(), 0o644) //nolint:gosec // published beside the images.
 }
 
 func (o *Options) complete() error {
@@ -175,7 +175,7 @@ func (o *Options) goBuild(ctx context.Context, platform, dir string) error {
 		args = append(args, "./cmd/"+b)
 	}
 	fmt.Fprintf(o.Log, "images: %s: go %s\n", platform, strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, o.Go, args...)
+	cmd := exec.CommandContext(ctx, o.Go, args...) //nolint:gosec // the go command and this repository's packages.
 	cmd.Dir = o.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 	var stderr bytes.Buffer
@@ -235,7 +235,7 @@ func (o *Options) image(bin string, bins map[string]string) (Image, error) {
 		}
 		im.Tarballs = []string{t}
 	} else {
-		var idx v1.ImageIndex = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 		for i, p := range o.Platforms {
 			goos, goarch, _ := strings.Cut(p, "/")
 			idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: imgs[i], Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: goos, Architecture: goarch}}})
@@ -258,7 +258,7 @@ func (o *Options) image(bin string, bins map[string]string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	if err := os.WriteFile(im.SBOM, sbom, 0o644); err != nil {
+	if err := os.WriteFile(im.SBOM, sbom, 0o644); err != nil { //nolint:gosec // the SBOM is published with the image.
 		return Image{}, err
 	}
 	fmt.Fprintf(o.Log, "images: %s %s\n", ref, im.Digest)
