@@ -51,11 +51,11 @@ IMAGE_TAG      ?= $(VERSION)
 IMAGES_OUT     ?= $(CURDIR)/dist/images
 PLATFORMS      ?=
 
-.PHONY: all test lint images runc bench bench-compare demo fuzz tidy clean kube-tools generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
+.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
 
 all: lint test
 
-test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc
+test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc skopeo
 	$(GO) test -race -count=1 $(PKGS)
 
 # $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
@@ -78,6 +78,11 @@ ffmpeg:
 # (test/chart); the tests create containers, as root.
 runc:
 	@command -v runc >/dev/null 2>&1 || { $(call apt-install,runc,the image tests run every image under its chart's securityContext); }
+
+# skopeo reads what make images writes — the OCI layouts and the docker
+# load tarballs — as a registry client would (test/chart).
+skopeo:
+	@command -v skopeo >/dev/null 2>&1 || { $(call apt-install,skopeo,the image tests read every image with it); }
 
 # PostgreSQL is the replicated datastore the store and replica tests run
 # against (internal/foundation/datastore/pgtest starts a server per test: initdb, a

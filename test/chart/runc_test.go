@@ -3,7 +3,9 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -73,6 +75,35 @@ func TestImagesAreReproducible(t *testing.T) {
 			t.Errorf("%s: SBOM %s: %v", im.Name, im.SBOM, err)
 		}
 		t.Logf("%s %s", im.Ref, im.Digest)
+	}
+
+	// skopeo, as a registry client, reads each OCI layout by its tag (the
+	// manifest it finds has the digest make images printed) and each
+	// docker load tarball (one layer, the image's labels).
+	if _, err := exec.LookPath("skopeo"); err != nil {
+		t.Fatal("skopeo is not installed: make test installs it (make skopeo)")
+	}
+	for _, im := range again {
+		tag := im.Ref[strings.LastIndex(im.Ref, ":")+1:]
+		raw, err := exec.Command("skopeo", "inspect", "--raw", "oci:"+im.Layout+":"+tag).Output()
+		if err != nil {
+			t.Fatalf("skopeo inspect oci:%s:%s: %v", im.Layout, tag, err)
+		}
+		if d := fmt.Sprintf("sha256:%x", sha256.Sum256(raw)); d != im.Digest {
+			t.Errorf("%s: skopeo finds manifest %s under tag %s; make images printed %s", im.Name, d, tag, im.Digest)
+		}
+		info, err := exec.Command("skopeo", "inspect", "docker-archive:"+im.Tarballs[0]).Output()
+		if err != nil {
+			t.Fatalf("skopeo inspect docker-archive:%s: %v", im.Tarballs[0], err)
+		}
+		var got struct {
+			Labels map[string]string
+			Layers []string
+			Os     string
+		}
+		if err := json.Unmarshal(info, &got); err != nil || len(got.Layers) != 1 || got.Labels["org.opencontainers.image.title"] != im.Name || got.Os != "linux" {
+			t.Errorf("%s: the docker tarball as skopeo reads it: %s (%v)", im.Name, info, err)
+		}
 	}
 }
 
