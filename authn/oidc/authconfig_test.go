@@ -220,6 +220,16 @@ func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
 	if got[`svc_caller_config_reloads_total{failure}`] != 1 || got[`svc_caller_config_reloads_total{success}`] != 1 || got[`svc_caller_config_info{`+r.Hash()+`}`] != 1 {
 		t.Fatalf("metrics %v", got)
 	}
+	// The hash in the API server's form (its
+	// apiserver_authentication_config_controller_last_config_info{hash}):
+	// sha256:<hex of the file>.
+	inForce, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("sha256:%x", sha256.Sum256(inForce)); r.Hash() != want {
+		t.Fatalf("config hash %q; want %q", r.Hash(), want)
+	}
 	// The issuer's series, in the API server's shape: a verification
 	// before the reload and one after, each failing or not; the keys
 	// fetched once by each configuration.

@@ -112,7 +112,7 @@ func (r *Reloading) load() (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
 	}
-	l := &loaded{auth: auth, hash: hex.EncodeToString(sum[:]), issuers: map[string]bool{}, stat: st}
+	l := &loaded{auth: auth, hash: "sha256:" + hex.EncodeToString(sum[:]), issuers: map[string]bool{}, stat: st}
 	for _, ic := range c.Issuers {
 		l.issuers[ic.Issuer] = true
 	}
@@ -209,7 +209,7 @@ func (r *Reloading) Collectors(prefix string) []prometheus.Collector {
 			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(n.Load()) })
 	}
 	out := []prometheus.Collector{reloads("success", &r.reloadsOK), reloads("failure", &r.reloadsFailed),
-		configInfo{r, prometheus.NewDesc(prefix+"_caller_config_info", "1 for the AuthenticationConfiguration in force, labelled with the SHA-256 of its file.", []string{"hash"}, nil)}}
+		configInfo{r, prometheus.NewDesc(prefix+"_caller_config_info", "1 for the AuthenticationConfiguration in force, labelled with the SHA-256 of its file as sha256:<hex> (the API server's apiserver_authentication_config_controller_last_config_info form).", []string{"hash"}, nil)}}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.metrics = newIssuerMetrics(prefix)
