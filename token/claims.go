@@ -14,11 +14,14 @@ import (
 )
 
 // NumericDate is a JWT NumericDate (RFC 7519 §2): seconds since the epoch,
-// a JSON number — a quoted number, null, an object is not one — finite,
-// possibly fractional (the fraction is kept to the nanosecond), and within
-// ±2^62 seconds so that no conversion overflows. This is the one rule every
-// reader in callerauth applies: the client's expiry pre-check, TokenReview's
-// lifetime check and offline verification.
+// a JSON number — a quoted number, null, an object is not one — finite (an
+// IEEE double, RFC 7493 §2.2), possibly fractional (the fraction is kept to
+// the nanosecond). Beyond ±2^62 seconds (146 billion years) it is read as
+// ±2^62, so that no conversion overflows and every comparison with a real
+// time comes out as the number says: an exp of 2^62 or 1e300 never
+// expires, as the API server reads it. This is the one rule every reader in
+// callerauth applies: the client's expiry pre-check, TokenReview's lifetime
+// check and offline verification.
 type NumericDate struct{ time.Time }
 
 // maxNumericDate bounds a NumericDate's magnitude, in seconds.
@@ -45,14 +48,14 @@ func (n *NumericDate) UnmarshalJSON(b []byte) error {
 // time.
 func numericDate(n json.Number) (time.Time, bool) {
 	if i, err := n.Int64(); err == nil {
-		if i >= maxNumericDate || i <= -maxNumericDate {
-			return time.Time{}, false
-		}
-		return time.Unix(i, 0), true
+		return time.Unix(max(min(i, maxNumericDate), -maxNumericDate), 0), true
 	}
 	f, err := n.Float64()
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= maxNumericDate {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return time.Time{}, false
+	}
+	if math.Abs(f) >= maxNumericDate {
+		return time.Unix(int64(math.Copysign(maxNumericDate, f)), 0), true
 	}
 	sec, frac := math.Modf(f)
 	return time.Unix(int64(sec), int64(frac*1e9)), true

@@ -284,3 +284,29 @@ func TestCheckExpiryFollowsRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestNumericDateBeyondRange: a date beyond ±2^62 s is read as ±2^62 s (it
+// never expires, or expired long ago), as the API server reads it; a number
+// beyond an IEEE double, a quoted number and null are not NumericDates.
+func TestNumericDateBeyondRange(t *testing.T) {
+	far := time.Unix(1<<62, 0)
+	for in, want := range map[string]time.Time{
+		"4611686018427387904":   far,
+		"9223372036854775808":   far,
+		"1e300":                 far,
+		"-1e300":                time.Unix(-1<<62, 0),
+		"4611686018427387903.5": far,
+		"1767225600":            time.Unix(1767225600, 0),
+	} {
+		var n token.NumericDate
+		if err := n.UnmarshalJSON([]byte(in)); err != nil || !n.Equal(want) {
+			t.Errorf("%s: %v %v; want %v", in, n.Time, err, want)
+		}
+	}
+	for _, in := range []string{"1e400", `"1767225600"`, "null", "{}"} {
+		var n token.NumericDate
+		if err := n.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("%s read as %v", in, n.Time)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -295,5 +296,83 @@ func TestConvertMeansTheSame(t *testing.T) {
 	// What the newer form cannot say.
 	if _, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://a.example", JWKSURL: "https://a.example/keys", Audiences: []string{"x"}}}}); err == nil || !strings.Contains(err.Error(), "jwks_url") {
 		t.Fatalf("jwks_url: %v", err)
+	}
+}
+
+// TestReloadWaitsForEveryIssuer: a valid file that adds an issuer whose
+// discovery is unreachable and changes another issuer's username mapping
+// does not take over — the old mapping stays in force and the failure is
+// counted — until that issuer answers; then the same file takes over at the
+// next look, as the API server does (it too waits for every issuer), so the
+// two never map one token to two users meanwhile.
+func TestReloadWaitsForEveryIssuer(t *testing.T) {
+	issA, srvA := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	issB, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-b.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrB := l.Addr().String()
+	_ = l.Close() // B is down: nothing listens at its address yet
+	p := filepath.Join(t.TempDir(), "authn.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(p+".tmp", []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tenantConfig(t, issA, srvA.URL))
+	r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: p, Base: oidc.Config{Timeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r.Collectors("svc")...)
+	tok, err := issA.MintIdentity(devissuer.IdentityRequest{Subject: "alice", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"hd": "tenant-a.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := func() string {
+		t.Helper()
+		c, err := r.Authenticate(context.Background(), tok.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Username
+	}
+	if u := user(); u != "tenant-a:alice" {
+		t.Fatalf("before: %s", u)
+	}
+	first := r.Hash()
+	b := tenantConfig(t, issB, "https://"+addrB)
+	changed := strings.Replace(tenantConfig(t, issA, srvA.URL), `'"tenant-a:" + claims.sub'`, `'"renamed:" + claims.sub'`, 1) +
+		b[strings.Index(b, "jwt:\n")+len("jwt:\n"):]
+	write(changed)
+	r.Reload()
+	if u := user(); u != "tenant-a:alice" || r.Hash() != first {
+		t.Fatalf("with issuer B down the new file took over: %s (hash %s)", u, r.Hash())
+	}
+	got, err := scrape.Values(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[`svc_caller_config_reloads_total{failure}`] != 1 {
+		t.Fatalf("the refused reload was not counted: %v", got)
+	}
+	// B comes up at its address: the same file takes over at the next look.
+	srvB, err := issB.Serve(addrB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srvB.Close() })
+	r.Reload()
+	if u := user(); u != "renamed:alice" || r.Hash() == first {
+		t.Fatalf("with issuer B up: %s (hash %s)", u, r.Hash())
 	}
 }

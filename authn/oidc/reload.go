@@ -40,10 +40,13 @@ type ReloadingConfig struct {
 
 // Reloading is an [Authenticator] over an AuthenticationConfiguration
 // file that follows the file: a changed file is read, validated and
-// compiled like the first, and takes over from the next verification; a
-// file that does not load is refused, logged and counted, and the last
-// good one stays in force — as the API server does with its
-// --authentication-config. Run it (Run) for as long as it serves.
+// compiled like the first, and takes over from the next verification once
+// every issuer in it is ready (its discovery document and keys fetched);
+// a file that does not load, or one with an issuer not ready, is refused,
+// logged and counted, and the last good one stays in force, the file
+// tried again at the next look — as the API server does with its
+// --authentication-config, so that the two never map one token to two
+// users while an issuer is down. Run it (Start) for as long as it serves.
 type Reloading struct {
 	cfg     ReloadingConfig
 	current atomic.Pointer[loaded]
@@ -173,6 +176,15 @@ func (r *Reloading) Reload() {
 	if err == nil && l.hash == cur.hash {
 		cur.stat = l.stat
 		return
+	}
+	if err == nil {
+		// Every issuer of the new file ready first: its keys fetched now,
+		// each fetch bounded by Base.Timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(len(l.issuers), 1))*l.auth.cfg.Timeout)
+		if perr := l.auth.Prefetch(ctx); perr != nil {
+			err = fmt.Errorf("not every issuer is ready (the API server too waits for all): %w", perr)
+		}
+		cancel()
 	}
 	if err != nil {
 		r.reloadsFailed.Add(1)
