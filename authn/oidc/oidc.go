@@ -253,6 +253,9 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 	if r := iss.cfg.rules; r != nil {
 		// An AuthenticationConfiguration's issuer: its mappings alone say
 		// who the caller is, as on the API server.
+		if err := idTokenShape(c); err != nil {
+			return nil, err
+		}
 		caller := &authn.Caller{Audiences: matched, Issuer: c.Issuer, IssuedAt: c.Issued(), Expiry: c.ExpiresAt()}
 		if c.ID != "" {
 			caller.CredentialID = "JTI=" + c.ID
