@@ -30,8 +30,12 @@ import (
 //   - the protected header an I-JSON object (RFC 7493: no duplicate member,
 //     valid UTF-8) whose "alg" is a string among the issuer's allowed
 //     algorithms — never none, never HMAC (the configuration refuses them);
-//   - a "crit" member is refused: this verifier understands no extension
-//     (§4.1.11 says a recipient must then reject the JWS);
+//   - a "crit" member is refused unless it is ["b64"] with "b64": true —
+//     RFC 7797's extension, whose true value is the ordinary encoding and
+//     the one extension understood here (go-jose, the API server's, takes
+//     it too); §4.1.11 says a recipient must reject any other. "b64":
+//     false (an unencoded payload) is refused: a JWT's claims are
+//     base64url (RFC 7519 §7.2);
 //   - the key must be of the algorithm's type and, for ECDSA, curve, and a
 //     key whose JWK names an "alg" is used for that algorithm only;
 //   - ECDSA signatures are R||S of exactly twice the curve's size (RFC 7518
@@ -47,6 +51,7 @@ type jwsHeader struct {
 	alg, kid string
 	hasAlg   bool
 	crit     []byte // raw, when present
+	b64      []byte // raw, when present
 }
 
 // readHeader reads a protected header: an I-JSON object whose members are
@@ -62,6 +67,8 @@ func readHeader(raw []byte, h *jwsHeader) error {
 			h.kid, ok = ijson.String(v)
 		case "crit":
 			h.crit, ok = v, true
+		case "b64":
+			h.b64, ok = v, true
 		default:
 			return nil
 		}
@@ -136,8 +143,10 @@ func parseCompact(tok string, algs []string) (compactJWS, error) {
 	switch {
 	case !hdr.hasAlg:
 		return compactJWS{}, errors.New(`protected header has no "alg"`)
-	case hdr.crit != nil:
-		return compactJWS{}, errors.New(`protected header has "crit": no extension is understood here`)
+	case hdr.b64 != nil && strings.TrimSpace(string(hdr.b64)) != "true":
+		return compactJWS{}, errors.New(`protected header has "b64" other than true: an unencoded payload is no JWT`)
+	case hdr.crit != nil && (!critB64(hdr.crit) || hdr.b64 == nil):
+		return compactJWS{}, errors.New(`protected header has "crit" naming an extension not understood here (only ["b64"], with "b64": true)`)
 	case !slices.Contains(algs, hdr.alg):
 		return compactJWS{}, fmt.Errorf("algorithm %q is not allowed", hdr.alg)
 	}
@@ -146,6 +155,12 @@ func parseCompact(tok string, algs []string) (compactJWS, error) {
 		return compactJWS{}, errors.New("signature is not unpadded base64url")
 	}
 	return compactJWS{alg: hdr.alg, kid: hdr.kid, signingInput: tok[:len(h)+1+len(p)], sig: sig}, nil
+}
+
+// critB64 reports whether a "crit" value is the list of "b64" alone.
+func critB64(crit []byte) bool {
+	l, ok := ijson.Strings(crit)
+	return ok && len(l) == 1 && l[0] == "b64"
 }
 
 // verifyWith reports whether key signed the JWS under its algorithm.

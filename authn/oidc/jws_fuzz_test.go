@@ -22,7 +22,7 @@ import (
 // RS256 or Ed25519 key and possibly damaged, a token the verifier accepts
 // go-jose accepts with the same key and payload; and a token go-jose
 // accepts the verifier accepts too, unless its header breaks a rule the
-// verifier adds (I-JSON, no "crit", a payload: a JWT has claims). The one allowed difference the other
+// verifier adds (I-JSON, no "crit" but ["b64"] with "b64": true, a payload: a JWT has claims). The one allowed difference the other
 // way: go-jose also parses header members the verifier never uses (an
 // embedded "jwk", "x5c", "typ", …) and refuses a token whose such member is
 // malformed; the verifier ignores them, as no key or decision comes from
