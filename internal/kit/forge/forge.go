@@ -7,6 +7,8 @@ package forge
 import (
 	"crypto"
 	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -37,7 +39,13 @@ func Sign(claims any, key crypto.Signer, alg jose.SignatureAlgorithm, kid string
 
 // SignRaw signs the payload bytes as they are (a claim twice, say).
 func SignRaw(payload []byte, key crypto.Signer, alg jose.SignatureAlgorithm, kid string) string {
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, nil)
+	return SignRawWith(payload, key, alg, kid, nil)
+}
+
+// SignRawWith signs the payload bytes with the header go-jose's options
+// give (a "crit" member, say).
+func SignRawWith(payload []byte, key crypto.Signer, alg jose.SignatureAlgorithm, kid string, opts *jose.SignerOptions) string {
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: kid}}, opts)
 	if err != nil {
 		panic(err)
 	}
@@ -50,6 +58,18 @@ func SignRaw(payload []byte, key crypto.Signer, alg jose.SignatureAlgorithm, kid
 		panic(err)
 	}
 	return s
+}
+
+// SignPSSMaxSalt signs claims with an RSA key under PS256 with the
+// longest salt the key allows, not RFC 7518 §3.5's hash-length salt.
+func SignPSSMaxSalt(claims any, key *rsa.PrivateKey, kid string) string {
+	input := segment(map[string]string{"alg": "PS256", "kid": kid}) + "." + segment(claims)
+	sum := sha256.Sum256([]byte(input))
+	sig, err := rsa.SignPSS(rand.Reader, key, crypto.SHA256, sum[:], &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthAuto})
+	if err != nil {
+		panic(err)
+	}
+	return input + "." + b64.EncodeToString(sig)
 }
 
 // AlgNone returns an unsigned token with "alg":"none" and an empty
