@@ -3,6 +3,7 @@ package oidc
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
@@ -19,9 +20,20 @@ import (
 //
 // A token failing one is token_invalid here as there; test/authconfig
 // asserts each against the real API server.
+//
+// That library also matches member names without regard to case (Go's
+// encoding/json): "EXP" is its "exp" when it comes later. A member whose
+// name differs from one of these only in case is refused — the API server
+// would read a value callerauth does not (an "EXP" in the past: it refuses
+// a token callerauth would accept), as with a name written twice.
 func idTokenShape(c *claims) error {
 	var names, sources []byte
 	for _, m := range c.other {
+		for _, n := range oidcLibraryClaims {
+			if string(m.name) != n && strings.EqualFold(string(m.name), n) {
+				return authn.Fail(authn.TokenInvalid, "claim %q differs from %q only in case: another reader would take one for the other", m.name, n)
+			}
+		}
 		switch string(m.name) {
 		case "nonce", "at_hash":
 			if _, ok := ijson.String(m.value); !ok && !isNull(m.value) {
@@ -83,6 +95,10 @@ func idTokenShape(c *claims) error {
 	}
 	return nil
 }
+
+// oidcLibraryClaims are the members the API server's OIDC library decodes
+// into typed fields.
+var oidcLibraryClaims = []string{"iss", "sub", "aud", "exp", "iat", "nbf", "nonce", "at_hash", "_claim_names", "_claim_sources"}
 
 func isNull(v []byte) bool   { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 func isObject(v []byte) bool { v = bytes.TrimSpace(v); return len(v) > 0 && v[0] == '{' }

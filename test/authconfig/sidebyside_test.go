@@ -389,6 +389,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		{"B: _claim_names a string", signed(issB, keyB, `{"iss":"ISS","sub":"ivan","email":"ivan@b.example","aud":["vmafx-controller"],"iat":NOW,"exp":EXP,"_claim_names":"x"}`), ""},
 		{"A: _claim_names naming a source _claim_sources lacks", signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP,`+
 			`"_claim_names":{"groups":"src9"},"_claim_sources":{"src1":{"endpoint":"https://127.0.0.1:1/claims"}}}`), ""},
+		{"A: exp, and Exp in the past", signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP,"Exp":1}`), ""},
 		{"A: exp 2^62", signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":4611686018427387904}`), ""},
 		{"A: crit [b64] with b64 true", forge.SignRawWith([]byte(strings.NewReplacer("ISS", issA.Issuer(), "NOW", fmt.Sprint(time.Now().Unix()), "EXP", fmt.Sprint(time.Now().Add(time.Hour).Unix())).
 			Replace(`{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`)), keyA, jose.ES256, issA.KeyID(), (&jose.SignerOptions{}).WithBase64(true)), ""},
@@ -411,6 +412,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		{"F: a good key beside a key of an unknown type", forge.Sign(map[string]any{"iss": urlF, "sub": "fay", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecF, jose.ES256, "good"), "unknown key type"},
 		{"A: iat an hour in the future (no nbf)", signed(issA, keyA, `{"iss":"ISS","sub":"gina","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":LATER,"exp":EXP}`), "iat"},
 		{"B: an empty email", b(map[string]any{"email": ""}), "empty username"},
+		{"A: sub, and SUB", signed(issA, keyA, `{"iss":"ISS","sub":"harry","SUB":"root","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`), "I-JSON"},
 		{"A: a claim named twice", signed(issA, keyA, `{"iss":"ISS","sub":"harry","sub":"root","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`), "I-JSON"},
 		{"B: groups as a distributed claim", signed(issB, keyB, `{"iss":"ISS","sub":"ivan","email":"ivan@b.example","aud":["vmafx-controller"],"iat":NOW,"exp":EXP,`+
 			`"_claim_names":{"groups":"src1"},"_claim_sources":{"src1":{"endpoint":"https://127.0.0.1:1/claims","access_token":"x"}}}`), "distributed claims"},
