@@ -45,8 +45,9 @@ func idTokenShape(c *claims) error {
 			sources = m.value
 		}
 	}
-	known := map[string]bool{}
+	var known map[string]bool // the sources; none when absent
 	if sources != nil && !isNull(sources) {
+		known = map[string]bool{}
 		if !isObject(sources) {
 			return authn.Fail(authn.TokenInvalid, `claim "_claim_sources" is not an object`)
 		}
