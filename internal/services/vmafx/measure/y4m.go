@@ -1,7 +1,8 @@
 // Package measure computes the vmafx node's quality metrics: luma PSNR and
 // SSIM per frame between two YUV4MPEG2 (Y4M) 8-bit 4:2:0 clips of equal
 // size and frame count, and their mean and minimum over the clip. The clips
-// are streamed frame by frame: memory holds two frames, never the clip.
+// are streamed frame by frame: memory holds a few frames (two per core
+// measuring, and two being read), never the clip.
 //
 // The definitions are ffmpeg's psnr and ssim filters', so that the figures
 // agree with them (checked against the real ffmpeg in the tests): PSNR is
@@ -88,6 +89,18 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 // Next reads the next frame and returns its luma plane (valid until the
 // next call). It returns io.EOF after the last frame.
 func (r *Reader) Next() ([]byte, error) {
+	if r.frame == nil {
+		r.frame = make([]byte, r.Header.frameSize())
+	}
+	return r.NextInto(r.frame)
+}
+
+// FrameSize is the bytes of one frame, the size NextInto reads into.
+func (r *Reader) FrameSize() int { return r.Header.frameSize() }
+
+// NextInto reads the next frame into buf (FrameSize bytes) and returns its
+// luma plane, a part of buf. It returns io.EOF after the last frame.
+func (r *Reader) NextInto(buf []byte) ([]byte, error) {
 	line, err := readLine(r.r, 1024)
 	if errors.Is(err, io.EOF) && line == "" {
 		return nil, io.EOF
@@ -98,14 +111,12 @@ func (r *Reader) Next() ([]byte, error) {
 	if line != "FRAME" && !strings.HasPrefix(line, "FRAME ") {
 		return nil, fmt.Errorf("measure: %s: frame %d: expected a FRAME marker", r.name, r.n+1)
 	}
-	if r.frame == nil {
-		r.frame = make([]byte, r.Header.frameSize())
-	}
-	if _, err := io.ReadFull(r.r, r.frame); err != nil {
+	buf = buf[:r.Header.frameSize()]
+	if _, err := io.ReadFull(r.r, buf); err != nil {
 		return nil, fmt.Errorf("measure: %s: frame %d is truncated: %w", r.name, r.n+1, err)
 	}
 	r.n++
-	return r.frame[:r.Header.Width*r.Header.Height], nil
+	return buf[:r.Header.Width*r.Header.Height], nil
 }
 
 // Frames is how many frames have been read.
