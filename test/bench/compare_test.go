@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -62,16 +63,23 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	}
 	rows := benchcompare.LoadRows(loads)
 	// Loads: the pdp, the pdp without caller auth, AuthZEN single, batches of
-	// 10 and 100, a search, OPA. Rows: one per load but OPA's, and the pdp's
-	// p99.
-	if len(loads) != 7 || len(rows) != 7 {
+	// 10 and 100, a search, OPA, OPA's minimal rule. Rows: one per load but
+	// the two OPAs', the pdp's p99, and AuthZEN single vs /v1/check.
+	if len(loads) != 8 || len(rows) != 8 {
 		t.Fatalf("%d loads, %d rows", len(loads), len(rows))
+	}
+	// Each server's CPU per request was read from /proc: never nothing.
+	for _, l := range loads {
+		if l.CPUPerRequest <= 0 {
+			t.Errorf("%s: CPU per request %v", l.Name, l.CPUPerRequest)
+		}
 	}
 	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 4}, 200*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lr := benchcompare.LatencyRows(latency); len(latency) != 4 || len(lr) != 2 {
+	// At each concurrency: throughput and CPU against either OPA, and p99.
+	if lr := benchcompare.LatencyRows(latency); len(latency) != 6 || len(lr) != 10 {
 		t.Fatalf("%d latency loads, %d rows", len(latency), len(lr))
 	} else {
 		rows = append(rows, lr...)
@@ -93,4 +101,21 @@ func TestPairsMeasured(t *testing.T) {
 	if len(rows) != len(benchcompare.Pairs) {
 		t.Fatalf("%d rows for %d pairs", len(rows), len(benchcompare.Pairs))
 	}
+}
+
+// TestNodeVsFFmpegMeasured: the vmafx row runs — the node and the real
+// ffmpeg each measure a small pair — and gives a ratio.
+func TestNodeVsFFmpegMeasured(t *testing.T) {
+	ff, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		t.Fatal("ffmpeg is the vmafx row's peer: make test installs it")
+	}
+	row, err := benchcompare.NodeVsFFmpeg(context.Background(), t.TempDir(), ff, 320, 240, 10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(row.Ratio > 0) || row.Target != benchcompare.NodeTarget {
+		t.Fatalf("row %+v", row)
+	}
+	t.Logf("%s: %s vs %s", row.Name, row.Ours, row.Base)
 }

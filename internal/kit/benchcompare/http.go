@@ -14,8 +14,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cedar-policy/cedar-go/types"
@@ -70,6 +73,9 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 // Peers are the servers of the HTTP comparison.
 type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
+	// OPAMinimal is OPA serving the catalog rule as an OPA user would
+	// write it (examples/secrets-engine/rego/minimal.rego): no registry.
+	OPAMinimal *Server
 	// AuthZEN is a pdp serving examples/todo over AuthZEN, caller
 	// authentication on.
 	AuthZEN *Server
@@ -90,8 +96,9 @@ func (p *Peers) Close() { p.stop() }
 
 // StartPeers starts, under dir: the dev issuer (the pdp's TokenReview
 // backend), the pdp with caller authentication and signing, the pdp with
-// --insecure-caller-auth-off, and OPA serving the example policy in Rego
-// (examples/secrets-engine/rego) over the registry in OPA's shape.
+// --insecure-caller-auth-off, OPA serving the example policy in Rego
+// (examples/secrets-engine/rego) over the registry in OPA's shape, and OPA
+// serving minimal.rego beside regoFile.
 func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile string) (*Peers, error) {
 	var servers []*Server
 	var stops []func()
@@ -200,6 +207,14 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	}
 	servers = append(servers, s)
 	p.OPA = s
+	if addr, err = loopback.Addr(); err != nil {
+		return fail(err)
+	}
+	if s, err = start(ctx, "OPA minimal", opaBin, addr, "/health", "run", "--server", "--addr", addr, "--log-level", "error", filepath.Join(filepath.Dir(regoFile), "minimal.rego")); err != nil {
+		return fail(err)
+	}
+	servers = append(servers, s)
+	p.OPAMinimal = s
 	if emptyBin != "" {
 		addr, err := loopback.Addr()
 		if err != nil {
@@ -413,9 +428,14 @@ func Agree(ctx context.Context, p *Peers) (int, error) {
 // Load is one HTTP load row's measurements.
 type Load struct {
 	Name      string
-	Role      string // "pdp", "pdp-off", "authzen" or "opa"
+	Role      string // "pdp", "pdp-off", "authzen", "opa", "opa-minimal" or "floor"
 	Decisions int    // decisions per request (an AuthZEN batch: its size)
 	Result    loadgen.Result
+	// CPUPerRequest is the server process's own CPU time (user and
+	// system, from /proc) per answered request: the load generator,
+	// sharing the machine, cannot blur it. The least of the rounds.
+	CPUPerRequest time.Duration
+	server        *Server
 }
 
 // DecisionsPerSecond is the load's throughput in decisions.
@@ -478,38 +498,37 @@ func LoadAll(ctx context.Context, p *Peers, conns int, d time.Duration, rounds i
 		}
 	}
 	azHeader := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.TodoToken}}
-	runs := []struct {
+	type run struct {
 		name, role string
 		decisions  int
+		server     *Server
 		cfg        loadgen.Config
 		check      func(int, []byte) error
-	}{
-		{"pdp: caller auth (cached TokenReview) + ES256 record", "pdp", 1, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+	}
+	runs := []run{
+		{"pdp: caller auth (cached TokenReview) + ES256 record", "pdp", 1, p.PDP, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
 			Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, allowPDP},
-		{"pdp: --insecure-caller-auth-off, ES256 record", "pdp-off", 1, loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
+		{"pdp: --insecure-caller-auth-off, ES256 record", "pdp-off", 1, p.PDPAuthOff, loadgen.Config{URL: p.PDPAuthOff.URL + "/v1/check", Body: req,
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowPDP},
-		{"pdp AuthZEN: one evaluation, caller auth + signed", "authzen", 1, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluation", Body: authzenBody(0), Header: azHeader}, allowAll(1)},
-		{"pdp AuthZEN: batches of 10, caller auth + one signature each", "authzen", 10, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(10), Header: azHeader}, allowAll(10)},
-		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
-		{"pdp AuthZEN: resource search, 20 candidates a page, caller auth + one signature", "authzen", SearchCandidates, loadgen.Config{URL: p.Search.URL + "/access/v1/search/resource",
+		{"pdp AuthZEN: one evaluation, caller auth + signed", "authzen", 1, p.AuthZEN, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluation", Body: authzenBody(0), Header: azHeader}, allowAll(1)},
+		{"pdp AuthZEN: batches of 10, caller auth + one signature each", "authzen", 10, p.AuthZEN, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(10), Header: azHeader}, allowAll(10)},
+		{"pdp AuthZEN: batches of 100, caller auth + one signature each", "authzen", 100, p.AuthZEN, loadgen.Config{URL: p.AuthZEN.URL + "/access/v1/evaluations", Body: authzenBody(100), Header: azHeader}, allowAll(100)},
+		{"pdp AuthZEN: resource search, 20 candidates a page, caller auth + one signature", "authzen", SearchCandidates, p.Search, loadgen.Config{URL: p.Search.URL + "/access/v1/search/resource",
 			Body: []byte(`{"subject":{"type":"user","id":"alice"},"action":{"name":"edit"},"resource":{"type":"record"}}`), Header: azHeader}, searchResults(5)},
-		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+		{"OPA " + OPAVersion + ": same policy in Rego", "opa", 1, p.OPA, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
+		{"OPA " + OPAVersion + ": the minimal rule (minimal.rego)", "opa-minimal", 1, p.OPAMinimal, loadgen.Config{URL: p.OPAMinimal.URL + "/v1/data/secretsengine/minimal/decision", Body: opaInput(req),
 			Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA},
 	}
 	if p.Empty != nil {
-		runs = append(runs, struct {
-			name, role string
-			decisions  int
-			cfg        loadgen.Config
-			check      func(int, []byte) error
-		}{"net/http empty handler (the floor)", "floor", 1, loadgen.Config{URL: p.Empty.URL + "/", Body: req, Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA})
+		runs = append(runs, run{"net/http empty handler (the floor)", "floor", 1, p.Empty, loadgen.Config{URL: p.Empty.URL + "/", Body: req, Header: http.Header{"Content-Type": {"application/json"}}}, allowOPA})
 	}
 	loads := make([]Load, len(runs))
 	cfgs := make([]loadgen.Config, len(runs))
 	for i, r := range runs {
 		r.cfg.Connections, r.cfg.Check = conns, r.check
 		cfgs[i] = r.cfg
-		loads[i] = Load{Name: r.name, Role: r.role, Decisions: r.decisions}
+		loads[i] = Load{Name: r.name, Role: r.role, Decisions: r.decisions, server: r.server}
 	}
 	return interleaved(ctx, loads, cfgs, d, rounds)
 }
@@ -525,15 +544,35 @@ func interleaved(ctx context.Context, loads []Load, cfgs []loadgen.Config, d tim
 		for i := range loads {
 			cfg := cfgs[i]
 			cfg.Duration = d / time.Duration(rounds)
+			// The server's CPU time over the measured window alone (the
+			// warm-up before it is not counted, nor its requests).
+			var before, after time.Duration
+			var cpuErr error
+			read := func(into *time.Duration) func() {
+				return func() {
+					v, err := loads[i].server.CPU()
+					*into = v
+					if err != nil && cpuErr == nil {
+						cpuErr = err
+					}
+				}
+			}
+			cfg.AtStart, cfg.AtEnd = read(&before), read(&after)
 			res, err := loadgen.Run(ctx, cfg)
 			if err != nil {
 				return nil, err
+			}
+			if cpuErr != nil {
+				return nil, cpuErr
 			}
 			if res.Errors > 0 || res.Requests == 0 {
 				return nil, fmt.Errorf("benchcompare: %s: %d answered, %d wrong: %w", loads[i].Name, res.Requests, res.Errors, res.FirstError)
 			}
 			if res.PerSecond() > loads[i].Result.PerSecond() {
 				loads[i].Result = res
+			}
+			if per := (after - before) / time.Duration(res.Requests); loads[i].CPUPerRequest == 0 || per < loads[i].CPUPerRequest {
+				loads[i].CPUPerRequest = per
 			}
 		}
 	}
@@ -551,12 +590,15 @@ func LatencyLoads(ctx context.Context, p *Peers, conns []int, d time.Duration, r
 	for _, c := range conns {
 		for _, r := range []struct {
 			name, role string
+			server     *Server
 			cfg        loadgen.Config
 			want       string
 		}{
-			{fmt.Sprintf("pdp at %d connections", c), "pdp", loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+			{fmt.Sprintf("pdp at %d connections", c), "pdp", p.PDP, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
 				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
-			{fmt.Sprintf("OPA at %d connections", c), "opa", loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+			{fmt.Sprintf("OPA at %d connections", c), "opa", p.OPA, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
+				Header: http.Header{"Content-Type": {"application/json"}}}, `"allow":true`},
+			{fmt.Sprintf("OPA, the minimal rule, at %d connections", c), "opa-minimal", p.OPAMinimal, loadgen.Config{URL: p.OPAMinimal.URL + "/v1/data/secretsengine/minimal/decision", Body: opaInput(req),
 				Header: http.Header{"Content-Type": {"application/json"}}}, `"allow":true`},
 		} {
 			want := []byte(r.want)
@@ -567,12 +609,59 @@ func LatencyLoads(ctx context.Context, p *Peers, conns []int, d time.Duration, r
 				}
 				return nil
 			}
-			loads = append(loads, Load{Name: r.name, Role: r.role, Decisions: c})
+			loads = append(loads, Load{Name: r.name, Role: r.role, Decisions: c, server: r.server})
 			cfgs = append(cfgs, r.cfg)
 		}
 	}
 	return interleaved(ctx, loads, cfgs, d, rounds)
 }
+
+// CPU is the process's CPU time so far, user and system: the sum of its
+// threads' time on a CPU in nanoseconds (/proc/<pid>/task/*/schedstat),
+// else from /proc/<pid>/stat in clock ticks.
+func (s *Server) CPU() (time.Duration, error) {
+	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.proc.Pid())); err == nil {
+		var ns int64
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", s.proc.Pid(), t.Name()))
+			if err != nil {
+				continue // a thread that ended meanwhile
+			}
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				ns += n
+			}
+		}
+		if ns > 0 {
+			return time.Duration(ns), nil
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.proc.Pid()))
+	if err != nil {
+		return 0, fmt.Errorf("benchcompare: %s's CPU time: %w", s.Name, err)
+	}
+	// The command name may hold spaces: the fields follow its ")".
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("benchcompare: %s: /proc stat has %d fields", s.Name, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("benchcompare: %s: /proc stat times %q %q", s.Name, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / time.Duration(clockTicks()), nil
+}
+
+// clockTicks is the kernel's USER_HZ (getconf CLK_TCK; 100 on Linux).
+var clockTicks = sync.OnceValue(func() int64 {
+	if out, err := exec.Command("getconf", "CLK_TCK").Output(); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+})
 
 // OPAVersion is the OPA the Makefile builds.
 const OPAVersion = "v1.22.3"

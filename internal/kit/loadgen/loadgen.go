@@ -29,6 +29,10 @@ type Config struct {
 	// Check, when set, judges each answer; one that fails counts as an
 	// error and the first such error is reported.
 	Check func(status int, body []byte) error
+	// AtStart and AtEnd, when set, are called when the measured window
+	// opens (after the warm-up) and when it closes: to read what the
+	// server spent in it (its CPU time, say).
+	AtStart, AtEnd func()
 }
 
 // Result is what a run measured.
@@ -74,6 +78,25 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	var res Result
 	var lat []time.Duration
 	var wg sync.WaitGroup
+	if c.AtStart != nil || c.AtEnd != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, at := range []struct {
+				t  time.Time
+				fn func()
+			}{{start, c.AtStart}, {end, c.AtEnd}} {
+				select {
+				case <-time.After(time.Until(at.t)):
+				case <-ctx.Done():
+					return
+				}
+				if at.fn != nil {
+					at.fn()
+				}
+			}
+		}()
+	}
 	for range c.Connections {
 		wg.Add(1)
 		go func() {

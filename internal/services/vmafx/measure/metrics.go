@@ -74,12 +74,39 @@ func psnrOf(sum int64, n int) float64 {
 // frame's value is the same bit for bit (TestSSIMUnchanged holds it to the
 // plain loop).
 func LumaSSIM(a, b []byte, width, height int, scratch *[]int) float64 {
+	v, _, _ := lumaSSIMSq(a, b, width, height, scratch)
+	return v
+}
+
+// LumaBoth is LumaPSNR and LumaSSIM of the same planes in one pass: the
+// sum of squared differences over the whole 4×4 blocks comes from SSIM's
+// own block sums (Σ(a−b)² = Σa²+Σb² − 2Σab, integers: exact), the pixels
+// beyond them are added directly. Both values equal the two functions'
+// bit for bit.
+func LumaBoth(a, b []byte, width, height int, scratch *[]int) (psnr, ssim float64) {
+	ssim, sq, ok := lumaSSIMSq(a, b, width, height, scratch)
+	if !ok {
+		return LumaPSNR(a, b), ssim
+	}
+	bw, bh := width>>2, height>>2
+	if right := width - 4*bw; right > 0 {
+		for y := range 4 * bh {
+			sq += sqDiff(a[y*width+4*bw:(y+1)*width], b[y*width+4*bw:(y+1)*width])
+		}
+	}
+	sq += sqDiff(a[4*bh*width:], b[4*bh*width:])
+	return psnrOf(sq, len(a)), ssim
+}
+
+// lumaSSIMSq is LumaSSIM, and the sum of squared differences over the
+// whole 4×4 blocks (ok false: a plane too small for a window, no sum).
+func lumaSSIMSq(a, b []byte, width, height int, scratch *[]int) (float64, int64, bool) {
 	bw, bh := width>>2, height>>2
 	if bw < 2 || bh < 2 {
 		if slices.Equal(a, b) {
-			return 1
+			return 1, 0, false
 		}
-		return 0
+		return 0, 0, false
 	}
 	need := 2 * 4 * bw
 	if cap(*scratch) < need {
@@ -88,10 +115,10 @@ func LumaSSIM(a, b []byte, width, height int, scratch *[]int) float64 {
 	sums := (*scratch)[:need]
 	prev, cur := sums[:4*bw], sums[4*bw:]
 	var total float64
-	blockRow(cur, a, b, width, bw, 0)
+	sq := blockRow(cur, a, b, width, bw, 0)
 	for z := 1; z < bh; z++ {
 		prev, cur = cur, prev
-		blockRow(cur, a, b, width, bw, z)
+		sq += blockRow(cur, a, b, width, bw, z)
 		p, c := prev[:4*bw], cur[:4*bw]
 		for x := 0; x < bw-1; x++ {
 			o := 4 * x
@@ -99,13 +126,13 @@ func LumaSSIM(a, b []byte, width, height int, scratch *[]int) float64 {
 			total += window(pw[0]+pw[4]+cw[0]+cw[4], pw[1]+pw[5]+cw[1]+cw[5], pw[2]+pw[6]+cw[2]+cw[6], pw[3]+pw[7]+cw[3]+cw[7])
 		}
 	}
-	return total / float64((bh-1)*(bw-1))
+	return total / float64((bh-1)*(bw-1)), sq, true
 }
 
 // blockRow writes the sums of block row z (Σa, Σb, Σa²+Σb², Σab of each
 // 4×4 block) into dst, four values a block, reading the four pixel rows
-// in memory order.
-func blockRow(dst []int, a, b []byte, width, bw, z int) {
+// in memory order, and returns the row's sum of squared differences.
+func blockRow(dst []int, a, b []byte, width, bw, z int) int64 {
 	dst = dst[:4*bw]
 	clear(dst)
 	for y := range 4 {
@@ -122,6 +149,11 @@ func blockRow(dst []int, a, b []byte, width, bw, z int) {
 			d[3] += p0*q0 + p1*q1 + p2*q2 + p3*q3
 		}
 	}
+	var sq int
+	for x := 0; x < bw; x++ {
+		sq += dst[4*x+2] - 2*dst[4*x+3]
+	}
+	return int64(sq)
 }
 
 // window is the SSIM of one 8×8 window from its sums.
@@ -379,12 +411,19 @@ func measureFrames(ctx context.Context, rr, dr *Reader, scores []Score, maxFrame
 			defer wg.Done()
 			var scratch []int
 			for f := range jobs {
-				for i := range scores {
-					if scores[i].Metric == PSNR {
-						f.vals[i] = LumaPSNR(f.a, f.b)
-					} else {
-						f.vals[i] = LumaSSIM(f.a, f.b, w, h, &scratch)
+				if len(scores) == 2 {
+					// Both metrics, in one pass.
+					psnr, ssim := LumaBoth(f.a, f.b, w, h, &scratch)
+					for i := range scores {
+						f.vals[i] = ssim
+						if scores[i].Metric == PSNR {
+							f.vals[i] = psnr
+						}
 					}
+				} else if scores[0].Metric == PSNR {
+					f.vals[0] = LumaPSNR(f.a, f.b)
+				} else {
+					f.vals[0] = LumaSSIM(f.a, f.b, w, h, &scratch)
 				}
 				done <- f
 			}

@@ -1,11 +1,18 @@
 package measure_test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/services/vmafx/measure"
 )
 
@@ -102,6 +109,10 @@ func TestSSIMUnchanged(t *testing.T) {
 			if got, want := measure.LumaPSNR(a, b), plainPSNR(a, b); got != want {
 				t.Errorf("%dx%d kind %d: PSNR %v, the plain loop %v", w, h, kind, got, want)
 			}
+			p, s := measure.LumaBoth(a, b, w, h, &scratch)
+			if ws := plainSSIM(a, b, w, h); p != plainPSNR(a, b) || (s != ws && !(math.IsNaN(s) && math.IsNaN(ws))) {
+				t.Errorf("%dx%d kind %d: both in one pass %v %v, the plain loops %v %v", w, h, kind, p, s, plainPSNR(a, b), ws)
+			}
 		}
 	}
 }
@@ -145,4 +156,57 @@ func BenchmarkLuma1080p(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
 	})
+}
+
+// TestSkippedChromaTruncated: a frame whose chroma is cut short is
+// truncated though no metric reads the chroma — also when the planes are
+// larger than the read buffer and skipped by seeking the file — and a
+// whole clip measures the same through a file (seeking) as through a
+// stream (reading).
+func TestSkippedChromaTruncated(t *testing.T) {
+	dir := t.TempDir()
+	var whole bytes.Buffer
+	if err := clipgen.Write(&whole, clipgen.Spec{Width: 640, Height: 480, Frames: 3, Noise: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{1, 1000, 640 * 480 / 4} {
+		p := filepath.Join(dir, fmt.Sprintf("cut%d.y4m", cut))
+		if err := os.WriteFile(p, whole.Bytes()[:whole.Len()-cut], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := measure.NewReader(p, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last error
+		for range 3 {
+			if _, last = r.Next(); last != nil {
+				break
+			}
+		}
+		_ = f.Close()
+		if last == nil || !strings.Contains(last.Error(), "frame 3 is truncated") {
+			t.Errorf("chroma cut by %d bytes: %v", cut, last)
+		}
+	}
+	p := filepath.Join(dir, "whole.y4m")
+	if err := os.WriteFile(p, whole.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fromFile, err := measure.Clips(context.Background(), "a", f, "b", bytes.NewReader(whole.Bytes()), []string{measure.PSNR, measure.SSIM}, measure.Options{KeepPerFrame: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFile[0].Frames != 3 || fromFile[0].Mean != measure.MaxPSNR || fromFile[1].Mean != 1 {
+		t.Fatalf("a clip against itself, one through a file: %+v", fromFile)
+	}
 }

@@ -43,6 +43,11 @@ type Reader struct {
 	r      *bufio.Reader
 	frame  []byte
 	n      int
+	// src is the stream under r; seeker, when it can seek (a file), lets
+	// the chroma planes be skipped instead of read, size bounding where.
+	src    io.Reader
+	seeker io.Seeker
+	size   int64
 }
 
 // NewReader reads the stream header. name labels errors (the file).
@@ -83,7 +88,18 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 	}
 	// The frame is allocated on the first Next, after the caller has had the
 	// header to check against its limits.
-	return &Reader{Header: h, name: name, r: br}, nil
+	rd := &Reader{Header: h, name: name, r: br, src: r}
+	if sk, ok := r.(io.Seeker); ok {
+		// The stream's size, and back to where it was read up to.
+		if cur, err := sk.Seek(0, io.SeekCurrent); err == nil {
+			if size, err := sk.Seek(0, io.SeekEnd); err == nil {
+				if _, err := sk.Seek(cur, io.SeekStart); err == nil {
+					rd.seeker, rd.size = sk, size
+				}
+			}
+		}
+	}
+	return rd, nil
 }
 
 // Next reads the next frame and returns its luma plane (valid until the
@@ -111,12 +127,41 @@ func (r *Reader) NextInto(buf []byte) ([]byte, error) {
 	if line != "FRAME" && !strings.HasPrefix(line, "FRAME ") {
 		return nil, fmt.Errorf("measure: %s: frame %d: expected a FRAME marker", r.name, r.n+1)
 	}
+	luma := r.Header.Width * r.Header.Height
 	buf = buf[:r.Header.frameSize()]
-	if _, err := io.ReadFull(r.r, buf); err != nil {
+	if _, err := io.ReadFull(r.r, buf[:luma]); err != nil {
+		return nil, fmt.Errorf("measure: %s: frame %d is truncated: %w", r.name, r.n+1, err)
+	}
+	if err := r.skipChroma(buf[luma:]); err != nil {
 		return nil, fmt.Errorf("measure: %s: frame %d is truncated: %w", r.name, r.n+1, err)
 	}
 	r.n++
-	return buf[:r.Header.Width*r.Header.Height], nil
+	return buf[:luma], nil
+}
+
+// skipChroma passes over a frame's chroma planes (len(buf) bytes), which
+// no metric reads: from the buffer as far as it holds them, the rest by
+// seeking the file (a third of the bytes never copied), else read into
+// buf. A seek past the end is a truncated frame.
+func (r *Reader) skipChroma(buf []byte) error {
+	n := len(buf)
+	if r.seeker == nil || r.r.Buffered() >= n {
+		_, err := io.ReadFull(r.r, buf)
+		return err
+	}
+	held := r.r.Buffered()
+	if _, err := r.r.Discard(held); err != nil {
+		return err
+	}
+	pos, err := r.seeker.Seek(int64(n-held), io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	if pos > r.size {
+		return io.ErrUnexpectedEOF
+	}
+	r.r.Reset(r.src)
+	return nil
 }
 
 // Frames is how many frames have been read.

@@ -30,6 +30,8 @@ func run() error {
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime for the paired benchmarks")
 	count := flag.Int("count", 3, "rounds: each HTTP load runs this many times for --duration/count, the peers in turn, and each paired benchmark this many times, both halves in turn; every figure is its fastest round")
 	write := flag.String("write", "docs/performance.md", "the file whose bench-compare section receives the table (empty: print only)")
+	ffmpeg := flag.String("ffmpeg", "ffmpeg", "the ffmpeg the vmafx node is compared with (make test installs Debian's)")
+	nodeFrames := flag.Int("node-frames", 120, "frames of the 1920x1080 pair the vmafx node and ffmpeg measure")
 	flag.Parse()
 	if _, err := os.Stat(*opa); err != nil { //nolint:gosec // the operator's own flag, naming a binary to run.
 		return fmt.Errorf("--opa: %w (make opa-tools builds it)", err)
@@ -70,11 +72,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 64}, *duration, *count)
+	latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 8, 64}, *duration, *count)
 	if err != nil {
 		return err
 	}
 	peers.Close()
+	ffBin, err := exec.LookPath(*ffmpeg)
+	if err != nil {
+		return fmt.Errorf("--ffmpeg: %w (apt-get install ffmpeg)", err)
+	}
+	nodeRow, err := benchcompare.NodeVsFFmpeg(ctx, dir, ffBin, 1920, 1080, *nodeFrames, *count)
+	if err != nil {
+		return err
+	}
 	m, err := benchcompare.RunPairs(ctx, "go", ".", *benchtime, *count, benchcompare.Pairs)
 	if err != nil {
 		return err
@@ -83,9 +93,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rows := append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), pairRows...)
+	rows := append(append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), nodeRow), pairRows...)
 	host, _ := os.Hostname()
-	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency rows 1 and 64) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency and CPU rows 1, 8 and 64; CPU is each server's own, user and system, from /proc) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n, *conns, rec1-rec0, sig1-sig0, (rec1-rec0)/max(1, sig1-sig0))
 	table := benchcompare.Markdown(rows, about)
 	fmt.Println(table)
