@@ -180,8 +180,9 @@ type Options struct {
 	Progress func(frames int)
 	// KeepPerFrame keeps every frame's value in the scores.
 	KeepPerFrame bool
-	// MaxFramePixels bounds width×height (memory holds two frames of 1.5
-	// bytes a pixel); 0 means DefaultMaxFramePixels.
+	// MaxFramePixels bounds width×height (memory holds a pair of frames,
+	// 1.5 bytes a pixel each, per worker and one being read); 0 means
+	// DefaultMaxFramePixels.
 	MaxFramePixels int
 	// MaxFrames bounds the frames of a clip; 0 means DefaultMaxFrames.
 	MaxFrames int
@@ -190,8 +191,8 @@ type Options struct {
 // Limits a node applies by default (vmafx-node --max-frame-pixels,
 // --max-frames).
 const (
-	// DefaultMaxFramePixels is 8K UHD with room (8192×4320): two frames
-	// are about 106 MB.
+	// DefaultMaxFramePixels is 8K UHD with room (8192×4320): a pair of
+	// frames is about 106 MB (a pair per worker, and one being read).
 	DefaultMaxFramePixels = 8192 * 4320
 	// DefaultMaxFrames is a little over an hour at 60 frames a second.
 	DefaultMaxFrames = 250_000
