@@ -129,17 +129,64 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&a.Issuers, "caller-issuer", a.Issuers, "tokenreview: the API server's service-account issuer (repeatable); other tokens are refused without a review")
 	f.StringVar(&a.AuthenticationConfig, "caller-authentication-config", a.AuthenticationConfig, "oidc: the trusted issuers, a Kubernetes AuthenticationConfiguration file (apiserver.config.k8s.io/v1, the file an API server's --authentication-config reads): issuers, audiences, CEL claim validation rules, claim mappings and user validation rules; the tenant and roles are the extra keys callerauth.dev/tenant and callerauth.dev/roles. Reloaded on change; a file that does not load is refused and the last good one stays")
 	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc (deprecated: use --caller-authentication-config; callerauth config convert writes it): JSON file of the trusted issuers, one per tenant")
-	f.Var((*cacheTTL)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
-	f.DurationVar(&a.NegativeCacheTTL, "caller-negative-cache-ttl", a.NegativeCacheTTL, "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period (negative: never)")
+	f.Var((*offDuration)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
+	f.Var((*offDuration)(&a.NegativeCacheTTL), "caller-negative-cache-ttl", "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period; 0: not reused")
 	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
 	f.IntVar(&a.CacheMaxEntries, "caller-cache-max-entries", a.CacheMaxEntries, "verdicts the cache holds (successes and refusals); full, the least recently used verdict of the issuer holding the most is evicted (refusals count as one issuer), so no issuer is pushed below entries / active issuers")
-	f.DurationVar(&a.ReviewTimeout, "caller-review-timeout", a.ReviewTimeout, "how long one verification may take, retries included (a TokenReview, or an issuer's discovery and JWKS fetch)")
+	f.Var((*positiveDuration)(&a.ReviewTimeout), "caller-review-timeout", "how long one verification may take, retries included (a TokenReview, or an issuer's discovery and JWKS fetch)")
 	f.Float64Var(&a.ReviewQPS, "caller-review-qps", a.ReviewQPS, "tokenreview: TokenReviews sent per second at most; a request that would wait past --caller-review-timeout fails as validator_unavailable")
 	f.IntVar(&a.ReviewBurst, "caller-review-burst", a.ReviewBurst, "tokenreview: TokenReviews that may be sent at once above --caller-review-qps")
 	f.DurationVar(&a.ReviewInterval, "caller-review-interval", a.ReviewInterval, "tokenreview: verify tokens offline against the API server's JWKS and review each credential only when first seen and once per this interval: the longest a deleted pod's token is still accepted (0: review on every cache miss; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
 	f.BoolVar(&a.WatchBoundObjects, "caller-watch-bound-objects", a.WatchBoundObjects, "tokenreview: verify tokens offline against the API server's JWKS and check the service account and pod each is bound to in a metadata watch instead of a TokenReview; a deleted pod's token is refused within seconds. Other tokens, and all while the watch is unsynced or broken past --caller-watch-max-break, are reviewed; with --caller-review-interval, each credential is also reviewed when first seen and once per interval (needs RBAC to list and watch pods and serviceaccounts; without --caller-issuer, the issuer is read from the API server's discovery document at start-up)")
-	f.DurationVar(&a.WatchMaxBreak, "caller-watch-max-break", a.WatchMaxBreak, "--caller-watch-bound-objects: the longest the view answers after it was last proven current through the API server (a consistent list of one object every (bound - 2s)/2, each watch opened with that server-side timeout, so that the API server's bookmark before the deadline completes the proof); a failed watch or proof stops it at once; while it is stopped every token is reviewed, and a cached verdict stands for at most this long (at least 8s)")
-	f.DurationVar(&a.KeysMaxStale, "caller-keys-max-stale", a.KeysMaxStale, "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
+	f.Var((*positiveDuration)(&a.WatchMaxBreak), "caller-watch-max-break", "--caller-watch-bound-objects: the longest the view answers after it was last proven current through the API server (a consistent list of one object every (bound - 2s)/2, each watch opened with that server-side timeout, so that the API server's bookmark before the deadline completes the proof); a failed watch or proof stops it at once; while it is stopped every token is reviewed, and a cached verdict stands for at most this long (at least 8s)")
+	f.Var((*positiveDuration)(&a.KeysMaxStale), "caller-keys-max-stale", "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
+}
+
+// readBy says, for each caller-authentication flag only some settings
+// read, when it is read: given the backend and whether tokens are verified
+// offline beside TokenReview (--caller-review-interval or
+// --caller-watch-bound-objects) and whether the bound-object view runs.
+var readBy = map[string]struct {
+	when string
+	read func(backend string, offline, watch bool) bool
+}{
+	"kubeconfig":                   {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-issuer":                {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-review-qps":            {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-review-burst":          {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-review-interval":       {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-watch-bound-objects":   {"--caller-backend tokenreview", func(b string, _, _ bool) bool { return b == BackendTokenReview }},
+	"caller-watch-max-break":       {"--caller-watch-bound-objects", func(b string, _, w bool) bool { return b == BackendTokenReview && w }},
+	"caller-keys-max-stale":        {"offline verification: --caller-backend oidc, --caller-review-interval or --caller-watch-bound-objects", func(b string, o, _ bool) bool { return b == BackendOIDC || o }},
+	"caller-authentication-config": {"--caller-backend oidc", func(b string, _, _ bool) bool { return b == BackendOIDC }},
+	"caller-oidc-issuers":          {"--caller-backend oidc", func(b string, _, _ bool) bool { return b == BackendOIDC }},
+}
+
+// CheckAuthFlags refuses, at start-up, every caller-authentication flag
+// given on the command line that the settings chosen never read, naming
+// the flag and what reads it (--caller-review-qps with --caller-backend
+// oidc, say): no flag does nothing. serve.Command runs it before a
+// service is built.
+func CheckAuthFlags(f *pflag.FlagSet) error {
+	backendFlag := f.Lookup("caller-backend")
+	if backendFlag == nil {
+		return nil
+	}
+	backend := backendFlag.Value.String()
+	watch := f.Lookup("caller-watch-bound-objects") != nil && f.Lookup("caller-watch-bound-objects").Value.String() == "true"
+	offline := watch
+	if ri := f.Lookup("caller-review-interval"); ri != nil {
+		if d, err := time.ParseDuration(ri.Value.String()); err == nil && d > 0 {
+			offline = true
+		}
+	}
+	var errs []error
+	f.Visit(func(fl *pflag.Flag) {
+		if r, ok := readBy[fl.Name]; ok && !r.read(backend, offline, watch) {
+			errs = append(errs, fmt.Errorf("serve: --%s is read only with %s; with --caller-backend %s as set it would do nothing", fl.Name, r.when, backend))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // settings are the effective caller-authentication settings, for the
@@ -157,32 +204,61 @@ func (a AuthOptions) settings() []any {
 		"caller_review_qps", a.ReviewQPS)
 }
 
-// cacheTTL is --caller-cache-ttl: a duration, 0 stored as negative (no
-// cache) so that the zero value of AuthOptions keeps meaning the default.
-type cacheTTL time.Duration
+// Zero in a caller-authentication duration flag means one thing: off,
+// where the setting can be off — --caller-cache-ttl and
+// --caller-negative-cache-ttl (nothing reused), --caller-review-interval
+// (no periodic review) — and it is refused where it cannot be:
+// --caller-review-timeout, --caller-watch-max-break, --caller-keys-max-stale
+// ("want a positive duration"). A negative duration is always refused.
+// (In AuthOptions itself, zero stays "the default", for code that fills it
+// in: an off flag stores a negative duration.)
 
-func (c *cacheTTL) String() string {
+// offDuration is a duration flag whose 0 means off: stored as negative, so
+// that the zero value of AuthOptions keeps meaning the default.
+type offDuration time.Duration
+
+func (c *offDuration) String() string {
 	if *c < 0 {
 		return "0s"
 	}
 	return time.Duration(*c).String()
 }
 
-func (c *cacheTTL) Set(v string) error {
+func (c *offDuration) Set(v string) error {
 	d, err := time.ParseDuration(v)
 	switch {
 	case err != nil:
 		return err
 	case d < 0:
-		return fmt.Errorf("%s: want zero (no cache) or more", v)
+		return fmt.Errorf("%s: want zero (off) or more", v)
 	case d == 0:
 		d = -1
 	}
-	*c = cacheTTL(d)
+	*c = offDuration(d)
 	return nil
 }
 
-func (c *cacheTTL) Type() string { return "duration" }
+func (c *offDuration) Type() string { return "duration" }
+
+// positiveDuration is a duration flag that cannot be off: zero and
+// negative are refused.
+type positiveDuration time.Duration
+
+func (p *positiveDuration) String() string { return time.Duration(*p).String() }
+
+func (p *positiveDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return err
+	case d <= 0:
+		return fmt.Errorf("%s: want a positive duration (this setting cannot be off)", v)
+	}
+	*p = positiveDuration(d)
+	return nil
+}
+
+func (p *positiveDuration) Type() string { return "duration" }
 
 // Validate refuses settings that cannot be honoured, naming the flag.
 func (a AuthOptions) Validate() error {

@@ -183,6 +183,9 @@ func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *c
 	cmd.Version = version.Get().String()
 	cmd.RunE = func(cmd *cobra.Command, _ []string) (err error) {
 		o.LogOutput = stderr
+		if err := CheckAuthFlags(cmd.Flags()); err != nil {
+			return err
+		}
 		s, err := build(cmd)
 		if err != nil {
 			return err

@@ -415,8 +415,45 @@ func TestCacheTTLZero(t *testing.T) {
 	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	f.SetOutput(io.Discard)
 	a.AddFlags(f)
-	if err := f.Parse([]string{"--caller-cache-ttl", "-1s"}); err == nil || !strings.Contains(err.Error(), "want zero (no cache) or more") {
+	if err := f.Parse([]string{"--caller-cache-ttl", "-1s"}); err == nil || !strings.Contains(err.Error(), "want zero (off) or more") {
 		t.Fatalf("a negative TTL: %v", err)
+	}
+}
+
+// TestZeroInDurationFlags: zero means off in the duration flags that can
+// be off, and is refused, naming the flag, in those that cannot; a negative
+// duration is refused everywhere.
+func TestZeroInDurationFlags(t *testing.T) {
+	parse := func(args ...string) (serve.AuthOptions, error) {
+		var a serve.AuthOptions
+		f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		a.AddFlags(f)
+		return a, f.Parse(args)
+	}
+	for _, name := range []string{"caller-cache-ttl", "caller-negative-cache-ttl"} {
+		a, err := parse("--"+name, "0")
+		if err != nil {
+			t.Fatalf("--%s 0: %v", name, err)
+		}
+		if v := map[string]time.Duration{"caller-cache-ttl": a.CacheTTL, "caller-negative-cache-ttl": a.NegativeCacheTTL}[name]; v >= 0 {
+			t.Errorf("--%s 0 stored %v: not off", name, v)
+		}
+	}
+	if a, err := parse("--caller-review-interval", "0"); err != nil || a.ReviewInterval != 0 {
+		t.Errorf("--caller-review-interval 0: %v %v", a.ReviewInterval, err)
+	}
+	for _, name := range []string{"caller-review-timeout", "caller-watch-max-break", "caller-keys-max-stale"} {
+		for _, v := range []string{"0", "-1s"} {
+			if _, err := parse("--"+name, v); err == nil || !strings.Contains(err.Error(), "--"+name) || !strings.Contains(err.Error(), "want a positive duration") {
+				t.Errorf("--%s %s: %v", name, v, err)
+			}
+		}
+	}
+	for _, name := range []string{"caller-cache-ttl", "caller-negative-cache-ttl"} {
+		if _, err := parse("--"+name, "-1s"); err == nil || !strings.Contains(err.Error(), "want zero (off) or more") {
+			t.Errorf("--%s -1s: %v", name, err)
+		}
 	}
 }
 
@@ -448,5 +485,41 @@ func TestCommandVersion(t *testing.T) {
 	cmd.SetOut(&out)
 	if code := serve.Execute(context.Background(), cmd, []string{"--version"}, io.Discard); code != 0 || built || !strings.HasPrefix(out.String(), "svc version ") || !strings.Contains(out.String(), "go1.") {
 		t.Fatalf("--version: exit %d, built %t, printed %q", code, built, out.String())
+	}
+}
+
+// TestCheckAuthFlags: a caller-authentication flag given on the command
+// line that the settings chosen never read is refused, naming it and what
+// reads it; one they read, or one left at its default, is not.
+func TestCheckAuthFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{nil, ""},
+		{[]string{"--caller-review-qps", "5"}, ""},
+		{[]string{"--caller-backend", "oidc", "--caller-authentication-config", "f", "--caller-review-qps", "5"}, "--caller-review-qps is read only with --caller-backend tokenreview"},
+		{[]string{"--caller-backend", "oidc", "--caller-authentication-config", "f", "--caller-review-burst", "5"}, "--caller-review-burst is read only with --caller-backend tokenreview"},
+		{[]string{"--caller-backend", "oidc", "--caller-authentication-config", "f", "--caller-watch-max-break", "20s"}, "--caller-watch-max-break is read only with --caller-watch-bound-objects"},
+		{[]string{"--caller-watch-max-break", "20s"}, "--caller-watch-max-break is read only with --caller-watch-bound-objects"},
+		{[]string{"--caller-watch-bound-objects", "--caller-watch-max-break", "20s"}, ""},
+		{[]string{"--caller-keys-max-stale", "1h"}, "--caller-keys-max-stale is read only with offline verification"},
+		{[]string{"--caller-review-interval", "30m", "--caller-keys-max-stale", "1h"}, ""},
+		{[]string{"--caller-backend", "oidc", "--caller-authentication-config", "f", "--caller-keys-max-stale", "1h"}, ""},
+		{[]string{"--caller-authentication-config", "f"}, "--caller-authentication-config is read only with --caller-backend oidc"},
+	} {
+		var a serve.AuthOptions
+		f := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		a.AddFlags(f)
+		if err := f.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := serve.CheckAuthFlags(f)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v; want %q", c.args, err, c.want)
+		}
 	}
 }
