@@ -85,7 +85,7 @@ skopeo:
 	@command -v skopeo >/dev/null 2>&1 || { $(call apt-install,skopeo,the image tests read every image with it); }
 
 # PostgreSQL is the replicated datastore the store and replica tests run
-# against (internal/foundation/datastore/pgtest starts a server per test: initdb, a
+# against (internal/kit/pgtest starts a server per test: initdb, a
 # Unix socket, a random port). Debian's postgresql package, installed when
 # its server binaries are missing, as root; otherwise this says what to
 # install. CALLERAUTH_PG_BIN points elsewhere.

@@ -12,7 +12,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 

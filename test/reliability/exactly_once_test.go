@@ -11,7 +11,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/test/e2e"

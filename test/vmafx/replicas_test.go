@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 )
 
 // claim is one ClaimJob answer a node received.

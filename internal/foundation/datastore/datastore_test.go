@@ -11,7 +11,7 @@ import (
 	"testing/fstest"
 
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 )
 
 var migrations = os.DirFS("testdata/migrations")

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
-	"github.com/callerauth/callerauth/internal/foundation/datastore/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
