@@ -29,7 +29,7 @@ export CALLERAUTH_KUBE_BIN := $(KUBE_BIN)
 # in the vmafx operator's end-to-end tests: built from its Go module in a
 # tools module of its own (test/tools/hydra, with the replace its own go.mod
 # needs), with cgo and SQLite for DSN=memory. About 2-4 minutes cold;
-# test/hydra starts it (a missing binary fails those tests, never skips).
+# internal/kit/hydra starts it (a missing binary fails those tests, never skips).
 HYDRA_VERSION := v2.3.0
 HYDRA_BIN     := $(CACHE)/hydra/$(HYDRA_VERSION)
 export CALLERAUTH_HYDRA_BIN := $(HYDRA_BIN)

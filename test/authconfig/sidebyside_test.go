@@ -35,8 +35,8 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/forge"
-	"github.com/callerauth/callerauth/test/hydra"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/hydra"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 // config is the file both read: issuer A (a dev issuer) with CEL username,

@@ -15,7 +15,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/kit/faults"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 // TestBoundObjectsAgainstTheAPIServer: offline verification beside a

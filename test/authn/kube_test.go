@@ -11,7 +11,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/kit/forge"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 func deleteNow() metav1.DeleteOptions {

@@ -27,7 +27,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/kit/forge"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 	"github.com/callerauth/callerauth/token"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 // reviewerAndOffline are the real API server's TokenReview (counted) and

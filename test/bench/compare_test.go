@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/internal/kit/benchcompare"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 var pdpBin, opaBin string

@@ -10,9 +10,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/callerauth/callerauth/test/charts"
-	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/charts"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 var (

@@ -15,7 +15,7 @@ import (
 
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/services/connector"
-	"github.com/callerauth/callerauth/test/charts"
+	"github.com/callerauth/callerauth/internal/kit/charts"
 )
 
 const chartDir = "../../deploy/charts/platform-connector"

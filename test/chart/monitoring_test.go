@@ -33,7 +33,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 var (

@@ -23,7 +23,7 @@ import (
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
-	"github.com/callerauth/callerauth/test/charts"
+	"github.com/callerauth/callerauth/internal/kit/charts"
 )
 
 // The Pod Security levels of docs/deploy.md: every workload meets

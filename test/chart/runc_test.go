@@ -28,7 +28,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/images"
-	"github.com/callerauth/callerauth/test/charts"
+	"github.com/callerauth/callerauth/internal/kit/charts"
 )
 
 // built are the images make images builds, built once for this package

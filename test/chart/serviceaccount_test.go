@@ -18,8 +18,8 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
-	"github.com/callerauth/callerauth/test/charts"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/charts"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // appliedChart applies a rendered chart to the real API server and returns

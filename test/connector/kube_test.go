@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/test/charts"
+	"github.com/callerauth/callerauth/internal/kit/charts"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -6,8 +6,8 @@ package connector_test
 import (
 	"testing"
 
-	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 var (

@@ -30,10 +30,10 @@ import (
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
-	"github.com/callerauth/callerauth/test/charts"
-	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/test/hydra"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/charts"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/hydra"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 var (

@@ -22,8 +22,8 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
-	"github.com/callerauth/callerauth/test/e2e"
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 var (

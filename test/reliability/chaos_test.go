@@ -27,7 +27,7 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // validator is the dev issuer on a fixed loopback address, which the test

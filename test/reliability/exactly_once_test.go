@@ -14,7 +14,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/services/connector"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // TestExactlyOnce runs the real connector under six publishers that send

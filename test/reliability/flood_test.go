@@ -23,7 +23,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 var pdpBin, connectorBin, callerauthBin string

@@ -13,7 +13,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // TestClaimedOnceEndedOnce runs three real vmafx-node binaries against the

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/internal/kit/loopback"
-	"github.com/callerauth/callerauth/test/e2e"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 var binDir string

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/callerauth/callerauth/internal/foundation/pki"
-	"github.com/callerauth/callerauth/test/hydra"
+	"github.com/callerauth/callerauth/internal/kit/hydra"
 	"github.com/callerauth/callerauth/token"
 )
 

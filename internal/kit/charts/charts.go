@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/callerauth/callerauth/test/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 )
 
 // Render renders the chart in dir as release name in namespace, with
