@@ -92,7 +92,7 @@ func TestCertReloaderKeepsAGoodPair(t *testing.T) {
 			t.Fatalf("a half-written pair replaced the good one: %v", got)
 		}
 	}
-	if n := strings.Count(log.String(), "does not load"); n != 1 {
+	if n := strings.Count(log.String(), "do not load"); n != 1 {
 		t.Fatalf("the bad pair was reported %d times:\n%s", n, log.String())
 	}
 	_ = os.WriteFile(key, k2, 0o600)

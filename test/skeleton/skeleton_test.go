@@ -138,7 +138,7 @@ func TestRotatedCertificateIsServedWithoutRestart(t *testing.T) {
 			if _, exited := p.Exited(0); exited {
 				t.Fatal("the service restarted or died")
 			}
-			if logged := p.LogValue(t, "serve: serving a new certificate", "serial", 10*time.Second); logged != second.String() {
+			if logged := p.LogValue(t, "serve: the serving certificate: reloaded", "serial", 10*time.Second); logged != second.String() {
 				t.Errorf("the rotation was logged with serial %s, want %s", logged, second)
 			}
 		})

@@ -471,7 +471,7 @@ func props(m map[string]json.RawMessage, path string, ignored *[]string) (json.R
 // ask is read, so a caller it refuses costs no decoding.
 func (s *Server) authzenExtract(path string) func(r *http.Request) (binding.Request, error) {
 	return func(*http.Request) (binding.Request, error) {
-		return binding.Request{System: s.state.Load().pkg.ID, Method: "POST " + path}, nil
+		return binding.Request{System: s.state.Get().pkg.ID, Method: "POST " + path}, nil
 	}
 }
 
@@ -552,7 +552,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		badRequest(w, r, err)
 		return
 	}
-	st := s.state.Load() // one snapshot: policy, registry and signers
+	st := s.state.Get() // one snapshot: policy, registry and signers
 	if st.pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
 		return
@@ -748,7 +748,7 @@ var MetadataProfile = decision.Profile{Schema: "authzen-metadata", Type: "authze
 // capability URNs, none is registered, and a parameter without values
 // MUST be omitted (§9.2.2).
 func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
-	st := s.state.Load()
+	st := s.state.Get()
 	if st.pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
 		return
@@ -793,7 +793,7 @@ func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
 // tenant-suffixed metadata names.
 func (s *Server) inTenant(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := s.state.Load().pkg.ID; r.PathValue("tenant") != id {
+		if id := s.state.Get().pkg.ID; r.PathValue("tenant") != id {
 			guard.WriteHTTPError(w, http.StatusNotFound, "unknown_tenant", fmt.Sprintf("this PDP serves policy package %s", id))
 			return
 		}

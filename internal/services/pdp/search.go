@@ -226,7 +226,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		badRequest(w, r, err)
 		return
 	}
-	st := s.state.Load()
+	st := s.state.Get()
 	if st.pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
 		return

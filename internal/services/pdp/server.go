@@ -5,6 +5,7 @@ package pdp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/hmac"
@@ -37,6 +38,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/foundation/version"
+	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
@@ -258,7 +260,6 @@ type state struct {
 	// pageKey MACs search page tokens: derived from the signing keys, so
 	// every replica shares it and a key rotation replaces it.
 	pageKey []byte
-	sig     string // file signature, to see changes
 }
 
 // callerAuthMode reads --caller-auth-mode other than off: enforce, or warn
@@ -272,13 +273,15 @@ func callerAuthMode(s string) (guard.Mode, error) {
 
 // Server is a running PDP.
 type Server struct {
-	o       Options
-	m       *serve.Manager
-	port    atomic.Int32 // the API's TCP port, once Run listens
-	log     *slog.Logger
-	guard   *serve.CallerAuth
-	state   atomic.Pointer[state]
-	failed  atomic.Value // the file signature of the last failed reload
+	o     Options
+	m     *serve.Manager
+	port  atomic.Int32 // the API's TCP port, once Run listens
+	log   *slog.Logger
+	guard *serve.CallerAuth
+	// state is the policy package, registry and keys in force, followed
+	// on disk (a new version on change or SIGHUP; one that fails to load
+	// leaves the last good one serving).
+	state   *watched.Value[*state]
 	health  *serve.Health
 	checks  *prometheus.CounterVec
 	latency prometheus.Histogram
@@ -310,15 +313,25 @@ func New(o Options) (*Server, error) {
 	m.Health().Registry.MustRegister(version.Collector("pdp"))
 	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
-	st, err := s.load()
-	if err != nil {
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
+	if s.state, err = watched.New(watched.Config[*state]{
+		What:     "pdp: the policy, registry and signing keys",
+		Paths:    []string{o.PolicyDir, o.Registry, o.SigningKeyFile},
+		Load:     s.load,
+		Interval: cmp.Or(o.ReloadInterval, 2*time.Second),
+		Logger:   s.log,
+		Result: func(err error) {
+			s.reloads.WithLabelValues(map[bool]string{true: "success", false: "failure"}[err == nil]).Inc()
+		},
+		Describe: func(st *state) []any {
+			return []any{"package", st.pkg.ID, "policy_version", st.pkg.Version, "digest", st.pkg.Digest, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer)}
+		},
+	}); err != nil {
 		return nil, err
 	}
-	s.state.Store(st)
 	reg := s.health.Registry
 	s.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_checks_total", Help: "Checks answered, by effect and reason."}, []string{"effect", "reason"})
 	s.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_check_duration_seconds", Help: "Time to answer a check, authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
-	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
 	s.reloads.WithLabelValues("success")
 	s.reloads.WithLabelValues("failure")
 	s.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_evaluations_total", Help: "AuthZEN evaluations answered, by decision and reason."}, []string{"decision", "reason"})
@@ -361,7 +374,6 @@ func (s *Server) load() (*state, error) {
 }
 
 func load(dir, registry, keyFile string) (*state, error) {
-	sig := signature(dir, registry, keyFile) // before reading: a change while loading is seen next time
 	pkg, err := policy.LoadPackage(dir)
 	if err != nil {
 		return nil, err
@@ -376,7 +388,7 @@ func load(dir, registry, keyFile string) (*state, error) {
 	}
 	// One key set, one signer per format: a record of one is never taken
 	// for another (each has its own JWS typ).
-	st := &state{pkg: pkg, reg: reg, sig: sig}
+	st := &state{pkg: pkg, reg: reg}
 	for _, f := range []struct {
 		p  decision.Profile
 		to **decision.Signer
@@ -407,41 +419,10 @@ func pageTokenKey(keys []crypto.Signer) ([]byte, error) {
 	return m.Sum(nil), nil
 }
 
-// signature summarises the files' sizes and times, to notice a change.
-func signature(dir, registry, keyFile string) string {
-	var b strings.Builder
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil {
-			fmt.Fprintf(&b, "%s:%d:%d;", e.Name(), info.Size(), info.ModTime().UnixNano())
-		}
-	}
-	if info, err := os.Stat(registry); err == nil {
-		fmt.Fprintf(&b, "registry:%d:%d;", info.Size(), info.ModTime().UnixNano())
-	}
-	if info, err := os.Stat(keyFile); err == nil {
-		fmt.Fprintf(&b, "keys:%d:%d", info.Size(), info.ModTime().UnixNano())
-	}
-	return b.String()
-}
-
 // Reload loads the package, the registry and the signing keys again, all
 // or nothing; on failure the previous version keeps serving and the error
 // says why.
-func (s *Server) Reload() error {
-	old := s.state.Load()
-	st, err := s.load()
-	if err != nil {
-		s.reloads.WithLabelValues("failure").Inc()
-		s.log.Error("pdp: reload failed; the previous policy and keys keep serving", "err", err, "policy_version", old.pkg.Version, "signing_kid", old.signer.KeyID())
-		return err
-	}
-	s.state.Store(st)
-	s.reloads.WithLabelValues("success").Inc()
-	s.log.Info("pdp: reloaded", "package", st.pkg.ID, "policy_version", st.pkg.Version, "digest", st.pkg.Digest,
-		"signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
-	return nil
-}
+func (s *Server) Reload() error { return s.state.Reload() }
 
 func kids(s *decision.Signer) []string {
 	var out []string
@@ -452,10 +433,10 @@ func kids(s *decision.Signer) []string {
 }
 
 // EvaluationSigner returns the signer of AuthZEN answers now in use.
-func (s *Server) EvaluationSigner() *decision.Signer { return s.state.Load().evalSigner }
+func (s *Server) EvaluationSigner() *decision.Signer { return s.state.Get().evalSigner }
 
 // Signer returns the record signer now in use.
-func (s *Server) Signer() *decision.Signer { return s.state.Load().signer }
+func (s *Server) Signer() *decision.Signer { return s.state.Get().signer }
 
 // Registry returns the metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
@@ -479,11 +460,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathJWKS, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Header().Set("Content-Type", "application/jwk-set+json")
-		_ = json.NewEncoder(w).Encode(s.state.Load().signer.JWKS())
+		_ = json.NewEncoder(w).Encode(s.state.Get().signer.JWKS())
 	})
 	mux.HandleFunc("GET /healthz", s.health.Healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		st := s.state.Load()
+		st := s.state.Get()
 		_, _ = fmt.Fprintf(w, "ok %s %s\n", st.pkg.ID, st.pkg.Version)
 	})
 	// Every answer the mux gives echoes the request's X-Request-ID: a
@@ -558,7 +539,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, mode := s.caller(r)
-	st := s.state.Load() // one snapshot: policy, registry and signer
+	st := s.state.Get() // one snapshot: policy, registry and signer
 	if st.pkg.API != policy.APICheck {
 		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
 		return
@@ -786,7 +767,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.m.ServeHTTP("api", lis, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
-	st := s.state.Load()
+	st := s.state.Get()
 	s.m.Set("address", lis.Addr().String(), "caller_auth_mode", s.o.CallerAuthMode,
 		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
 	if err := s.m.Run(ctx); err != nil {
@@ -796,33 +777,23 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// reloadLoop reloads the policy and keys on SIGHUP or when their files
-// change.
+// reloadLoop reloads the policy and keys on SIGHUP, and when their files
+// change (looked at every --reload-interval).
 func (s *Server) reloadLoop(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	interval := s.o.ReloadInterval
-	if interval <= 0 {
-		interval = 2 * time.Second
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-hup:
-			_ = s.Reload()
-		case <-tick.C:
-			sig := signature(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
-			if failed, _ := s.failed.Load().(string); sig != s.state.Load().sig && sig != failed {
-				if err := s.Reload(); err != nil {
-					s.failed.Store(sig) // say it once, not every tick
-				}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = s.Reload()
 			}
 		}
-	}
+	}()
+	return s.state.Start(ctx)
 }
 
 func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
