@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/foundation/watched"
 )
 
 // DefaultReloadInterval is how often a [Reloading] authenticator looks at
@@ -48,21 +48,24 @@ type ReloadingConfig struct {
 // --authentication-config, so that the two never map one token to two
 // users while an issuer is down. Run it (Start) for as long as it serves.
 type Reloading struct {
-	cfg     ReloadingConfig
-	current atomic.Pointer[loaded]
+	cfg ReloadingConfig
+	// v is the configuration in force, followed on disk
+	// (internal/foundation/watched; Retry: a file refused for an issuer
+	// not ready yet is tried again at every look).
+	v *watched.Value[*loaded]
 
-	mu      sync.Mutex // serializes loads and guards retired
-	retired Stats      // the key-set counts of the authenticators replaced
+	mu      sync.Mutex     // guards retired and metrics
+	retired Stats          // the key-set counts of the authenticators replaced
+	metrics *issuerMetrics // set by Collectors
 
 	reloadsOK, reloadsFailed atomic.Uint64
-	metrics                  *issuerMetrics // set by Collectors, under mu
+	started                  atomic.Bool // the first load done: later ones wait for every issuer
 }
 
 type loaded struct {
 	auth    *Authenticator
 	hash    string
 	issuers map[string]bool
-	stat    os.FileInfo
 }
 
 var (
@@ -80,21 +83,37 @@ func NewReloading(cfg ReloadingConfig) (*Reloading, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Reloading{cfg: cfg}
-	l, err := r.load()
+	v, err := watched.New(watched.Config[*loaded]{
+		What:     "oidc: the authentication configuration",
+		Paths:    []string{cfg.Path},
+		Load:     r.load,
+		Same:     func(a, b *loaded) bool { return a.hash == b.hash },
+		Interval: cfg.Interval,
+		Retry:    true,
+		Logger:   cfg.Logger,
+		Result: func(err error) {
+			if err != nil {
+				r.reloadsFailed.Add(1)
+			} else {
+				r.reloadsOK.Add(1)
+			}
+		},
+		Changed:  []func(old, new *loaded){r.replaced},
+		Describe: func(l *loaded) []any { return []any{"hash", l.hash, "issuers", len(l.issuers)} },
+	})
 	if err != nil {
 		return nil, err
 	}
-	r.current.Store(l)
+	r.v = v
+	r.started.Store(true)
 	return r, nil
 }
 
 // load reads, validates and compiles the file and builds its
-// authenticator.
+// authenticator; after the first, it returns it only once every issuer in
+// it is ready (its discovery document and keys fetched), as the API server
+// waits for all before a new configuration takes over.
 func (r *Reloading) load() (*loaded, error) {
-	st, err := os.Stat(r.cfg.Path)
-	if err != nil {
-		return nil, fmt.Errorf("oidc: %w", err)
-	}
 	b, err := readConfigFile(r.cfg.Path)
 	if err != nil {
 		return nil, err
@@ -115,96 +134,80 @@ func (r *Reloading) load() (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
 	}
-	l := &loaded{auth: auth, hash: "sha256:" + hex.EncodeToString(sum[:]), issuers: map[string]bool{}, stat: st}
+	l := &loaded{auth: auth, hash: "sha256:" + hex.EncodeToString(sum[:]), issuers: map[string]bool{}}
 	for _, ic := range c.Issuers {
 		l.issuers[ic.Issuer] = true
+	}
+	if !r.started.Load() {
+		return l, nil
+	}
+	if cur := r.v.Get(); cur.hash == l.hash {
+		return l, nil // the same file: nothing to wait for
+	}
+	r.mu.Lock()
+	m := r.metrics
+	r.mu.Unlock()
+	if m != nil {
+		l.auth.useMetrics(m)
+	}
+	// Every issuer of the new file ready first: its keys fetched now,
+	// each fetch bounded by Base.Timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(len(l.issuers), 1))*l.auth.cfg.Timeout)
+	defer cancel()
+	if err := l.auth.Prefetch(ctx); err != nil {
+		return nil, fmt.Errorf("oidc: %s: not every issuer is ready (the API server too waits for all): %w", r.cfg.Path, err)
 	}
 	return l, nil
 }
 
+// replaced accounts for a configuration that took over from old: the key
+// sets' counts kept, the series of the issuers it removed dropped.
+func (r *Reloading) replaced(old, l *loaded) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retired = r.retired.add(old.auth.Stats())
+	if r.metrics != nil {
+		l.auth.useMetrics(r.metrics)
+		for iss := range old.issuers {
+			if !l.issuers[iss] {
+				r.metrics.forget(issuerHash(iss))
+			}
+		}
+	}
+}
+
 // Authenticate verifies tok under the configuration in force.
 func (r *Reloading) Authenticate(ctx context.Context, tok string) (*authn.Caller, error) {
-	return r.current.Load().auth.Authenticate(ctx, tok)
+	return r.v.Get().auth.Authenticate(ctx, tok)
 }
 
 // Revoked refuses a cached caller whose issuer a reload removed; a caller
 // of an issuer still configured keeps its cached verdict (for the cache's
 // TTL at most).
 func (r *Reloading) Revoked(c *authn.Caller, _ time.Time) error {
-	if c.Issuer != "" && !r.current.Load().issuers[c.Issuer] {
+	if c.Issuer != "" && !r.v.Get().issuers[c.Issuer] {
 		return authn.Fail(authn.TokenInvalid, "issuer %q is no longer in the authentication configuration", c.Issuer)
 	}
 	return nil
 }
 
 // Hash is the SHA-256 (hex) of the file in force.
-func (r *Reloading) Hash() string { return r.current.Load().hash }
+func (r *Reloading) Hash() string { return r.v.Get().hash }
 
 // Stats are the key-set counts of every configuration loaded so far.
 func (r *Reloading) Stats() Stats {
 	r.mu.Lock()
 	s := r.retired
 	r.mu.Unlock()
-	return s.add(r.current.Load().auth.Stats())
+	return s.add(r.v.Get().auth.Stats())
 }
 
 // Start looks at the file every Interval until ctx ends; a serve.Runnable.
-func (r *Reloading) Start(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			r.Reload()
-		}
-	}
-}
+func (r *Reloading) Start(ctx context.Context) error { return r.v.Start(ctx) }
 
-// Reload loads the file now if it changed since the last load (a new
-// inode, size or modification time, then a new hash).
-func (r *Reloading) Reload() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	cur := r.current.Load()
-	st, err := os.Stat(r.cfg.Path)
-	if err == nil && os.SameFile(st, cur.stat) && st.Size() == cur.stat.Size() && st.ModTime().Equal(cur.stat.ModTime()) {
-		return
-	}
-	l, err := r.load()
-	if err == nil && l.hash == cur.hash {
-		cur.stat = l.stat
-		return
-	}
-	if err == nil {
-		// Every issuer of the new file ready first: its keys fetched now,
-		// each fetch bounded by Base.Timeout.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(len(l.issuers), 1))*l.auth.cfg.Timeout)
-		if perr := l.auth.Prefetch(ctx); perr != nil {
-			err = fmt.Errorf("not every issuer is ready (the API server too waits for all): %w", perr)
-		}
-		cancel()
-	}
-	if err != nil {
-		r.reloadsFailed.Add(1)
-		r.cfg.Logger.Error("oidc: the changed authentication configuration was refused; the last good one stays in force",
-			"path", r.cfg.Path, "in_force_hash", cur.hash, "error", err)
-		return
-	}
-	r.retired = r.retired.add(cur.auth.Stats())
-	if r.metrics != nil {
-		l.auth.useMetrics(r.metrics)
-		for iss := range cur.issuers {
-			if !l.issuers[iss] {
-				r.metrics.forget(issuerHash(iss))
-			}
-		}
-	}
-	r.current.Store(l)
-	r.reloadsOK.Add(1)
-	r.cfg.Logger.Info("oidc: authentication configuration reloaded", "path", r.cfg.Path, "hash", l.hash, "issuers", len(l.issuers))
-}
+// Reload looks at the file now: a changed one (or one refused before, an
+// issuer perhaps ready now) is loaded.
+func (r *Reloading) Reload() { r.v.Look() }
 
 // Collectors export the reloads, the configuration in force and the key
 // sets' counts (across reloads).
@@ -225,7 +228,7 @@ func (r *Reloading) Collectors(prefix string) []prometheus.Collector {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.metrics = newIssuerMetrics(prefix)
-	r.current.Load().auth.useMetrics(r.metrics)
+	r.v.Get().auth.useMetrics(r.metrics)
 	out = append(out, r.metrics.collectors()...)
 	return append(out, keySetCollectors(prefix, r.Stats)...)
 }
