@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/internal/kit/charts"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 const chartDir = "../../deploy/charts/platform-connector"

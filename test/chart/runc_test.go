@@ -27,8 +27,8 @@ import (
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
-	"github.com/callerauth/callerauth/internal/kit/images"
 	"github.com/callerauth/callerauth/internal/kit/charts"
+	"github.com/callerauth/callerauth/internal/kit/images"
 )
 
 // built are the images make images builds, built once for this package

@@ -15,9 +15,9 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/connector"
-	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // proc is a running connector binary.

@@ -29,11 +29,11 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
-	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/kit/charts"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
 	"github.com/callerauth/callerauth/internal/kit/hydra"
 	"github.com/callerauth/callerauth/internal/kit/kubeapi"
+	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 )
 
 var (

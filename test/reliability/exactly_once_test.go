@@ -11,10 +11,10 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/kit/pgtest"
-	"github.com/callerauth/callerauth/internal/kit/faults"
-	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/faults"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
+	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
 // TestExactlyOnce runs the real connector under six publishers that send

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/internal/kit/e2e"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
-	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 
 // TestClaimedOnceEndedOnce runs three real vmafx-node binaries against the

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
 )
 
 var binDir string
