@@ -1,0 +1,226 @@
+package pdp
+
+// POST /v1/check: the guarded handler, the decision, the signed record and
+// the refusals.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/services/pdp/policy"
+)
+
+// checkHandler is POST /v1/check: the guard's middleware (the caller
+// first, from the header alone — under enforce a caller with no identity is
+// refused before a byte of the body is read — then the body, then the
+// system binding), then the decision. With caller authentication off there
+// is no middleware.
+func (s *Server) checkHandler() http.Handler {
+	return s.guarded(s.extract, http.HandlerFunc(s.decide), s.latency)
+}
+
+// guarded wraps an API handler as every endpoint is wrapped: the guard's
+// middleware with extract (or, with caller authentication off, extract
+// alone), and the request's latency observed.
+func (s *Server) guarded(extract guard.HTTPRequest, h http.Handler, latency prometheus.Observer) http.Handler {
+	var inner http.Handler
+	if s.guard == nil {
+		inner = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := extract(r); err != nil {
+				badRequest(w, r, err)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	} else {
+		inner = s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithBadRequest(badRequest),
+			guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(h)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { latency.Observe(time.Since(start).Seconds()) }()
+		inner.ServeHTTP(w, r)
+	})
+}
+
+// extract reads and checks the body for the guard, and leaves it readable
+// for decide.
+func (s *Server) extract(r *http.Request) (binding.Request, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return binding.Request{}, err
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		return binding.Request{}, err
+	}
+	r.Body = &decodedBody{ReadCloser: readCloser(body), req: req}
+	return binding.Request{System: req.System, Method: "POST /v1/check"}, nil
+}
+
+func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
+	field := "body"
+	var re *requestError
+	if errors.As(err, &re) {
+		field = re.field
+	}
+	guard.WriteHTTPError(w, http.StatusBadRequest, guard.ReasonBadRequest, err.Error(), "field", field)
+}
+
+// decide evaluates a request the middleware let through and signs the
+// record.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	req, err := s.request(r)
+	if err != nil {
+		badRequest(w, r, err)
+		return
+	}
+	caller, mode := s.caller(r)
+	st := s.state.Get() // one snapshot: policy, registry and signer
+	if st.pkg.API != policy.APICheck {
+		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
+		return
+	}
+	d := st.pkg.Evaluate(st.reg, *req)
+	if d.Detail != "" {
+		s.log.Info("pdp: denied against the registry", "reason", d.Reason, "detail", guard.LogValue(d.Detail))
+	}
+	rec := &decision.Record{DecisionID: uuid.NewString(), Reason: d.Reason, PolicyVersion: st.pkg.Version, Caller: caller,
+		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
+			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
+	rec.Effect = decision.Deny
+	if d.Allow {
+		rec.Effect = decision.Allow
+	}
+	rec.BindCanonical(req.Canonical())
+	var body []byte
+	if st.group != nil {
+		g, err := st.group.Sign(rec)
+		if err != nil {
+			s.signingFailed(w, err)
+			return
+		}
+		body = groupBody(g)
+	} else {
+		signed, err := st.signer.Sign(rec)
+		if err != nil {
+			s.signingFailed(w, err)
+			return
+		}
+		body = responseBody(signed)
+	}
+	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// groupBody is a group-signed check's response: {"record", "root_jws",
+// "proof"} (decision.Signed).
+func groupBody(g decision.GroupSigned) []byte {
+	b := make([]byte, 0, len(g.Record)+len(g.RootJWS)+64+48*len(g.Proof.Hashes))
+	b = append(b, `{"record":`...)
+	b = append(b, g.Record...)
+	b = append(b, `,"root_jws":"`...)
+	b = append(b, g.RootJWS...)
+	b = append(b, `","proof":{"index":`...)
+	b = strconv.AppendInt(b, int64(g.Proof.Index), 10)
+	b = append(b, `,"hashes":[`...)
+	for i, h := range g.Proof.Hashes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, h...)
+		b = append(b, '"')
+	}
+	return append(b, "]}}\n"...)
+}
+
+// signingFailed answers 500 signing_failed: no unsigned answer ever leaves.
+func (s *Server) signingFailed(w http.ResponseWriter, err error) {
+	s.signFailures.Inc()
+	s.log.Error("pdp: signing failed", "err", err)
+	guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
+}
+
+// caller is the record's caller block for a request the middleware let
+// through, and the mode. The guard counted any violation
+// (pdp_auth_violations_total), let through under warn or not.
+func (s *Server) caller(r *http.Request) (decision.Caller, string) {
+	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
+	if v, ok := guard.FromContext(r.Context()); ok {
+		caller = callerBlock(v, s.o.Auth.VerifiedBy())
+	}
+	return caller, s.o.CallerAuthMode
+}
+
+// refuse answers a refused caller (the guard counted it).
+func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
+	guard.WriteRefusal(w, v)
+}
+
+// callerBlock is the record's caller: who asked, or, under warn, that the
+// caller was not authenticated and what enforce would have said.
+func callerBlock(v *guard.Verdict, verifiedBy string) decision.Caller {
+	if v.Reason != "" || v.Caller == nil {
+		return decision.Caller{Authenticated: false, Reason: v.Reason}
+	}
+	c := v.Caller
+	out := decision.Caller{Authenticated: true, Principal: c.Username, UID: c.UID, CredentialID: c.CredentialID,
+		PodName: c.PodName, PodUID: c.PodUID, Audiences: c.Audiences, AuthenticatedBy: verifiedBy}
+	if !c.IssuedAt.IsZero() {
+		t := c.IssuedAt.UTC()
+		out.TokenIssuedAt = &t
+	}
+	if !c.Expiry.IsZero() {
+		t := c.Expiry.UTC()
+		out.TokenExpiresAt = &t
+	}
+	return out
+}
+
+// responseBody is the check's answer, {"record": …, "record_jws": "…"},
+// written once: the record is canonical JSON already and a compact JWS is
+// base64url and dots, so there is nothing to re-encode
+// (TestResponseBodyIsTheEncoding).
+func responseBody(s *decision.Signed) []byte {
+	b := make([]byte, 0, len(s.Record)+len(s.RecordJWS)+32)
+	b = append(b, `{"record":`...)
+	b = append(b, s.Record...)
+	b = append(b, `,"record_jws":"`...)
+	b = append(b, s.RecordJWS...)
+	return append(b, "\"}\n"...)
+}
+
+// decodedBody is a body the guard's extractor has read and decoded: the
+// handler takes the decoded request from it instead of decoding the same
+// bytes again.
+type decodedBody struct {
+	io.ReadCloser
+	req any // *policy.Request or *evaluationsRequest
+}
+
+// request is the check request: decoded once, by the extractor when there
+// is one.
+func (s *Server) request(r *http.Request) (*policy.Request, error) {
+	if d, ok := r.Body.(*decodedBody); ok {
+		if req, ok := d.req.(*policy.Request); ok {
+			return req, nil
+		}
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRequest(body)
+}
