@@ -50,14 +50,6 @@ type AuthOptions struct {
 	// AuthenticationConfig, at start-up and at every reload (the vmafx
 	// controller: one constant tenant per issuer). Optional.
 	CheckIssuers func(oidc.Config) error
-	// OIDCIssuers is the older issuers file of the oidc backend, read by
-	// LoadIssuers; deprecated for AuthenticationConfig. IssuersFlag names
-	// its flag in messages (default --caller-oidc-issuers).
-	OIDCIssuers string
-	IssuersFlag string
-	// LoadIssuers reads OIDCIssuers. Default oidc.LoadConfigFile; a service
-	// with a file of its own (the vmafx controller's tenants) sets it.
-	LoadIssuers func(path string) (oidc.Config, error)
 	// CacheTTL is how long a successful verification is reused. Zero: the
 	// default (2 minutes); negative: none is (--caller-cache-ttl 0), every
 	// request is verified.
@@ -124,11 +116,11 @@ func (a *AuthOptions) Defaults() {
 // to the backend chosen.
 func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	a.Defaults()
-	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against --caller-oidc-issuers)")
+	f.StringVar(&a.Backend, "caller-backend", a.Backend, "how callers' tokens are verified: tokenreview (the Kubernetes API server) or oidc (offline, against the issuers of --caller-authentication-config)")
 	f.StringVar(&a.Kubeconfig, "kubeconfig", a.Kubeconfig, "tokenreview: kubeconfig of the API server that reviews tokens (default: in-cluster)")
 	f.StringArrayVar(&a.Issuers, "caller-issuer", a.Issuers, "tokenreview: the API server's service-account issuer (repeatable); other tokens are refused without a review")
 	f.StringVar(&a.AuthenticationConfig, "caller-authentication-config", a.AuthenticationConfig, "oidc: the trusted issuers, a Kubernetes AuthenticationConfiguration file (apiserver.config.k8s.io/v1, the file an API server's --authentication-config reads): issuers, audiences, CEL claim validation rules, claim mappings and user validation rules; the tenant and roles are the extra keys callerauth.dev/tenant and callerauth.dev/roles. Reloaded on change; a file that does not load is refused and the last good one stays")
-	f.StringVar(&a.OIDCIssuers, "caller-oidc-issuers", a.OIDCIssuers, "oidc (deprecated: use --caller-authentication-config; callerauth config convert writes it): JSON file of the trusted issuers, one per tenant")
+	RemovedFlag(f, "caller-oidc-issuers", "the JSON issuers file")
 	f.Var((*offDuration)(&a.CacheTTL), "caller-cache-ttl", "how long a successful verification is reused (bounds how long a revoked token may still work); 0: not reused, every request is verified")
 	f.Var((*offDuration)(&a.NegativeCacheTTL), "caller-negative-cache-ttl", "how long a token_invalid verdict is reused, so a repeated bad token costs one verification per period; 0: not reused")
 	f.IntVar(&a.MaxInFlight, "caller-max-in-flight", a.MaxInFlight, "verifications running at once; beyond, a request fails as validator_unavailable (cached callers are unaffected)")
@@ -141,6 +133,22 @@ func (a *AuthOptions) AddFlags(f *pflag.FlagSet) {
 	f.Var((*positiveDuration)(&a.WatchMaxBreak), "caller-watch-max-break", "--caller-watch-bound-objects: the longest the view answers after it was last proven current through the API server (a consistent list of one object every (bound - 2s)/2, each watch opened with that server-side timeout, so that the API server's bookmark before the deadline completes the proof); a failed watch or proof stops it at once; while it is stopped every token is reviewed, and a cached verdict stands for at most this long (at least 8s)")
 	f.Var((*positiveDuration)(&a.KeysMaxStale), "caller-keys-max-stale", "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 }
+
+// RemovedFlag registers a flag that no longer exists — a file format
+// callerauth read before the AuthenticationConfiguration — so that giving
+// it stops the process saying what to do instead of "unknown flag".
+func RemovedFlag(f *pflag.FlagSet, name, what string) {
+	f.Var(removed{name, what}, name, "removed: "+what+" — callerauth config convert FILE writes the AuthenticationConfiguration for --caller-authentication-config")
+	_ = f.MarkHidden(name)
+}
+
+type removed struct{ name, what string }
+
+func (r removed) String() string { return "" }
+func (r removed) Set(string) error {
+	return fmt.Errorf("--%s (%s) was removed: callerauth config convert FILE writes the same issuers as a Kubernetes AuthenticationConfiguration; give it with --caller-authentication-config", r.name, r.what)
+}
+func (r removed) Type() string { return "file" }
 
 // readBy says, for each caller-authentication flag only some settings
 // read, when it is read: given the backend and whether tokens are verified
@@ -159,7 +167,6 @@ var readBy = map[string]struct {
 	"caller-watch-max-break":       {"--caller-watch-bound-objects", func(b string, _, w bool) bool { return b == BackendTokenReview && w }},
 	"caller-keys-max-stale":        {"offline verification: --caller-backend oidc, --caller-review-interval or --caller-watch-bound-objects", func(b string, o, _ bool) bool { return b == BackendOIDC || o }},
 	"caller-authentication-config": {"--caller-backend oidc", func(b string, _, _ bool) bool { return b == BackendOIDC }},
-	"caller-oidc-issuers":          {"--caller-backend oidc", func(b string, _, _ bool) bool { return b == BackendOIDC }},
 }
 
 // CheckAuthFlags refuses, at start-up, every caller-authentication flag
@@ -195,10 +202,7 @@ func (a AuthOptions) settings() []any {
 	a.Defaults()
 	kv := []any{"caller_backend", a.Backend, "caller_cache_ttl", max(a.CacheTTL, 0).String(), "caller_review_timeout", a.ReviewTimeout.String()}
 	if a.Backend == BackendOIDC {
-		if a.AuthenticationConfig != "" {
-			return append(kv, "caller_authentication_config", a.AuthenticationConfig)
-		}
-		return append(kv, "caller_oidc_issuers", a.OIDCIssuers)
+		return append(kv, "caller_authentication_config", a.AuthenticationConfig)
 	}
 	return append(kv, "caller_issuers", a.Issuers, "caller_review_interval", a.ReviewInterval.String(), "caller_watch_bound_objects", a.WatchBoundObjects,
 		"caller_review_qps", a.ReviewQPS)
@@ -265,9 +269,6 @@ func (a AuthOptions) Validate() error {
 	var errs []error
 	switch a.Backend {
 	case BackendTokenReview, "":
-		if a.OIDCIssuers != "" {
-			errs = append(errs, errors.New("serve: --caller-oidc-issuers belongs to --caller-backend oidc"))
-		}
 		if a.AuthenticationConfig != "" {
 			errs = append(errs, errors.New("serve: --caller-authentication-config belongs to --caller-backend oidc"))
 		}
@@ -277,11 +278,8 @@ func (a AuthOptions) Validate() error {
 			}
 		}
 	case BackendOIDC:
-		switch {
-		case a.OIDCIssuers == "" && a.AuthenticationConfig == "":
+		if a.AuthenticationConfig == "" {
 			errs = append(errs, errors.New("serve: --caller-backend oidc needs --caller-authentication-config"))
-		case a.OIDCIssuers != "" && a.AuthenticationConfig != "":
-			errs = append(errs, errors.New("serve: --caller-authentication-config and --caller-oidc-issuers: give one (the second is the older form of the first)"))
 		}
 		if a.Kubeconfig != "" {
 			errs = append(errs, errors.New("serve: --kubeconfig belongs to --caller-backend tokenreview"))
@@ -406,37 +404,13 @@ func (a AuthOptions) Guard(spec GuardSpec) (*CallerAuth, error) {
 }
 
 func (a AuthOptions) backend(audience, watchNode string, log *slog.Logger) (authn.Authenticator, []Runnable, error) {
-	if a.Backend == BackendOIDC && a.AuthenticationConfig != "" {
+	if a.Backend == BackendOIDC {
 		r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: a.AuthenticationConfig, Check: a.CheckIssuers, Logger: log,
 			Base: oidc.Config{Timeout: a.ReviewTimeout, MaxStaleKeys: a.KeysMaxStale, Logger: log}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("serve: --caller-authentication-config: %w", err)
 		}
 		return r, []Runnable{Named("authentication configuration reload", r)}, nil
-	}
-	if a.Backend == BackendOIDC {
-		if log != nil {
-			flag := cmp.Or(a.IssuersFlag, "--caller-oidc-issuers")
-			log.Warn("serve: "+flag+" is deprecated: give the issuers as a Kubernetes AuthenticationConfiguration with --caller-authentication-config (callerauth config convert writes it from this file)",
-				"file", a.OIDCIssuers)
-		}
-		load := a.LoadIssuers
-		if load == nil {
-			load = func(path string) (oidc.Config, error) {
-				cfg, err := oidc.LoadConfigFile(path)
-				if err != nil {
-					return cfg, fmt.Errorf("serve: --caller-oidc-issuers: %w", err)
-				}
-				return cfg, nil
-			}
-		}
-		cfg, err := load(a.OIDCIssuers)
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg.Timeout, cfg.MaxStaleKeys, cfg.Logger = a.ReviewTimeout, a.KeysMaxStale, log
-		auth, err := oidc.New(cfg)
-		return auth, nil, err
 	}
 	if audience == "" {
 		return nil, nil, errors.New("serve: TokenReview needs an audience: a token minted for another service must not be accepted")

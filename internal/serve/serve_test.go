@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -135,12 +134,12 @@ func TestOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{serve.AuthOptions{Backend: "oidc"}, "needs --caller-authentication-config"},
-		{serve.AuthOptions{Backend: "tokenreview", OIDCIssuers: "f"}, "belongs to --caller-backend oidc"},
-		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "tokenreview", AuthenticationConfig: "f"}, "belongs to --caller-backend oidc"},
+		{serve.AuthOptions{Backend: "oidc", AuthenticationConfig: "f", Kubeconfig: "k"}, "--kubeconfig belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "x509"}, `--caller-backend "x509"`},
-		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", ReviewInterval: time.Minute}, "--caller-review-interval belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "oidc", AuthenticationConfig: "f", ReviewInterval: time.Minute}, "--caller-review-interval belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", ReviewInterval: -time.Minute}, "--caller-review-interval -1m0s"},
-		{serve.AuthOptions{Backend: "oidc", OIDCIssuers: "f", WatchBoundObjects: true}, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
+		{serve.AuthOptions{Backend: "oidc", AuthenticationConfig: "f", WatchBoundObjects: true}, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
 		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: -time.Second}, "--caller-watch-max-break -1s"},
 		{serve.AuthOptions{Backend: "tokenreview", WatchMaxBreak: 7 * time.Second}, "--caller-watch-max-break 7s: want 8s or more"},
 	} {
@@ -185,14 +184,11 @@ func TestProfiling(t *testing.T) {
 }
 
 // TestGuardOnBothBackends wires the same rule through TokenReview and
-// through the oidc backend's issuers file, against one dev issuer: the
-// same token gives the same caller, a token for another audience is
-// refused by both.
+// through the oidc backend's AuthenticationConfiguration, against one dev
+// issuer: the same token gives the same caller, a token for another
+// audience is refused by both.
 func TestGuardOnBothBackends(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{})
-	issuers := filepath.Join(t.TempDir(), "issuers.json")
-	_ = os.WriteFile(issuers, []byte(fmt.Sprintf(`{"issuers": [{"issuer": %q, "discovery_url": %q, "audiences": ["svc"], "ca_file": %q}]}`,
-		iss.Issuer(), srv.URL, iss.CAFile())), 0o600)
 	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
 	doc, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc"}}}})
 	if err != nil {
@@ -210,7 +206,6 @@ func TestGuardOnBothBackends(t *testing.T) {
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
 	for name, a := range map[string]serve.AuthOptions{
 		"tokenreview": {Backend: serve.BackendTokenReview, Kubeconfig: iss.KubeconfigFile()},
-		"oidc":        {Backend: serve.BackendOIDC, OIDCIssuers: issuers},
 		// The issuers as an AuthenticationConfiguration, followed on change.
 		"oidc on an AuthenticationConfiguration": {Backend: serve.BackendOIDC, AuthenticationConfig: authnConfig},
 		// TokenReview once per credential per interval, offline between.
@@ -521,5 +516,18 @@ func TestCheckAuthFlags(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%v: %v; want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestRemovedFormats: the JSON issuers file and the vmafx tenants file are
+// gone; their flags stop the process saying what to do instead.
+func TestRemovedFormats(t *testing.T) {
+	var a serve.AuthOptions
+	f := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	a.AddFlags(f)
+	err := f.Parse([]string{"--caller-oidc-issuers", "issuers.json"})
+	if err == nil || !strings.Contains(err.Error(), "was removed: callerauth config convert FILE") || !strings.Contains(err.Error(), "--caller-authentication-config") {
+		t.Fatalf("--caller-oidc-issuers: %v", err)
 	}
 }

@@ -7,7 +7,6 @@ package skeleton_test
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 )
 
 var bins map[string]string
@@ -63,13 +63,10 @@ var services = map[string]service{
 	}},
 	"vmafx-controller": {bin: "vmafx-controller", servingMsg: "controller: serving", args: func(t *testing.T, dir, listen, cert, key string) []string {
 		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
-		tenants := filepath.Join(dir, "tenants.yaml")
-		if err := os.WriteFile(tenants, []byte(fmt.Sprintf("tenants:\n  - name: tenant-a\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n",
-			iss.Issuer(), srv.URL, iss.CAFile())), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		authnConfig := tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"),
+			tenantconf.Tenant{Name: "tenant-a", Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile()})
 		return []string{"--listen", listen, "--metrics-listen", "127.0.0.1:0", "--tls-cert-file", cert, "--tls-key-file", key,
-			"--tls-check-interval", "100ms", "--tenants", tenants, "--datastore", filepath.Join(dir, "jobs.db")}
+			"--tls-check-interval", "100ms", "--caller-authentication-config", authnConfig, "--datastore", filepath.Join(dir, "jobs.db")}
 	}},
 }
 

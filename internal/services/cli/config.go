@@ -26,7 +26,7 @@ func newConfigConvertCmd(o *Options) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "convert FILE",
-		Short: "Write an older issuers file (--caller-oidc-issuers JSON, or the vmafx --tenants YAML) as a Kubernetes AuthenticationConfiguration",
+		Short: "Write a removed issuers file (the --caller-oidc-issuers JSON, or the vmafx --tenants YAML) as a Kubernetes AuthenticationConfiguration",
 		Long: `convert reads an issuers file of the older forms — the oidc backend's JSON
 issuers file or the vmafx controller's tenants YAML — and writes the
 AuthenticationConfiguration (apiserver.config.k8s.io/v1) that means the same

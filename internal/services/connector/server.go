@@ -51,7 +51,7 @@ type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file (deployment role),
 	// --metrics-listen, --log-level, --shutdown-timeout, --http-*.
 	Serve serve.Options
-	// Auth: --caller-backend, --kubeconfig, --caller-oidc-issuers,
+	// Auth: --caller-backend, --kubeconfig, --caller-authentication-config,
 	// --caller-cache-ttl, --caller-review-timeout. The audience, mode and
 	// fail-open come from config.json.
 	Auth      serve.AuthOptions

@@ -23,7 +23,7 @@ type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
 	// --log-level, --shutdown-timeout and the --http-* limits.
 	Serve serve.Options
-	// Auth: --caller-backend, --kubeconfig, --caller-oidc-issuers,
+	// Auth: --caller-backend, --kubeconfig, --caller-authentication-config,
 	// --caller-cache-ttl, --caller-review-timeout.
 	Auth           serve.AuthOptions
 	InsecureHTTP   bool

@@ -27,7 +27,7 @@ CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
 	f := cmd.Flags()
 	o.Serve.AddFlags(f)
-	f.StringVar(&o.Tenants, "tenants", "", "deprecated: use --caller-authentication-config (callerauth config convert writes it from this file). YAML file of the tenants and their identity providers")
+	serve.RemovedFlag(f, "tenants", "the YAML tenants file")
 	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
 	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
 	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
@@ -37,8 +37,6 @@ CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	f.StringArrayVar(&o.TenantQuotas, "tenant-quota", nil, "one tenant's quotas instead of the defaults, TENANT=PENDING/PER_MINUTE (repeatable), e.g. tenant-a=5000/1200")
 	f.BoolVar(&o.Reflection, "grpc-reflection", false, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
 	o.Auth.AddFlags(f)
-	// The issuers are the tenants file's (--tenants).
-	_ = f.MarkHidden("caller-oidc-issuers")
 	return cmd
 }
 

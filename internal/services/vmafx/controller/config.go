@@ -48,7 +48,10 @@ type Tenants struct {
 	Leeway string `json:"leeway,omitempty"`
 }
 
-// LoadTenants reads the tenants file (YAML) strictly — unknown keys and a
+// LoadTenants reads the tenants file (YAML), the controller's issuers before
+// the AuthenticationConfiguration replaced it — read now only by callerauth
+// config convert, which writes the same issuers as an
+// AuthenticationConfiguration — strictly — unknown keys and a
 // key written twice are refused — and checks it as the verifier would: an
 // issuer per tenant, never two tenants on one issuer.
 func LoadTenants(path string) (*Tenants, error) {
@@ -93,15 +96,6 @@ func LoadTenants(path string) (*Tenants, error) {
 		return nil, fmt.Errorf("controller: %s: %w", path, err)
 	}
 	return &t, nil
-}
-
-// loadIssuers reads the tenants file as the oidc backend's issuers.
-func loadIssuers(path string) (oidc.Config, error) {
-	t, err := LoadTenants(path)
-	if err != nil {
-		return oidc.Config{}, err
-	}
-	return t.OIDC(), nil
 }
 
 // OIDC is the verifier's configuration: one issuer per tenant, the caller's

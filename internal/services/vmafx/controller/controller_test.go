@@ -30,6 +30,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/cost"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
 
@@ -55,16 +56,13 @@ func backends(t *testing.T, dir string) map[string]string {
 func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Options)) *env {
 	t.Helper()
 	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
-	var tenants strings.Builder
-	tenants.WriteString("tenants:\n")
+	var tenants []tenantconf.Tenant
 	for _, name := range []string{"tenant-a", "tenant-b"} {
 		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
 		e.idp[name] = iss
-		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+		tenants = append(tenants, tenantconf.Tenant{Name: name, Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile()})
 	}
-	tenantsFile := filepath.Join(dir, "tenants.yaml")
-	_ = os.WriteFile(tenantsFile, []byte(tenants.String()), 0o600)
-	o := controller.Options{Tenants: tenantsFile, Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
+	o := controller.Options{Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
 		Now: func() time.Time {
 			if n := e.clock.Load(); n != 0 {
 				return time.Unix(0, n)
@@ -72,6 +70,7 @@ func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Optio
 			return time.Now()
 		},
 	}
+	o.Auth.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"), tenants...)
 	for _, f := range tune {
 		f(&o)
 	}

@@ -2,10 +2,8 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
@@ -46,12 +45,9 @@ func TestReviewTimeoutApplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenants := filepath.Join(dir, "tenants.yaml")
-	if err := os.WriteFile(tenants, []byte(fmt.Sprintf("tenants:\n  - name: tenant-a\n    issuer: https://idp.tenant-a.example\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n",
-		hang.URL, caFile)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	o := controller.Options{Tenants: tenants, Datastore: filepath.Join(dir, "jobs.db")}
+	o := controller.Options{Datastore: filepath.Join(dir, "jobs.db")}
+	o.Auth.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"),
+		tenantconf.Tenant{Name: "tenant-a", Issuer: "https://idp.tenant-a.example", DiscoveryURL: hang.URL, CAFile: caFile})
 	o.Auth.ReviewTimeout = 300 * time.Millisecond
 	e := startWith(t, dir, o)
 	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-a.example"})
@@ -75,7 +71,8 @@ func TestReviewTimeoutApplies(t *testing.T) {
 // caller-authentication settings (it did not), and refuses a backend or an
 // issuers file that are not its own.
 func TestCallerAuthValidated(t *testing.T) {
-	base := controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: "c", TLSKeyFile: "k"}, Tenants: "t.yaml", Datastore: "jobs.db", Lease: time.Minute, MaxAttempts: 3}
+	base := controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: "c", TLSKeyFile: "k"}, Auth: serve.AuthOptions{AuthenticationConfig: "authn.yaml"},
+		Datastore: "jobs.db", Lease: time.Minute, MaxAttempts: 3}
 	base.Serve.Defaults()
 	for _, c := range []struct {
 		set  func(*controller.Options)
@@ -84,10 +81,8 @@ func TestCallerAuthValidated(t *testing.T) {
 		{func(o *controller.Options) { o.Auth.KeysMaxStale = -time.Second }, "--caller-keys-max-stale -1s"},
 		{func(o *controller.Options) { o.Auth.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
 		{func(o *controller.Options) { o.Auth.Backend = serve.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
-		{func(o *controller.Options) { o.Auth.OIDCIssuers = "issuers.json" }, "--caller-oidc-issuers: the controller's issuers are in --caller-authentication-config"},
 		{func(o *controller.Options) { o.Auth.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
-		{func(o *controller.Options) { o.Tenants = "" }, "--caller-authentication-config is required"},
-		{func(o *controller.Options) { o.Auth.AuthenticationConfig = "authn.yaml" }, "--caller-authentication-config and --tenants: give one"},
+		{func(o *controller.Options) { o.Auth.AuthenticationConfig = "" }, "--caller-authentication-config is required"},
 	} {
 		o := base
 		c.set(&o)

@@ -80,11 +80,8 @@ type Options struct {
 	Serve serve.Options
 	// Auth: the shared caller-authentication settings (--caller-*). The
 	// backend is always oidc, its issuers those of
-	// --caller-authentication-config (or of the older tenants file).
+	// --caller-authentication-config.
 	Auth serve.AuthOptions
-	// Tenants is the older tenants file (--tenants, deprecated for
-	// --caller-authentication-config).
-	Tenants string
 	// Datastore is an SQLite file or a postgres:// URL (--datastore;
 	// datastore.Parse).
 	Datastore string
@@ -111,15 +108,11 @@ type Options struct {
 
 // callerAuth is o.Auth with the controller's backend: oidc, the issuers
 // those of the AuthenticationConfiguration, each required to give its
-// callers one tenant of its own; or those of the older tenants file.
+// callers one tenant of its own.
 func (o Options) callerAuth() serve.AuthOptions {
 	a := o.Auth
 	a.Backend = serve.BackendOIDC
-	if o.Tenants != "" {
-		a.OIDCIssuers, a.LoadIssuers, a.IssuersFlag = o.Tenants, loadIssuers, "--tenants"
-	} else {
-		a.CheckIssuers = CheckTenantPerIssuer
-	}
+	a.CheckIssuers = CheckTenantPerIssuer
 	return a
 }
 
@@ -136,12 +129,8 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("controller: --tls-cert-file and --tls-key-file are required: bearer tokens never travel over plaintext TCP"))
 	}
 	switch {
-	case o.Tenants == "" && o.Auth.AuthenticationConfig == "":
+	case o.Auth.AuthenticationConfig == "":
 		errs = append(errs, errors.New("controller: --caller-authentication-config is required: the identity provider of each tenant"))
-	case o.Tenants != "" && o.Auth.AuthenticationConfig != "":
-		errs = append(errs, errors.New("controller: --caller-authentication-config and --tenants: give one (the second is the older form of the first)"))
-	case o.Auth.OIDCIssuers != "":
-		errs = append(errs, errors.New("controller: --caller-oidc-issuers: the controller's issuers are in --caller-authentication-config"))
 	case o.Auth.Backend != "" && o.Auth.Backend != serve.BackendOIDC:
 		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Auth.Backend))
 	default:

@@ -32,6 +32,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
@@ -52,15 +53,13 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{idp: map[string]*devissuer.Issuer{}, dir: t.TempDir()}
-	var tenants strings.Builder
-	tenants.WriteString("tenants:\n")
+	var tenants []tenantconf.Tenant
 	for _, name := range []string{"tenant-a", "tenant-b"} {
 		iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp." + name + ".example"})
 		w.idp[name] = iss
-		fmt.Fprintf(&tenants, "  - name: %s\n    issuer: %s\n    discovery_url: %s\n    audiences: [vmafx-controller]\n    ca_file: %s\n", name, iss.Issuer(), srv.URL, iss.CAFile())
+		tenants = append(tenants, tenantconf.Tenant{Name: name, Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile()})
 	}
-	tf := filepath.Join(w.dir, "tenants.yaml")
-	_ = os.WriteFile(tf, []byte(tenants.String()), 0o600)
+	authnConfig := tenantconf.Write(t, filepath.Join(w.dir, "authentication-config.yaml"), tenants...)
 	w.ca, _ = pki.NewCA("operator test")
 	certPEM, keyPEM, _ := w.ca.Issue("127.0.0.1", "127.0.0.1")
 	cert, key := filepath.Join(w.dir, "tls.crt"), filepath.Join(w.dir, "tls.key")
@@ -69,7 +68,7 @@ func newWorld(t *testing.T) *world {
 	w.caFile, _ = w.ca.WriteCA(filepath.Join(w.dir, "ca.crt"))
 	var err error
 	w.ctl, err = controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Tenants: tf, Datastore: filepath.Join(w.dir, "jobs.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Auth: serve.AuthOptions{AuthenticationConfig: authnConfig}, Datastore: filepath.Join(w.dir, "jobs.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
