@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -121,5 +122,16 @@ func TestCheckTenantPerIssuer(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: %v; want %q", name, err, c.want)
 		}
+	}
+}
+
+// TestTenantsFlagRemoved: --tenants stops the controller saying what to do
+// instead (the file's issuers as an AuthenticationConfiguration, which
+// callerauth config convert writes).
+func TestTenantsFlagRemoved(t *testing.T) {
+	cmd := controller.NewCommand(io.Discard)
+	err := cmd.ParseFlags([]string{"--tenants", "tenants.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "--tenants (the YAML tenants file) was removed: callerauth config convert FILE") {
+		t.Fatalf("--tenants: %v", err)
 	}
 }
