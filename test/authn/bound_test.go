@@ -174,7 +174,11 @@ var partitions = []partition{
 	// The port closed: dials refused.
 	{"refused", func(_ *testing.T, p *faults.Proxy) { p.Refuse() }, mend, true},
 	// The API server stopped (SIGTERM, as a rollout does) and started
-	// again: TokenReview is down with it.
+	// again: TokenReview is down with it. Not observable: a graceful
+	// shutdown may keep the watch connections open, and answer or hang,
+	// until the process exits — on a loaded machine for longer than the
+	// bound (a CI run saw the view stop by its clock, at 12.8 s) — so only
+	// the bound is asserted for it, as for swallowed replies.
 	{"restart", func(t *testing.T, _ *faults.Proxy) {
 		if err := apiserver.StopAPIServer(); err != nil {
 			t.Logf("the API server's exit: %v", err)
@@ -183,7 +187,7 @@ var partitions = []partition{
 		if err := apiserver.StartAPIServer(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-	}, true},
+	}, false},
 }
 
 func mend(t *testing.T, p *faults.Proxy) {
