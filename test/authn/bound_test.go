@@ -183,6 +183,9 @@ var partitions = []partition{
 		if err := apiserver.StopAPIServer(); err != nil {
 			t.Logf("the API server's exit: %v", err)
 		}
+		// Started again whatever happens, so that a failure here costs
+		// the tests after it nothing (after heal: "already running").
+		t.Cleanup(func() { _ = apiserver.StartAPIServer(context.Background()) })
 	}, func(t *testing.T, _ *faults.Proxy) {
 		if err := apiserver.StartAPIServer(context.Background()); err != nil {
 			t.Fatal(err)
