@@ -180,7 +180,8 @@ func CheckAuthFlags(f *pflag.FlagSet) error {
 		return nil
 	}
 	backend := backendFlag.Value.String()
-	watch := f.Lookup("caller-watch-bound-objects") != nil && f.Lookup("caller-watch-bound-objects").Value.String() == "true"
+	wb := f.Lookup("caller-watch-bound-objects")
+	watch := wb != nil && wb.Value.String() == "true"
 	offline := watch
 	if ri := f.Lookup("caller-review-interval"); ri != nil {
 		if d, err := time.ParseDuration(ri.Value.String()); err == nil && d > 0 {

@@ -109,7 +109,7 @@ func (v *Value[T]) Look() bool {
 	case stamp == v.failed && !v.cfg.Retry:
 		return false
 	}
-	return v.load(stamp) == nil && v.stamp == stamp
+	return v.load(stamp) == nil
 }
 
 // MaybeLook looks when Interval has passed since the last look: for a
