@@ -12,6 +12,10 @@ GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
+# One test binary's limit. go test's own default, 10 minutes, is too short
+# for test/chart on a cold Go build cache: it builds every image (six
+# static binaries) before the first container runs.
+TEST_TIMEOUT ?= 30m
 # Caches that make test may fill live here; the folder is ignored by git.
 CACHE     := $(CURDIR)/.cache
 LINT      := $(GO) tool -modfile=tools/go.mod golangci-lint
@@ -56,7 +60,7 @@ PLATFORMS      ?=
 all: lint test
 
 test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc skopeo
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
 # when make runs as root (CI does); otherwise this says what to install.
