@@ -1,6 +1,6 @@
 // Package authn answers "who is calling": an [Authenticator] turns a bearer
 // token into a [Caller], or fails with exactly one of four classes, each a
-// stable reason string:
+// stable [reason.Reason]:
 //
 //   - token_invalid: a verdict against the credential (bad signature,
 //     expired, not yet valid, wrong audience, unknown issuer, malformed JWT).
@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Caller is a verified identity. Treat it as immutable: a cache may hand the
@@ -75,28 +77,30 @@ func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (*Cal
 
 var _ Authenticator = AuthenticatorFunc(nil)
 
-// Reason is a failure class. The same word is the metric label, the log
-// field and the error detail.
-type Reason string
-
-// The four failure classes.
-const (
-	TokenInvalid         Reason = "token_invalid"
-	ValidatorUnavailable Reason = "validator_unavailable"
-	ValidatorTimeout     Reason = "validator_timeout"
-	ValidatorError       Reason = "validator_error"
+// The four failure classes, each a [reason.Reason]: the same word is the
+// metric label, the log field and the error detail.
+var (
+	TokenInvalid         = reason.New("token_invalid", reason.Unauthenticated, "the token was not accepted (signature, audience, expiry or issuer)")
+	ValidatorUnavailable = reason.New("validator_unavailable", reason.Unavailable, "the token validator is unavailable; retry")
+	ValidatorTimeout     = reason.New("validator_timeout", reason.Unavailable, "the token validator did not answer in time; retry")
+	ValidatorError       = reason.New("validator_error", reason.Unavailable, "the token validator gave no identity; retry later")
 )
 
-// SaysNothingAboutCaller reports whether a failure of this class is about the
+// Reasons are the four failure classes, in the order above.
+func Reasons() []reason.Reason {
+	return []reason.Reason{TokenInvalid, ValidatorUnavailable, ValidatorTimeout, ValidatorError}
+}
+
+// SaysNothingAboutCaller reports whether a failure of class r is about the
 // validator rather than the credential: only these may fail open.
-func (r Reason) SaysNothingAboutCaller() bool {
+func SaysNothingAboutCaller(r reason.Reason) bool {
 	return r == ValidatorUnavailable || r == ValidatorTimeout
 }
 
 // Error is an authentication failure: a class and the detail behind it.
 // The detail is for logs; callers across a trust boundary get the reason.
 type Error struct {
-	Reason Reason
+	Reason reason.Reason
 	Err    error
 	// Uncacheable marks a verdict that may change within moments — a
 	// token signed by a key the verifier has not fetched yet — which a
@@ -112,9 +116,9 @@ func Cacheable(err error) bool {
 
 func (e *Error) Error() string {
 	if e.Err == nil {
-		return "authn: " + string(e.Reason)
+		return "authn: " + e.Reason.String()
 	}
-	return "authn: " + string(e.Reason) + ": " + e.Err.Error()
+	return "authn: " + e.Reason.String() + ": " + e.Err.Error()
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -134,18 +138,18 @@ var (
 )
 
 // Fail returns an *Error of class r with a formatted detail.
-func Fail(r Reason, format string, args ...any) error {
+func Fail(r reason.Reason, format string, args ...any) error {
 	return &Error{Reason: r, Err: fmt.Errorf(format, args...)}
 }
 
 // ReasonOf returns the class of an error from an Authenticator. An error
 // that carries no class is validator_error: something answered, and it was
 // not an identity. A context deadline is validator_timeout.
-func ReasonOf(err error) Reason {
+func ReasonOf(err error) reason.Reason {
 	var e *Error
 	switch {
 	case err == nil:
-		return ""
+		return reason.Reason{}
 	case errors.As(err, &e):
 		return e.Reason
 	case errors.Is(err, context.DeadlineExceeded):

@@ -14,6 +14,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/testjwt"
 	"github.com/callerauth/callerauth/token"
 
+	"github.com/callerauth/callerauth/reason"
 	apiauth "k8s.io/apiserver/pkg/authentication/authenticator"
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -22,9 +23,9 @@ import (
 func TestReasonOf(t *testing.T) {
 	tests := []struct {
 		err  error
-		want authn.Reason
+		want reason.Reason
 	}{
-		{nil, ""},
+		{nil, reason.Reason{}},
 		{authn.Fail(authn.TokenInvalid, "bad"), authn.TokenInvalid},
 		{fmt.Errorf("wrapped: %w", authn.Fail(authn.ValidatorUnavailable, "down")), authn.ValidatorUnavailable},
 		{context.DeadlineExceeded, authn.ValidatorTimeout},
@@ -42,9 +43,9 @@ func TestReasonOf(t *testing.T) {
 	if err.Error() != "authn: validator_timeout: slow" {
 		t.Errorf("Error() = %q", err.Error())
 	}
-	for r, want := range map[authn.Reason]bool{authn.ValidatorUnavailable: true, authn.ValidatorTimeout: true, authn.TokenInvalid: false, authn.ValidatorError: false} {
-		if r.SaysNothingAboutCaller() != want {
-			t.Errorf("%s.SaysNothingAboutCaller() = %v", r, !want)
+	for r, want := range map[reason.Reason]bool{authn.ValidatorUnavailable: true, authn.ValidatorTimeout: true, authn.TokenInvalid: false, authn.ValidatorError: false} {
+		if authn.SaysNothingAboutCaller(r) != want {
+			t.Errorf("SaysNothingAboutCaller(%s) = %v", r, !want)
 		}
 	}
 }
@@ -99,7 +100,12 @@ func (c *counting) Authenticate(_ context.Context, tok string) (*authn.Caller, e
 	if len(tok) >= 4 && tok[:4] == "good" {
 		return &authn.Caller{Username: "user-" + tok, Expiry: c.expiry}, nil
 	}
-	return nil, authn.Fail(authn.Reason(tok), "refused")
+	for _, r := range authn.Reasons() {
+		if r.String() == tok {
+			return nil, authn.Fail(r, "refused")
+		}
+	}
+	return nil, authn.Fail(authn.TokenInvalid, "refused")
 }
 
 func (c *counting) RequiredAudiences() []string { return []string{"aud"} }
@@ -152,9 +158,9 @@ func TestCacheFailures(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	inner := &counting{}
 	c := authn.NewCache(inner, authn.CacheConfig{Now: func() time.Time { return now }})
-	for _, r := range []authn.Reason{authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
+	for _, r := range []reason.Reason{authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
 		for range 2 {
-			if _, err := c.Authenticate(context.Background(), string(r)); authn.ReasonOf(err) != r {
+			if _, err := c.Authenticate(context.Background(), r.String()); authn.ReasonOf(err) != r {
 				t.Fatalf("class %s; want %s", authn.ReasonOf(err), r)
 			}
 		}
@@ -163,7 +169,7 @@ func TestCacheFailures(t *testing.T) {
 		t.Fatalf("validator failures: inner called %d times, %d cached; want 6 and 0", n, c.Len())
 	}
 	for range 5 {
-		if _, err := c.Authenticate(context.Background(), string(authn.TokenInvalid)); authn.ReasonOf(err) != authn.TokenInvalid {
+		if _, err := c.Authenticate(context.Background(), authn.TokenInvalid.String()); authn.ReasonOf(err) != authn.TokenInvalid {
 			t.Fatalf("class %v", err)
 		}
 	}
@@ -171,12 +177,12 @@ func TestCacheFailures(t *testing.T) {
 		t.Fatalf("a repeated bad token: inner called %d times (want 7), %d negative hits", n, c.Stats().NegativeHits)
 	}
 	now = now.Add(authn.DefaultCacheNegativeTTL)
-	if _, err := c.Authenticate(context.Background(), string(authn.TokenInvalid)); authn.ReasonOf(err) != authn.TokenInvalid || inner.calls.Load() != 8 {
+	if _, err := c.Authenticate(context.Background(), authn.TokenInvalid.String()); authn.ReasonOf(err) != authn.TokenInvalid || inner.calls.Load() != 8 {
 		t.Fatalf("after NegativeTTL: %v, %d calls", err, inner.calls.Load())
 	}
 	off := authn.NewCache(inner, authn.CacheConfig{NegativeTTL: -1})
 	for range 2 {
-		_, _ = off.Authenticate(context.Background(), string(authn.TokenInvalid))
+		_, _ = off.Authenticate(context.Background(), authn.TokenInvalid.String())
 	}
 	if inner.calls.Load() != 10 {
 		t.Fatalf("NegativeTTL -1 cached a refusal: %d calls", inner.calls.Load())

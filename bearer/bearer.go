@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/callerauth/callerauth/reason"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -50,8 +51,8 @@ func (k Kind) String() string {
 	}
 }
 
-// ReasonMalformed is the stable reason string for a malformed credential.
-const ReasonMalformed = "malformed_credentials"
+// ReasonMalformed is the refusal of a malformed credential.
+var ReasonMalformed = reason.New("malformed_credentials", reason.Unauthenticated, "the Authorization header is not exactly one Bearer credential")
 
 // Credential is what a request presented.
 type Credential struct {

@@ -17,64 +17,15 @@ import (
 	"slices"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/reason"
 )
-
-// Code is the class of refusal, mapped by the guard to a gRPC code and an
-// HTTP status.
-type Code int
-
-// Refusal codes.
-const (
-	// Unauthenticated: no usable credential (gRPC Unauthenticated, HTTP 401).
-	Unauthenticated Code = iota + 1
-	// PermissionDenied: a valid identity that may not say this (gRPC
-	// PermissionDenied, HTTP 403).
-	PermissionDenied
-	// Unavailable: the answer depends on a validator (or a store) that did
-	// not give one; retry later (gRPC Unavailable, HTTP 503).
-	Unavailable
-	// InvalidArgument: the request cannot be read or breaks a limit
-	// (gRPC InvalidArgument, HTTP 400).
-	InvalidArgument
-	// NotFound: what the request names does not exist for this caller
-	// (gRPC NotFound, HTTP 404).
-	NotFound
-	// FailedPrecondition: the request does not fit the state of what it
-	// names (gRPC FailedPrecondition, HTTP 409).
-	FailedPrecondition
-	// ResourceExhausted: the caller (or its tenant) has used up a quota;
-	// retry later (gRPC ResourceExhausted, HTTP 429).
-	ResourceExhausted
-)
-
-func (c Code) String() string {
-	switch c {
-	case Unauthenticated:
-		return "Unauthenticated"
-	case PermissionDenied:
-		return "PermissionDenied"
-	case Unavailable:
-		return "Unavailable"
-	case InvalidArgument:
-		return "InvalidArgument"
-	case NotFound:
-		return "NotFound"
-	case FailedPrecondition:
-		return "FailedPrecondition"
-	case ResourceExhausted:
-		return "ResourceExhausted"
-	default:
-		return "OK"
-	}
-}
 
 // Violation is a broken rule.
 type Violation struct {
-	// Reason is the stable reason string: metric label, log field and the
-	// detail the caller sees.
-	Reason string
-	// Code says how the refusal travels.
-	Code Code
+	// Reason is the stable reason: its word is the metric label, the log
+	// field and the detail the caller sees; its code says how the refusal
+	// travels.
+	Reason reason.Reason
 	// Detail explains it, for the log only; never sent to the caller.
 	Detail string
 	// Always is set for a violation rejected in every mode, even audit
@@ -99,7 +50,7 @@ type Subject struct {
 	// unavailable or timed out and failOpenOnUnavailable granted a
 	// degraded scope. DegradedReason is that validator reason.
 	Degraded       bool
-	DegradedReason authn.Reason
+	DegradedReason reason.Reason
 }
 
 // Request is what the caller asks to say.
@@ -151,40 +102,36 @@ type Rule interface {
 	// gets if audit lets it through.
 	Check(s Subject, r Request) (Grant, *Violation)
 	// Reasons are the reasons Check can give (see [Reasons]).
-	Reasons() []string
+	Reasons() []reason.Reason
 }
 
 // CheckFunc is the check of a rule made with [NewRule].
 type CheckFunc func(s Subject, r Request) (Grant, *Violation)
 
 // NewRule makes a rule of a check and the reasons it can give.
-func NewRule(reasons []string, check CheckFunc) Rule {
+func NewRule(reasons []reason.Reason, check CheckFunc) Rule {
 	return ruleFunc{reasons: slices.Clone(reasons), check: check}
 }
 
 // Deny makes a rule that grants nothing of a check that only refuses.
-func Deny(reasons []string, check func(s Subject, r Request) *Violation) Rule {
+func Deny(reasons []reason.Reason, check func(s Subject, r Request) *Violation) Rule {
 	return NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) { return nil, check(s, r) })
 }
 
 type ruleFunc struct {
-	reasons []string
+	reasons []reason.Reason
 	check   CheckFunc
 }
 
 func (f ruleFunc) Check(s Subject, r Request) (Grant, *Violation) { return f.check(s, r) }
-func (f ruleFunc) Reasons() []string                              { return slices.Clone(f.reasons) }
+func (f ruleFunc) Reasons() []reason.Reason                       { return slices.Clone(f.reasons) }
 
 // All combines rules: the first violation wins, in order; the grant is the
 // first rule's that gives one; the reasons are all of theirs.
 func All(rules ...Rule) Rule {
-	var reasons []string
+	var reasons []reason.Reason
 	for _, rule := range rules {
-		for _, r := range rule.Reasons() {
-			if !slices.Contains(reasons, r) {
-				reasons = append(reasons, r)
-			}
-		}
+		reasons = reason.Union(reasons, rule.Reasons()...)
 	}
 	return NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) {
 		var grant Grant
@@ -204,6 +151,6 @@ func All(rules ...Rule) Rule {
 // degraded is the refusal of a degraded subject by a rule that needs a
 // verified identity: the validator's own reason, retryable.
 func degraded(s Subject) *Violation {
-	return &Violation{Reason: string(s.DegradedReason), Code: Unavailable, Counted: true,
+	return &Violation{Reason: s.DegradedReason, Counted: true,
 		Detail: "the validator gave no verdict, and this rule needs a verified identity"}
 }

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/reason"
 )
 
 func TestStamp(t *testing.T) {
@@ -53,15 +53,17 @@ func (testGrant) LogAttrs() []slog.Attr { return nil }
 
 func TestAllStopsAtTheFirstViolation(t *testing.T) {
 	var ran []string
+	shared := reason.New("shared", reason.PermissionDenied, "shared")
+	c := reason.New("c", reason.PermissionDenied, "c")
 	rule := func(name string, g binding.Grant, v *binding.Violation) binding.Rule {
-		return binding.NewRule([]string{name + "_reason", "shared"}, func(binding.Subject, binding.Request) (binding.Grant, *binding.Violation) {
+		return binding.NewRule([]reason.Reason{reason.New(name+"_reason", reason.PermissionDenied, name), shared}, func(binding.Subject, binding.Request) (binding.Grant, *binding.Violation) {
 			ran = append(ran, name)
 			return g, v
 		})
 	}
-	all := binding.All(rule("a", nil, nil), rule("b", testGrant("b"), nil), rule("c", testGrant("c"), &binding.Violation{Reason: "c"}), rule("d", nil, nil))
+	all := binding.All(rule("a", nil, nil), rule("b", testGrant("b"), nil), rule("c", testGrant("c"), &binding.Violation{Reason: c}), rule("d", nil, nil))
 	g, v := all.Check(binding.Subject{}, binding.Request{})
-	if v == nil || v.Reason != "c" || g != testGrant("b") || fmt.Sprint(ran) != "[a b c]" {
+	if v == nil || v.Reason != c || g != testGrant("b") || fmt.Sprint(ran) != "[a b c]" {
 		t.Fatalf("grant %v, violation %v, ran %v", g, v, ran)
 	}
 	if got := fmt.Sprint(all.Reasons()); got != "[a_reason shared b_reason c_reason d_reason]" {
@@ -82,11 +84,11 @@ func TestSystemBindingIsExact(t *testing.T) {
 		{"system:serviceaccount:secrets-engine:default", "secrets-engine", false},
 	} {
 		_, v := rule.Check(binding.Subject{Caller: &authn.Caller{Username: tt.user}}, binding.Request{System: tt.system})
-		if (v == nil) != tt.ok || v != nil && (v.Reason != binding.ReasonPrincipalCannotRepresentSystem || v.Code != binding.PermissionDenied) {
+		if (v == nil) != tt.ok || v != nil && (v.Reason != binding.ReasonPrincipalCannotRepresentSystem || v.Reason.Code() != reason.PermissionDenied) {
 			t.Errorf("%q for %q: %+v", tt.user, tt.system, v)
 		}
 	}
-	if _, v := rule.Check(binding.Subject{Degraded: true, DegradedReason: authn.ValidatorTimeout}, binding.Request{System: "secrets-engine"}); v == nil || v.Code != binding.Unavailable || !v.Counted {
+	if _, v := rule.Check(binding.Subject{Degraded: true, DegradedReason: authn.ValidatorTimeout}, binding.Request{System: "secrets-engine"}); v == nil || v.Reason.Code() != reason.Unavailable || !v.Counted {
 		t.Errorf("degraded: %+v", v)
 	}
 }
@@ -103,59 +105,31 @@ func TestRolesByFullOrShortMethod(t *testing.T) {
 }
 
 // TestRulesDeclareTheirReasons: each rule says every reason it gives, and
-// Reasons adds the authentication failures; the table describes each one
-// (a code, a sentence), so a service's violations counter starts at zero
-// for exactly what it can report.
+// Reasons adds the authentication failures, each with a code and a
+// sentence, so a service's violations counter starts at zero for exactly
+// what it can report.
 func TestRulesDeclareTheirReasons(t *testing.T) {
 	for name, c := range map[string]struct {
 		rule binding.Rule
-		want []string
+		want []reason.Reason
 	}{
-		"node":   {binding.NodeBinding(binding.NodeConfig{LocalNode: "n"}), []string{binding.ReasonNodeMismatch, binding.ReasonMissingNodeName, binding.ReasonUnboundToken}},
-		"system": {binding.SystemBinding(nil), []string{binding.ReasonPrincipalCannotRepresentSystem}},
-		"roles":  {binding.Roles(binding.RoleConfig{}), []string{binding.ReasonRoleMissing, binding.ReasonTenantMissing}},
+		"node":   {binding.NodeBinding(binding.NodeConfig{LocalNode: "n"}), []reason.Reason{binding.ReasonNodeMismatch, binding.ReasonMissingNodeName, binding.ReasonUnboundToken}},
+		"system": {binding.SystemBinding(nil), []reason.Reason{binding.ReasonPrincipalCannotRepresentSystem}},
+		"roles":  {binding.Roles(binding.RoleConfig{}), []reason.Reason{binding.ReasonRoleMissing, binding.ReasonTenantMissing}},
 	} {
 		got := binding.Reasons(c.rule)
-		for _, r := range append(c.want, binding.AuthenticationReasons...) {
+		for _, r := range append(c.want, binding.AuthenticationReasons()...) {
 			if !slices.Contains(got, r) {
 				t.Errorf("%s: %s not among %v", name, r, got)
 			}
 		}
 		for _, r := range got {
-			if d := binding.Describe(r); !binding.Known(r) || d.Code == 0 || d.Sentence == "" {
-				t.Errorf("%s: reason %s is not in the table: %+v", name, r, d)
+			if r.Code() == 0 || r.Sentence() == "" {
+				t.Errorf("%s: reason %s has no code or sentence", name, r)
 			}
 		}
 	}
-	if binding.Describe("token_invalid").Code != binding.Unauthenticated || binding.Describe("validator_timeout").Code != binding.Unavailable {
+	if authn.TokenInvalid.Code() != reason.Unauthenticated || authn.ValidatorTimeout.Code() != reason.Unavailable {
 		t.Fatal("authentication reasons' codes")
-	}
-}
-
-// TestDefine: a service's own reason joins the table with its code and
-// sentence; the same definition twice is harmless, another meaning for a
-// known reason or a reason that is not a stable word panics.
-func TestDefine(t *testing.T) {
-	r := binding.Define("test_thing_missing", binding.NotFound, "no such thing")
-	if r != "test_thing_missing" || !binding.Known(r) || binding.Describe(r) != (binding.ReasonInfo{Code: binding.NotFound, Sentence: "no such thing"}) {
-		t.Fatalf("defined %q: %+v", r, binding.Describe(r))
-	}
-	binding.Define("test_thing_missing", binding.NotFound, "no such thing")
-	for name, def := range map[string]func(){
-		"another meaning":      func() { binding.Define("test_thing_missing", binding.InvalidArgument, "no such thing") },
-		"a rule's reason":      func() { binding.Define(binding.ReasonNodeMismatch, binding.NotFound, "x") },
-		"not a word":           func() { binding.Define("Thing Missing", binding.NotFound, "x") },
-		"no code":              func() { binding.Define("test_no_code", 0, "x") },
-		"no sentence":          func() { binding.Define("test_no_sentence", binding.NotFound, "") },
-		"longer than 64 bytes": func() { binding.Define(strings.Repeat("a", 65), binding.NotFound, "x") },
-	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			def()
-		}()
 	}
 }

@@ -9,18 +9,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Node binding reasons (docs/platform-connector.md lists them).
-const (
-	ReasonNodeMismatch          = "node_mismatch"
-	ReasonNodeClaimMismatch     = "node_claim_mismatch"
-	ReasonUnboundCrossNodeToken = "unbound_cross_node_token"
-	ReasonCrossNodeClaimAbsent  = "cross_node_claim_absent"
-	ReasonTokenMissing          = "token_missing"
-	ReasonUnboundToken          = "unbound_token"
-	ReasonNodeClaimAbsent       = "node_claim_absent"
-	ReasonMissingNodeName       = "missing_node_name"
+var (
+	ReasonNodeMismatch          = reason.New("node_mismatch", reason.PermissionDenied, "the caller may not report on that node")
+	ReasonNodeClaimMismatch     = reason.New("node_claim_mismatch", reason.PermissionDenied, "the token is bound to a pod on another node")
+	ReasonUnboundCrossNodeToken = reason.New("unbound_cross_node_token", reason.PermissionDenied, "a cross-node caller's token must be bound to a pod")
+	ReasonCrossNodeClaimAbsent  = reason.New("cross_node_claim_absent", reason.PermissionDenied, "a cross-node caller's token names no node")
+	ReasonTokenMissing          = reason.New("token_missing", reason.Unauthenticated, "no bearer token: send Authorization: Bearer <token>")
+	ReasonUnboundToken          = reason.New("unbound_token", reason.PermissionDenied, "the token is bound to no pod")
+	ReasonNodeClaimAbsent       = reason.New("node_claim_absent", reason.PermissionDenied, "the token names no node")
+	ReasonMissingNodeName       = reason.New("missing_node_name", reason.PermissionDenied, "an event names no node and there is none to stamp")
 )
 
 // NodesAttribute is the request attribute node binding reads: the node
@@ -212,7 +213,7 @@ func NodeBinding(cfg NodeConfig) Rule {
 	for i, claim := range []string{"", claimVerified, claimAbsent} {
 		n.localGrants[i] = n.grant(ScopeNodeLocal, cfg.LocalNode, claim)
 	}
-	return NewRule([]string{ReasonNodeMismatch, ReasonNodeClaimMismatch, ReasonUnboundCrossNodeToken, ReasonCrossNodeClaimAbsent,
+	return NewRule([]reason.Reason{ReasonNodeMismatch, ReasonNodeClaimMismatch, ReasonUnboundCrossNodeToken, ReasonCrossNodeClaimAbsent,
 		ReasonTokenMissing, ReasonUnboundToken, ReasonNodeClaimAbsent, ReasonMissingNodeName},
 		func(s Subject, r Request) (Grant, *Violation) {
 			nodes, _ := r.Attribute(NodesAttribute)
@@ -256,36 +257,36 @@ func (n *nodeRule) socket(s Subject, nodes []string) (Grant, *Violation) {
 	switch {
 	case s.Degraded:
 		if other := otherNode(nodes, local); other != "" {
-			return n.localGrant(""), &Violation{Reason: string(s.DegradedReason), Code: Unavailable, Counted: true,
+			return n.localGrant(""), &Violation{Reason: s.DegradedReason, Counted: true,
 				Detail: fmt.Sprintf("validator gave no verdict; a degraded node-local caller named node %q", other)}
 		}
 		return n.localGrant(""), nil
 	case c == nil:
 		// No token on the node-local socket: pinned to this node.
 		if other := otherNode(nodes, local); other != "" {
-			return n.localGrant(""), &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+			return n.localGrant(""), &Violation{Reason: ReasonNodeMismatch,
 				Detail: fmt.Sprintf("a caller with no token is pinned to node %q and named node %q", local, other)}
 		}
 		return n.localGrant(""), nil
 	}
 	g := n.localGrant(nodeClaim(c.NodeName))
 	if c.NodeName != "" && c.NodeName != local {
-		return g, &Violation{Reason: ReasonNodeClaimMismatch, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonNodeClaimMismatch,
 			Detail: fmt.Sprintf("%s presented a token issued on node %q to the connector on node %q", c.Username, c.NodeName, local)}
 	}
 	if !slices.Contains(n.cross, c.Username) {
 		if other := otherNode(nodes, local); other != "" {
-			return g, &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+			return g, &Violation{Reason: ReasonNodeMismatch,
 				Detail: fmt.Sprintf("%s is not on the cross-node list; pinned to node %q, it named node %q", c.Username, local, other)}
 		}
 		return g, nil
 	}
 	switch {
 	case c.PodName == "":
-		return g, &Violation{Reason: ReasonUnboundCrossNodeToken, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonUnboundCrossNodeToken,
 			Detail: fmt.Sprintf("%s is on the cross-node list but its token is bound to no pod", c.Username)}
 	case c.NodeName == "":
-		return g, &Violation{Reason: ReasonCrossNodeClaimAbsent, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonCrossNodeClaimAbsent,
 			Detail: fmt.Sprintf("%s is on the cross-node list but its pod %q was never scheduled", c.Username, c.PodName)}
 	}
 	return n.grantCrossNode(c, nodes)
@@ -295,7 +296,7 @@ func (n *nodeRule) socket(s Subject, nodes []string) (Grant, *Violation) {
 // scope: its events may name any node, and so must name one.
 func (n *nodeRule) grantCrossNode(c *authn.Caller, nodes []string) (Grant, *Violation) {
 	if slices.Contains(nodes, "") {
-		return n.crossGrant, &Violation{Reason: ReasonMissingNodeName, Code: PermissionDenied, Always: true,
+		return n.crossGrant, &Violation{Reason: ReasonMissingNodeName, Always: true,
 			Detail: fmt.Sprintf("%s has cross-node scope and sent an event with no node name", c.Username)}
 	}
 	return n.crossGrant, nil
@@ -308,14 +309,14 @@ func (n *nodeRule) deployment(s Subject, nodes []string) (Grant, *Violation) {
 		// No local node to fall back on.
 		return nil, degraded(s)
 	case c == nil:
-		return nil, &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "the deployment connector requires a token"}
+		return nil, &Violation{Reason: ReasonTokenMissing, Detail: "the deployment connector requires a token"}
 	}
 	switch {
 	case c.PodName == "":
-		return n.grant("", "", nodeClaim(c.NodeName)), &Violation{Reason: ReasonUnboundToken, Code: PermissionDenied,
+		return n.grant("", "", nodeClaim(c.NodeName)), &Violation{Reason: ReasonUnboundToken,
 			Detail: fmt.Sprintf("%s presented a token bound to no pod", c.Username)}
 	case c.NodeName == "":
-		return n.grant("", "", claimAbsent), &Violation{Reason: ReasonNodeClaimAbsent, Code: PermissionDenied,
+		return n.grant("", "", claimAbsent), &Violation{Reason: ReasonNodeClaimAbsent,
 			Detail: fmt.Sprintf("%s presented a token bound to pod %q, which was never scheduled", c.Username, c.PodName)}
 	}
 	if slices.Contains(n.cross, c.Username) {
@@ -323,7 +324,7 @@ func (n *nodeRule) deployment(s Subject, nodes []string) (Grant, *Violation) {
 	}
 	g := n.grant(ScopeNodeLocal, c.NodeName, claimVerified)
 	if other := otherNode(nodes, c.NodeName); other != "" {
-		return g, &Violation{Reason: ReasonNodeMismatch, Code: PermissionDenied,
+		return g, &Violation{Reason: ReasonNodeMismatch,
 			Detail: fmt.Sprintf("%s may report on node %q (its token's) and named node %q", c.Username, c.NodeName, other)}
 	}
 	return g, nil

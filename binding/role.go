@@ -2,14 +2,15 @@ package binding
 
 import (
 	"fmt"
+	"github.com/callerauth/callerauth/reason"
 	"path"
 	"slices"
 )
 
 // Role and tenant reasons ([Roles]).
-const (
-	ReasonRoleMissing   = "role_missing"
-	ReasonTenantMissing = "tenant_missing"
+var (
+	ReasonRoleMissing   = reason.New("role_missing", reason.PermissionDenied, "the caller lacks the role this method requires")
+	ReasonTenantMissing = reason.New("tenant_missing", reason.PermissionDenied, "the caller's token states no tenant")
 )
 
 // RoleConfig configures [Roles].
@@ -31,13 +32,13 @@ func Roles(cfg RoleConfig) Rule {
 	for k, v := range cfg.Required {
 		req[k] = v
 	}
-	return Deny([]string{ReasonTokenMissing, ReasonRoleMissing, ReasonTenantMissing}, func(s Subject, r Request) *Violation {
+	return Deny([]reason.Reason{ReasonTokenMissing, ReasonRoleMissing, ReasonTenantMissing}, func(s Subject, r Request) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}
 		c := s.Caller
 		if c == nil {
-			return &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "no token"}
+			return &Violation{Reason: ReasonTokenMissing, Detail: "no token"}
 		}
 		role, ok := req[r.Method]
 		if !ok {
@@ -45,13 +46,13 @@ func Roles(cfg RoleConfig) Rule {
 		}
 		switch {
 		case !ok:
-			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied,
+			return &Violation{Reason: ReasonRoleMissing,
 				Detail: fmt.Sprintf("no role grants method %q", r.Method)}
 		case !slices.Contains(c.Roles, role):
-			return &Violation{Reason: ReasonRoleMissing, Code: PermissionDenied, Metadata: map[string]string{"required_role": role},
+			return &Violation{Reason: ReasonRoleMissing, Metadata: map[string]string{"required_role": role},
 				Detail: fmt.Sprintf("%s lacks role %q needed for %s", c.Username, role, r.Method)}
 		case cfg.RequireTenant && c.Tenant == "":
-			return &Violation{Reason: ReasonTenantMissing, Code: PermissionDenied,
+			return &Violation{Reason: ReasonTenantMissing,
 				Detail: fmt.Sprintf("%s states no tenant; reads could not be scoped", c.Username)}
 		}
 		return nil

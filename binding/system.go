@@ -1,10 +1,13 @@
 package binding
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/callerauth/callerauth/reason"
+)
 
 // ReasonPrincipalCannotRepresentSystem is the system binding's refusal of a verified
 // caller whose principal is not the one bound to the system it names.
-const ReasonPrincipalCannotRepresentSystem = "principal_cannot_represent_system"
+var ReasonPrincipalCannotRepresentSystem = reason.New("principal_cannot_represent_system", reason.PermissionDenied, "principal cannot represent system")
 
 // SystemBinding is the caller→system binding the pdp enforces (docs/pdp.md): the request's system
 // must be in the table, and the caller's username must equal the principal
@@ -15,20 +18,20 @@ func SystemBinding(table map[string]string) Rule {
 	for k, v := range table {
 		t[k] = v
 	}
-	return Deny([]string{ReasonTokenMissing, ReasonPrincipalCannotRepresentSystem}, func(s Subject, r Request) *Violation {
+	return Deny([]reason.Reason{ReasonTokenMissing, ReasonPrincipalCannotRepresentSystem}, func(s Subject, r Request) *Violation {
 		if s.Degraded {
 			return degraded(s)
 		}
 		if s.Caller == nil {
-			return &Violation{Reason: ReasonTokenMissing, Code: Unauthenticated, Detail: "no token"}
+			return &Violation{Reason: ReasonTokenMissing, Detail: "no token"}
 		}
 		principal, ok := t[r.System]
 		switch {
 		case !ok:
-			return &Violation{Reason: ReasonPrincipalCannotRepresentSystem, Code: PermissionDenied,
+			return &Violation{Reason: ReasonPrincipalCannotRepresentSystem,
 				Detail: fmt.Sprintf("no principal is bound to system %q; %s may not represent it", r.System, s.Caller.Username)}
 		case principal != s.Caller.Username:
-			return &Violation{Reason: ReasonPrincipalCannotRepresentSystem, Code: PermissionDenied,
+			return &Violation{Reason: ReasonPrincipalCannotRepresentSystem,
 				Detail: fmt.Sprintf("%s cannot represent system %q (bound to %s)", s.Caller.Username, r.System, principal)}
 		}
 		return nil

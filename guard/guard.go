@@ -20,6 +20,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Mode says what happens after a violation is detected.
@@ -106,11 +107,11 @@ func (g *Guard) Mode() Mode { return g.cfg.Mode }
 type Verdict struct {
 	// Allowed says whether the request reaches the handler.
 	Allowed bool
-	// Reason is the violation's reason, "" when there was none. Under audit
-	// an allowed request can carry a reason: what enforce would have done.
-	Reason string
-	// Code is how a refusal travels (or would have, under audit).
-	Code binding.Code
+	// Reason is the violation's reason, the zero Reason when there was
+	// none; its code is how a refusal travels (or would have, under
+	// audit). Under audit an allowed request can carry a reason: what
+	// enforce would have done.
+	Reason reason.Reason
 	// Detail explains the violation, for logs only.
 	Detail string
 	// Metadata travels with a refusal (the gRPC ErrorInfo), e.g. the role
@@ -164,16 +165,16 @@ type Authentication struct {
 func (a *Authentication) Caller() *authn.Caller { return a.subject.Caller }
 
 // Reason is why there is no identity: token_missing when no credential was
-// presented, malformed_credentials, or the authenticator's class; "" when
-// the caller was verified.
-func (a *Authentication) Reason() string {
+// presented, malformed_credentials, or the authenticator's class; the zero
+// Reason when the caller was verified.
+func (a *Authentication) Reason() reason.Reason {
 	switch {
 	case a.viol != nil:
 		return a.viol.Reason
 	case a.absent:
 		return binding.ReasonTokenMissing
 	}
-	return ""
+	return reason.Reason{}
 }
 
 // Err is the authenticator's or the header's error, for the log.
@@ -194,7 +195,7 @@ func identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 		a.absent = true
 	case bearer.Malformed:
 		a.err = errors.New(cred.Problem)
-		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Code: binding.Unauthenticated, Detail: cred.Problem}
+		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Detail: cred.Problem}
 	case bearer.Token:
 		var caller *authn.Caller
 		var err error
@@ -204,9 +205,8 @@ func identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 			caller, err = auth.Authenticate(ctx, cred.Token)
 		}
 		if err != nil {
-			reason := authn.ReasonOf(err)
 			a.err = err
-			a.viol = &binding.Violation{Reason: string(reason), Code: binding.Describe(string(reason)).Code, Detail: err.Error()}
+			a.viol = &binding.Violation{Reason: authn.ReasonOf(err), Detail: err.Error()}
 		} else {
 			a.subject.Caller = caller
 		}
@@ -225,12 +225,11 @@ func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authe
 
 func (g *Guard) authenticate(ctx context.Context, cred bearer.Credential, a *Authentication) {
 	identify(ctx, g.cfg.Authenticator, cred, a)
-	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.ReasonOf(a.err).SaysNothingAboutCaller() {
+	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.SaysNothingAboutCaller(authn.ReasonOf(a.err)) {
 		// The request goes on as a degraded subject; Decide counts the
 		// validator's reason as the violation it is.
 		a.subject = binding.Subject{Degraded: true, DegradedReason: authn.ReasonOf(a.err)}
 		a.degraded = true
-		a.viol.Code = binding.Unavailable
 	}
 }
 
@@ -248,7 +247,7 @@ func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Reque
 		// Counted now, as the violation it is; the rules then judge the
 		// degraded subject.
 		g.cfg.Metrics.violation(viol.Reason)
-		v.Degraded, v.Reason, v.Code, v.Detail = true, viol.Reason, viol.Code, viol.Detail
+		v.Degraded, v.Reason, v.Detail = true, viol.Reason, viol.Detail
 		viol = nil
 	}
 	if viol == nil {
@@ -261,7 +260,7 @@ func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Reque
 		v.Grant, _ = g.cfg.Rule.Check(binding.Subject{}, req)
 	}
 	if viol != nil {
-		v.Reason, v.Code, v.Detail, v.Metadata = viol.Reason, viol.Code, viol.Detail, viol.Metadata
+		v.Reason, v.Detail, v.Metadata = viol.Reason, viol.Detail, viol.Metadata
 		if !viol.Counted {
 			g.cfg.Metrics.violation(viol.Reason)
 		}
@@ -280,7 +279,7 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 	// Clean allows are logged at debug, refusals and audited violations at
 	// warn; nothing is built for a level that is off.
 	level, msg := slog.LevelDebug, "allowed"
-	if v.Reason != "" {
+	if !v.Reason.IsZero() {
 		level, msg = slog.LevelWarn, "refused"
 		if v.Allowed {
 			msg = "violation let through (audit)"
@@ -319,8 +318,8 @@ func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request
 	if req.System != "" {
 		attrs = append(attrs, str("system", req.System))
 	}
-	if v.Reason != "" {
-		attrs = append(attrs, slog.String("reason", v.Reason), slog.String("code", v.Code.String()), str("detail", v.Detail))
+	if !v.Reason.IsZero() {
+		attrs = append(attrs, slog.String("reason", v.Reason.String()), slog.String("code", v.Reason.Code().String()), str("detail", v.Detail))
 	}
 	g.log.LogAttrs(ctx, level, "callerauth: "+msg, attrs...)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/reason"
 )
 
 func TestParseMode(t *testing.T) {
@@ -131,9 +132,9 @@ func TestLogLineIsBounded(t *testing.T) {
 // TestStreamInterceptor guards a streaming RPC at its start.
 func TestStreamInterceptor(t *testing.T) {
 	callers := map[string]*authn.Caller{"ok": {Username: "u"}}
-	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.Deny([]string{binding.ReasonTokenMissing}, func(s binding.Subject, _ binding.Request) *binding.Violation {
+	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.Deny([]reason.Reason{binding.ReasonTokenMissing}, func(s binding.Subject, _ binding.Request) *binding.Violation {
 		if s.Caller == nil {
-			return &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated}
+			return &binding.Violation{Reason: binding.ReasonTokenMissing}
 		}
 		return nil
 	})})
@@ -173,18 +174,19 @@ func TestStreamInterceptor(t *testing.T) {
 }
 
 func TestVerdictStatusCarriesOnlyTheReason(t *testing.T) {
-	v := &guard.Verdict{Reason: "token_invalid", Code: binding.Unauthenticated, Detail: "internal: secret detail"}
+	v := &guard.Verdict{Reason: authn.TokenInvalid, Detail: "internal: secret detail"}
 	st := v.Status()
 	if st.Code() != codes.Unauthenticated || st.Message() != "token_invalid" || strings.Contains(st.String(), "secret detail") {
 		t.Fatalf("status %v", st)
 	}
-	for c, want := range map[binding.Code]struct {
+	for c, want := range map[reason.Code]struct {
 		grpc codes.Code
 		http int
 	}{
-		binding.Unauthenticated: {codes.Unauthenticated, 401}, binding.PermissionDenied: {codes.PermissionDenied, 403},
-		binding.Unavailable: {codes.Unavailable, 503}, binding.InvalidArgument: {codes.InvalidArgument, 400},
-		binding.NotFound: {codes.NotFound, 404}, binding.FailedPrecondition: {codes.FailedPrecondition, 409}, 0: {codes.OK, 200},
+		reason.Unauthenticated: {codes.Unauthenticated, 401}, reason.PermissionDenied: {codes.PermissionDenied, 403},
+		reason.Unavailable: {codes.Unavailable, 503}, reason.InvalidArgument: {codes.InvalidArgument, 400},
+		reason.NotFound: {codes.NotFound, 404}, reason.FailedPrecondition: {codes.FailedPrecondition, 409}, 0: {codes.OK, 200},
+		reason.ResourceExhausted: {codes.ResourceExhausted, 429}, reason.Internal: {codes.Internal, 500},
 	} {
 		if g, h := guard.GRPCCode(c), guard.HTTPStatus(c); g != want.grpc || h != want.http {
 			t.Errorf("%v travels as %v and %d; want %v and %d", c, g, h, want.grpc, want.http)
@@ -212,7 +214,7 @@ func TestMiddlewareRequireIdentity(t *testing.T) {
 				return binding.Request{System: "sys"}, nil
 			}, guard.RequireIdentity(),
 				guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) {
-					refusedWith = v.Reason
+					refusedWith = v.Reason.String()
 					guard.WriteRefusal(w, v)
 				}),
 				guard.WithBadRequest(func(w http.ResponseWriter, _ *http.Request, err error) {

@@ -225,7 +225,7 @@ func (h *httpTransport) send(t *testing.T, header []string, nodes []string) resu
 		if resp.StatusCode == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 			t.Errorf("401 without WWW-Authenticate: Bearer")
 		}
-		if e.Error != guard.Sentence(e.Reason) {
+		if e.Error != sentenceOf(t, e.Reason) {
 			t.Errorf("body: error %q is not the sentence for %q", e.Error, e.Reason)
 		}
 		return result{code: code, reason: e.Reason}
@@ -277,3 +277,17 @@ func fakeAuth(callers map[string]*authn.Caller) authn.Authenticator {
 }
 
 func bearerOf(tok string) []string { return []string{"Bearer " + tok} }
+
+// sentenceOf is the sentence of the reason with word w among every reason
+// the guard and the library's rules can give.
+func sentenceOf(t *testing.T, w string) string {
+	t.Helper()
+	all := binding.All(binding.NodeBinding(binding.NodeConfig{LocalNode: "n"}), binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{}))
+	for _, r := range append(binding.Reasons(all), guard.ReasonBadRequest) {
+		if r.String() == w {
+			return r.Sentence()
+		}
+	}
+	t.Fatalf("no reason %q", w)
+	return ""
+}

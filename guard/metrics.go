@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Metrics are the guard's Prometheus counters:
@@ -27,7 +28,7 @@ type MetricsConfig struct {
 	// Reasons are the violation reasons to initialise to zero, so that a
 	// healthy service reports zeros: binding.Reasons of the service's rule.
 	// Nil: the authentication reasons only.
-	Reasons []string
+	Reasons []reason.Reason
 	// Mode is the mode the guard runs in, exported as <prefix>_auth_mode
 	// so that an alert can tell audited violations (let through) from
 	// refused ones. Empty: the gauge is not exported.
@@ -42,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 	}
 	reasons := cfg.Reasons
 	if reasons == nil {
-		reasons = binding.AuthenticationReasons
+		reasons = binding.AuthenticationReasons()
 	}
 	prefix := cfg.Prefix
 	m := &Metrics{
@@ -72,13 +73,13 @@ func NewMetrics(reg prometheus.Registerer, cfg MetricsConfig) (*Metrics, error) 
 		}
 	}
 	for _, r := range reasons {
-		m.violations.WithLabelValues(r)
+		m.violations.WithLabelValues(r.String())
 	}
 	return m, nil
 }
 
-func (m *Metrics) violation(reason string) {
+func (m *Metrics) violation(r reason.Reason) {
 	if m != nil {
-		m.violations.WithLabelValues(reason).Inc()
+		m.violations.WithLabelValues(r.String()).Inc()
 	}
 }

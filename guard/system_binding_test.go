@@ -60,7 +60,7 @@ func TestSystemBinding(t *testing.T) {
 				reached++
 				v, _ := guard.FromContext(r.Context())
 				// The record says what enforce would have done.
-				_ = json.NewEncoder(w).Encode(map[string]string{"effect": "allow", "caller_auth": v.Reason})
+				_ = json.NewEncoder(w).Encode(map[string]string{"effect": "allow", "caller_auth": v.Reason.String()})
 			})
 			extract := func(r *http.Request) (binding.Request, error) {
 				b, err := io.ReadAll(r.Body)
@@ -96,7 +96,7 @@ func TestSystemBinding(t *testing.T) {
 					t.Errorf("%s: status %d, reached policy %v; want %d", r.name, resp.StatusCode, reached > n, want)
 					continue
 				}
-				if want != 200 && (body["reason"] != r.violation || body["error"] != guard.Sentence(r.violation) || len(body) != 2) {
+				if want != 200 && (body["reason"] != r.violation || body["error"] != sentenceOf(t, r.violation) || len(body) != 2) {
 					t.Errorf("%s: body %v; want reason %q and its sentence, nothing else", r.name, body, r.violation)
 				}
 				if want == 200 && body["caller_auth"] != r.violation {

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // ErrorDomain is the ErrorInfo domain of callerauth refusals.
@@ -19,21 +21,22 @@ const ErrorDomain = "callerauth.dev"
 
 // transports is how each refusal code travels: its gRPC code and HTTP
 // status.
-var transports = map[binding.Code]struct {
+var transports = map[reason.Code]struct {
 	grpc codes.Code
 	http int
 }{
-	binding.Unauthenticated:    {codes.Unauthenticated, http.StatusUnauthorized},
-	binding.PermissionDenied:   {codes.PermissionDenied, http.StatusForbidden},
-	binding.Unavailable:        {codes.Unavailable, http.StatusServiceUnavailable},
-	binding.InvalidArgument:    {codes.InvalidArgument, http.StatusBadRequest},
-	binding.NotFound:           {codes.NotFound, http.StatusNotFound},
-	binding.FailedPrecondition: {codes.FailedPrecondition, http.StatusConflict},
-	binding.ResourceExhausted:  {codes.ResourceExhausted, http.StatusTooManyRequests},
+	reason.Unauthenticated:    {codes.Unauthenticated, http.StatusUnauthorized},
+	reason.PermissionDenied:   {codes.PermissionDenied, http.StatusForbidden},
+	reason.Unavailable:        {codes.Unavailable, http.StatusServiceUnavailable},
+	reason.InvalidArgument:    {codes.InvalidArgument, http.StatusBadRequest},
+	reason.NotFound:           {codes.NotFound, http.StatusNotFound},
+	reason.FailedPrecondition: {codes.FailedPrecondition, http.StatusConflict},
+	reason.ResourceExhausted:  {codes.ResourceExhausted, http.StatusTooManyRequests},
+	reason.Internal:           {codes.Internal, http.StatusInternalServerError},
 }
 
 // GRPCCode maps a refusal code to a gRPC code (OK for no refusal).
-func GRPCCode(c binding.Code) codes.Code {
+func GRPCCode(c reason.Code) codes.Code {
 	if t, ok := transports[c]; ok {
 		return t.grpc
 	}
@@ -41,7 +44,7 @@ func GRPCCode(c binding.Code) codes.Code {
 }
 
 // HTTPStatus maps a refusal code to an HTTP status (200 for no refusal).
-func HTTPStatus(c binding.Code) int {
+func HTTPStatus(c reason.Code) int {
 	if t, ok := transports[c]; ok {
 		return t.http
 	}
@@ -53,19 +56,21 @@ func HTTPStatus(c binding.Code) int {
 // violation's metadata (the role a method requires). Nothing else — not the
 // token, not the detail — reaches the caller.
 func (v *Verdict) Status() *status.Status {
-	st := status.New(GRPCCode(v.Code), v.Reason)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: v.Reason, Domain: ErrorDomain, Metadata: v.Metadata}); err == nil {
+	st := status.New(GRPCCode(v.Reason.Code()), v.Reason.String())
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: v.Reason.String(), Domain: ErrorDomain, Metadata: v.Metadata}); err == nil {
 		return d
 	}
 	return st
 }
 
 // Refuse is a service's own refusal over gRPC, shaped as the guard's are:
-// the code the reason table gives the reason (binding.Define), msg as the
-// message, and an ErrorInfo carrying the reason.
-func Refuse(reason, msg string) error {
-	st := status.New(GRPCCode(binding.Describe(reason).Code), msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+// the reason's code, msg as the message (the reason's sentence when msg is
+// empty), and an ErrorInfo carrying the reason. Every refusal a service
+// sends over gRPC is made here or by [Verdict.Status]: each carries a
+// declared reason.
+func Refuse(r reason.Reason, msg string) error {
+	st := status.New(GRPCCode(r.Code()), cmp.Or(msg, r.Sentence()))
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: r.String(), Domain: ErrorDomain}); err == nil {
 		st = d
 	}
 	return st.Err()
@@ -83,7 +88,7 @@ func (g *Guard) UnaryServerInterceptor(extract GRPCRequest) grpc.UnaryServerInte
 		if extract != nil {
 			r, err := extract(ctx, info.FullMethod, msg)
 			if err != nil {
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return nil, Refuse(ReasonBadRequest, err.Error())
 			}
 			r.Method = info.FullMethod
 			req = r
@@ -157,7 +162,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 	m := middleware{
 		refuse: func(w http.ResponseWriter, _ *http.Request, v *Verdict) { WriteRefusal(w, v) },
 		badRequest: func(w http.ResponseWriter, _ *http.Request, err error) {
-			WriteHTTPError(w, http.StatusBadRequest, ReasonBadRequest, err.Error())
+			WriteHTTPError(w, ReasonBadRequest, err.Error())
 		},
 	}
 	for _, o := range opts {
@@ -169,7 +174,7 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 			a := &d.a
 			g.authenticate(r.Context(), bearer.FromHeader(r.Header), a)
 			if m.requireIdentity && a.absent {
-				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Code: binding.Unauthenticated, Detail: "no token; this handler requires one"}
+				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Detail: "no token; this handler requires one"}
 			}
 			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
 				m.refuse(w, r, g.decide(r.Context(), a, binding.Request{Method: httpMethod(r)}, &d.v))
@@ -202,32 +207,31 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 func httpMethod(r *http.Request) string { return r.Method + " " + r.URL.Path }
 
 // ReasonBadRequest is the reason of a request the service could not read.
-var ReasonBadRequest = binding.Define("bad_request", binding.InvalidArgument, "the request could not be read")
-
-// Sentence is the human form of a reason (binding.Describe).
-func Sentence(reason string) string { return binding.Describe(reason).Sentence }
+var ReasonBadRequest = reason.New("bad_request", reason.InvalidArgument, "the request could not be read")
 
 // WriteRefusal answers a refused verdict over HTTP: 401, 403 or 503, and
 // the JSON body {"reason": "<reason>", "error": "<sentence>"} — the stable
 // reason for programs, the sentence for people, and nothing else (not the
 // token, not the detail). A 401 carries WWW-Authenticate: Bearer.
 func WriteRefusal(w http.ResponseWriter, v *Verdict) {
-	code := HTTPStatus(v.Code)
-	if code == http.StatusUnauthorized {
+	if v.Reason.Code() == reason.Unauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 	}
-	WriteHTTPError(w, code, v.Reason, Sentence(v.Reason))
+	WriteHTTPError(w, v.Reason, "")
 }
 
-// WriteHTTPError writes a JSON error body {"reason": ..., "error": ...}
-// with extra members (such as "field") beside them.
-func WriteHTTPError(w http.ResponseWriter, code int, reason, sentence string, extra ...string) {
-	body := map[string]string{"reason": reason, "error": sentence}
+// WriteHTTPError writes a refusal: the HTTP status of r's code and the
+// JSON body {"reason": r, "error": msg}, msg being r's sentence when
+// empty, with extra members (such as "field") beside them. Every refusal
+// a service sends over HTTP is written here: each carries a declared
+// reason.
+func WriteHTTPError(w http.ResponseWriter, r reason.Reason, msg string, extra ...string) {
+	body := map[string]string{"reason": r.String(), "error": cmp.Or(msg, r.Sentence())}
 	for i := 0; i+1 < len(extra); i += 2 {
 		body[extra[i]] = extra[i+1]
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
+	w.WriteHeader(HTTPStatus(r.Code()))
 	_ = json.NewEncoder(w).Encode(body)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/kit/faults"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // boundEnv is a Bound against the dev issuer's metadata API (list and
@@ -79,7 +80,7 @@ func waitUntil(t *testing.T, what string, f func() bool) {
 }
 
 // verdict is the token's reason ("" accepted) and the TokenReviews it cost.
-func (be *boundEnv) verdict(t *testing.T, tok string) (authn.Reason, string, int) {
+func (be *boundEnv) verdict(t *testing.T, tok string) (reason.Reason, string, int) {
 	t.Helper()
 	before := be.faults.Count(reviews)
 	_, err := be.b.Authenticate(context.Background(), tok)
@@ -97,25 +98,25 @@ func TestBoundAnswersFromTheWatch(t *testing.T) {
 	// token is reviewed (unknown), never refused.
 	waitUntil(t, "the view knows the pod", func() bool {
 		r, msg, _ := be.verdict(t, tok)
-		if r != "" && r != authn.TokenInvalid {
+		if !r.IsZero() && r != authn.TokenInvalid {
 			t.Fatalf("before the view knew the pod: %s", msg)
 		}
 		return be.b.Stats().Answered > 0
 	})
 	for range 20 {
-		if r, msg, n := be.verdict(t, tok); r != "" || n != 0 {
+		if r, msg, n := be.verdict(t, tok); !r.IsZero() || n != 0 {
 			t.Fatalf("a pod-bound token on the watched node: %s, %d TokenReviews", msg, n)
 		}
 	}
 
 	// A pod of another node is outside the view: reviewed.
 	other := be.mint(t, devissuer.TokenRequest{Pod: "mon-2", Node: "node-b"}).Token
-	if r, msg, n := be.verdict(t, other); r != "" || n != 1 {
+	if r, msg, n := be.verdict(t, other); !r.IsZero() || n != 1 {
 		t.Fatalf("a pod of another node: %s, %d TokenReviews; want accepted after one", msg, n)
 	}
 	// So is a token bound to no pod.
 	unbound := be.mint(t, devissuer.TokenRequest{}).Token
-	if r, msg, n := be.verdict(t, unbound); r != "" || n != 1 {
+	if r, msg, n := be.verdict(t, unbound); !r.IsZero() || n != 1 {
 		t.Fatalf("a token bound to no pod: %s, %d TokenReviews; want accepted after one", msg, n)
 	}
 
@@ -136,7 +137,7 @@ func TestBoundAnswersFromTheWatch(t *testing.T) {
 	// A new pod of the same name has another UID: the old token stays refused.
 	fresh := be.mint(t, devissuer.TokenRequest{Pod: "mon-1", Node: "node-a"}).Token
 	waitUntil(t, "the new pod in the view", func() bool { return be.b.Stats().Pods == 1 })
-	if r, msg, n := be.verdict(t, fresh); r != "" || n != 0 {
+	if r, msg, n := be.verdict(t, fresh); !r.IsZero() || n != 0 {
 		t.Fatalf("the new pod's token: %s, %d TokenReviews", msg, n)
 	}
 	if r, msg, n := be.verdict(t, tok); r != authn.TokenInvalid || n != 0 {
@@ -208,7 +209,7 @@ func TestBoundFailsClosedThroughPartitions(t *testing.T) {
 			for _, tok := range []string{gone, keep} {
 				waitUntil(t, "the view answers for the pod", func() bool {
 					r, msg, n := be.verdict(t, tok)
-					if r != "" {
+					if !r.IsZero() {
 						t.Fatalf("before the partition: %s", msg)
 					}
 					return n == 0
@@ -279,7 +280,7 @@ func TestBoundFailsClosedThroughPartitions(t *testing.T) {
 			if _, err := a.Authenticate(ctx, gone); authn.ReasonOf(err) != authn.TokenInvalid {
 				t.Fatalf("the deleted pod's token through the cache once mended: %v", err)
 			}
-			if r, msg, n := be.verdict(t, keep); r != "" || n != 0 {
+			if r, msg, n := be.verdict(t, keep); !r.IsZero() || n != 0 {
 				t.Fatalf("a live pod's token once mended: %s, %d TokenReviews; want the view's answer", msg, n)
 			}
 			t.Logf("stopped %s after the deletion with %+v; cache %+v", stopped.Sub(deleted).Round(time.Millisecond), stoppedWith, a.Stats())

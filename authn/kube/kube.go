@@ -43,6 +43,7 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/reason"
 	tokens "github.com/callerauth/callerauth/token"
 )
 
@@ -347,14 +348,14 @@ func (a *Authenticator) caller(st *authv1.TokenReviewStatus, token string) (*aut
 func (a *Authenticator) review(ctx context.Context, token string) (*authv1.TokenReviewStatus, error) {
 	tr := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
 	backoff := 50 * time.Millisecond
-	var answered authn.Reason // the class of the validator's last own answer
+	var answered reason.Reason // the class of the validator's last own answer
 	for attempt := 1; ; attempt++ {
 		res, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, tr, metav1.CreateOptions{})
 		if err == nil {
 			return &res.Status, nil
 		}
 		class, transient := classify(ctx, err)
-		if ctx.Err() != nil && answered != "" {
+		if ctx.Err() != nil && !answered.IsZero() {
 			// Our own deadline cut this attempt short, after the validator
 			// had already answered: its answer is the class, not how many
 			// retries happened to fit (which a loaded machine changes).
@@ -381,7 +382,7 @@ func (a *Authenticator) review(ctx context.Context, token string) (*authv1.Token
 
 // classify maps a TokenReview error to a class, and says whether it is
 // worth retrying.
-func classify(ctx context.Context, err error) (authn.Reason, bool) {
+func classify(ctx context.Context, err error) (reason.Reason, bool) {
 	var netErr net.Error
 	switch {
 	case isClientThrottled(err):

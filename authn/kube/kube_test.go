@@ -23,6 +23,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/reason"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -195,7 +196,7 @@ func TestSuspiciousAnswers(t *testing.T) {
 	tests := []struct {
 		name string
 		st   authv1.TokenReviewStatus
-		want authn.Reason
+		want reason.Reason
 		msg  string
 	}{
 		{"required audience not echoed", authv1.TokenReviewStatus{Authenticated: true, User: user}, authn.TokenInvalid, "did not confirm"},
@@ -230,7 +231,7 @@ func TestFaults(t *testing.T) {
 	tests := []struct {
 		name string
 		mode faults.Mode
-		want authn.Reason
+		want reason.Reason
 	}{
 		{"slow past the timeout", faults.Mode{Delay: 5 * time.Second}, authn.ValidatorTimeout},
 		{"500", faults.Mode{Status: http.StatusInternalServerError}, authn.ValidatorError},
@@ -557,7 +558,7 @@ func TestRotationUnderLoad(t *testing.T) {
 				tok := e.mint(t, devissuer.TokenRequest{Pod: fmt.Sprintf("p-%d-%d", n, i), Node: "node-a"})
 				_, err := cache.Authenticate(ctx, tok.Token)
 				switch authn.ReasonOf(err) {
-				case "":
+				case reason.Reason{}:
 					ok.Add(1)
 				case authn.ValidatorUnavailable:
 					unavailable.Add(1)

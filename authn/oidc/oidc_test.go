@@ -31,6 +31,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/forge"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/reason"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -515,7 +516,7 @@ func TestIssuerFailures(t *testing.T) {
 	tests := []struct {
 		name string
 		mode faults.Mode
-		want authn.Reason
+		want reason.Reason
 	}{
 		{"500", faults.Mode{Status: 500}, authn.ValidatorUnavailable},
 		{"503", faults.Mode{Status: 503}, authn.ValidatorUnavailable},

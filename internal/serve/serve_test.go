@@ -226,7 +226,7 @@ func TestGuardOnBothBackends(t *testing.T) {
 			if !v.Allowed || v.Caller.Username != "system:serviceaccount:ns:caller" {
 				t.Fatalf("the good token: %+v", v)
 			}
-			if v := g.Check(context.Background(), other, binding.Request{System: "sys"}); v.Allowed || v.Reason != "token_invalid" {
+			if v := g.Check(context.Background(), other, binding.Request{System: "sys"}); v.Allowed || v.Reason.String() != "token_invalid" {
 				t.Fatalf("another audience: %+v", v)
 			}
 			// Offline verification exports its key sets' metrics.
@@ -335,7 +335,7 @@ func TestGuardWatchingBoundObjects(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		v, n := check()
-		if !v.Allowed && v.Reason == "token_invalid" && n == 0 {
+		if !v.Allowed && v.Reason.String() == "token_invalid" && n == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

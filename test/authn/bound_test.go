@@ -16,6 +16,7 @@ import (
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/kubeapi"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // TestBoundObjectsAgainstTheAPIServer: offline verification beside a
@@ -342,7 +343,7 @@ func failsClosedThrough(t *testing.T, p partition) {
 				switch {
 				case err == nil && time.Since(from) > maxBreak:
 					t.Fatalf("the %s pod's token accepted %s after its deletion (%s after TokenReview last accepted it); the bound is %s", role, time.Since(at), time.Since(from), maxBreak)
-				case err != nil && !slices.Contains([]authn.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout}, authn.ReasonOf(err)):
+				case err != nil && !slices.Contains([]reason.Reason{authn.TokenInvalid, authn.ValidatorUnavailable, authn.ValidatorTimeout}, authn.ReasonOf(err)):
 					t.Fatalf("the %s pod's token: %v", role, err)
 				}
 			}

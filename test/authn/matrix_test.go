@@ -254,7 +254,7 @@ func backends(t *testing.T) []backend {
 // the stable reason of the refusal.
 func verdict(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string) {
 	id := guard.Identify(ctx, a, bearer.Parse(header))
-	return id.Caller(), id.Reason()
+	return id.Caller(), id.Reason().String()
 }
 
 func hdr(tok string) []string { return []string{"Bearer " + tok} }

@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/callerauth/callerauth/reason"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -42,6 +43,11 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 )
+
+// ReasonUnavailable is the refusal of a request the datastore could not
+// serve (a database that does not answer, a failed commit): nothing of it
+// was stored; retry.
+var ReasonUnavailable = reason.New("datastore_unavailable", reason.Unavailable, "the datastore is unavailable; retry")
 
 // Dialect is the SQL a datastore speaks.
 type Dialect string

@@ -328,7 +328,7 @@ func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	if _, err := c.HealthEventOccurredV1(ctx, events(2, "")); err != nil {
 		t.Fatalf("2 more, within the quota: %v", err)
 	}
-	if got := counter(t, r.s, "platform_connector_quota_refusals_total", connector.ReasonPublisherQuota); got != 1 {
+	if got := counter(t, r.s, "platform_connector_quota_refusals_total", connector.ReasonPublisherQuota.String()); got != 1 {
 		t.Fatalf("publisher_quota refusals counted: %v", got)
 	}
 
@@ -356,7 +356,7 @@ func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	if err != nil || size > 4<<20 {
 		t.Fatalf("the datastore holds %d bytes with a 1 MiB bound, %v; want it stopped near the bound", size, err)
 	}
-	if got := counter(t, r2.s, "platform_connector_quota_refusals_total", connector.ReasonDatastoreFull); got < 1 {
+	if got := counter(t, r2.s, "platform_connector_quota_refusals_total", connector.ReasonDatastoreFull.String()); got < 1 {
 		t.Fatalf("datastore_full refusals counted: %v", got)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Role is how the connector is deployed.
@@ -229,8 +230,8 @@ func New(o Options) (*Server, error) {
 	s.quota = window.New(o.QuotaWindow, maxQuotaKeys)
 	s.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_quota_refusals_total",
 		Help: "Batches refused ResourceExhausted, by reason: publisher_quota (the caller stored --caller-quota-events in its window), datastore_full (the datastore holds --max-datastore-bytes)."}, []string{"reason"})
-	s.quotaRefused.WithLabelValues(ReasonPublisherQuota)
-	s.quotaRefused.WithLabelValues(ReasonDatastoreFull)
+	s.quotaRefused.WithLabelValues(ReasonPublisherQuota.String())
+	s.quotaRefused.WithLabelValues(ReasonDatastoreFull.String())
 	s.keysExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_idempotency_keys_expired_total",
 		Help: "Idempotency keys forgotten after --idempotency-key-retention."})
 	s.health.Registry.MustRegister(s.refused, s.stored, s.failed, s.duplicates, s.quotaRefused, s.keysExpired,
@@ -297,7 +298,7 @@ func New(o Options) (*Server, error) {
 func (s *Server) limitBatch(ctx context.Context, msg any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if b, ok := msg.(*pcv1.HealthEvents); ok && len(b.GetEvents()) > s.opts.MaxBatchEvents {
 		s.refused.WithLabelValues("events").Inc()
-		return nil, status.Errorf(codes.InvalidArgument, "a batch of %d events is over the limit of %d (--max-batch-events); nothing was stored: split it", len(b.GetEvents()), s.opts.MaxBatchEvents)
+		return nil, guard.Refuse(ReasonBatchTooLarge, fmt.Sprintf("a batch of %d events is over the limit of %d (--max-batch-events); nothing was stored: split it", len(b.GetEvents()), s.opts.MaxBatchEvents))
 	}
 	return handler(ctx, msg)
 }
@@ -403,7 +404,7 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	events := make([]*pcv1.HealthEvent, len(in.GetEvents()))
 	for i, e := range in.GetEvents() {
 		if stamped[i] == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "event %d has no node name and none could be stamped", i)
+			return nil, guard.Refuse(ReasonEventNodeUnnamed, fmt.Sprintf("event %d has no node name and none could be stamped", i))
 		}
 		c := proto.Clone(e).(*pcv1.HealthEvent)
 		c.NodeName = stamped[i]
@@ -419,12 +420,12 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		return &emptypb.Empty{}, nil
 	}
 	if n := s.size.Load(); n >= s.opts.MaxDatastoreBytes {
-		s.quotaRefused.WithLabelValues(ReasonDatastoreFull).Inc()
+		s.quotaRefused.WithLabelValues(ReasonDatastoreFull.String()).Inc()
 		return nil, guard.Refuse(ReasonDatastoreFull, fmt.Sprintf("the datastore holds %d bytes, its bound (--max-datastore-bytes %d); nothing was stored: retry once it has been pruned", n, s.opts.MaxDatastoreBytes))
 	}
 	who := caller + "#" + podUID // tokenless callers: all "#"
 	if ok, retry := s.quota.Take(who, len(events), s.opts.QuotaEvents, time.Now()); !ok {
-		s.quotaRefused.WithLabelValues(ReasonPublisherQuota).Inc()
+		s.quotaRefused.WithLabelValues(ReasonPublisherQuota.String()).Inc()
 		return nil, guard.Refuse(ReasonPublisherQuota, fmt.Sprintf("this caller has stored its quota of %d events in %s (--caller-quota-events, --caller-quota-window); nothing was stored: retry in %s", s.opts.QuotaEvents, s.opts.QuotaWindow, retry.Round(time.Second)))
 	}
 	switch {
@@ -448,7 +449,7 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	case err != nil:
 		s.failed.Inc()
 		s.log.Error("connector: storing a batch failed", "err", err, "events", len(events))
-		return nil, status.Error(codes.Unavailable, "datastore unavailable; the batch was not stored, retry")
+		return nil, guard.Refuse(datastore.ReasonUnavailable, "datastore unavailable; the batch was not stored, retry")
 	case duplicate:
 		// A retry of a stored batch (a connection cut after the commit):
 		// answered as the first time, stored once.
@@ -508,12 +509,15 @@ func (s *Server) housekeeping(ctx context.Context) error {
 // MaxIdempotencyKey bounds a batch's idempotency key.
 const MaxIdempotencyKey = 128
 
-// The connector's own refusals of a batch's idempotency key.
+// The connector's own refusals (after the guard's); a store that fails
+// answers datastore.ReasonUnavailable.
 var (
-	ReasonBadIdempotencyKey = binding.Define("idempotency_key_invalid", binding.InvalidArgument, "the batch's idempotency key is too long or has a character outside [A-Za-z0-9._:-]")
-	ReasonKeyReused         = binding.Define("idempotency_key_reused", binding.InvalidArgument, "the batch's idempotency key names another batch already stored")
-	ReasonPublisherQuota    = binding.Define("publisher_quota", binding.ResourceExhausted, "the caller has stored its quota of events for now (--caller-quota-events per --caller-quota-window); retry after the delay the message gives")
-	ReasonDatastoreFull     = binding.Define("datastore_full", binding.ResourceExhausted, "the datastore holds --max-datastore-bytes: new batches are refused, never the disk filled")
+	ReasonBatchTooLarge     = reason.New("batch_too_large", reason.InvalidArgument, "the batch holds more events than --max-batch-events; nothing was stored: split it")
+	ReasonEventNodeUnnamed  = reason.New("event_node_unnamed", reason.InvalidArgument, "an event names no node and none could be stamped (node binding off and no --node-name)")
+	ReasonBadIdempotencyKey = reason.New("idempotency_key_invalid", reason.InvalidArgument, "the batch's idempotency key is too long or has a character outside [A-Za-z0-9._:-]")
+	ReasonKeyReused         = reason.New("idempotency_key_reused", reason.InvalidArgument, "the batch's idempotency key names another batch already stored")
+	ReasonPublisherQuota    = reason.New("publisher_quota", reason.ResourceExhausted, "the caller has stored its quota of events for now (--caller-quota-events per --caller-quota-window); retry after the delay the message gives")
+	ReasonDatastoreFull     = reason.New("datastore_full", reason.ResourceExhausted, "the datastore holds --max-datastore-bytes: new batches are refused, never the disk filled")
 )
 
 // validKey reports whether key is empty or at most MaxIdempotencyKey
@@ -530,4 +534,13 @@ func validKey(key string) bool {
 		}
 	}
 	return true
+}
+
+// Reasons are every refusal the connector can send: the authentication
+// failures, node binding's, a request it could not read, the datastore's
+// and its own. docs/platform-connector.md lists each; test/reasons holds
+// the code to this list.
+func Reasons() []reason.Reason {
+	return reason.Union(binding.Reasons(binding.NodeBinding(binding.NodeConfig{})), guard.ReasonBadRequest, datastore.ReasonUnavailable,
+		ReasonBatchTooLarge, ReasonEventNodeUnnamed, ReasonBadIdempotencyKey, ReasonKeyReused, ReasonPublisherQuota, ReasonDatastoreFull)
 }

@@ -177,7 +177,7 @@ func connectorRevocation(ctx context.Context, e *env) Result {
 		return r
 	}
 	r.Observed = fmt.Sprintf("10 events, then the pod deleted: %s %s after %.2f s; %d TokenReviews", st.Code(), st.Message(), took.Seconds(), reviews)
-	r.Pass = st.Message() == string(authn.TokenInvalid) && reviews == 0
+	r.Pass = st.Message() == authn.TokenInvalid.String() && reviews == 0
 	return r
 }
 

@@ -36,7 +36,7 @@ func (e *env) tokenReview() (authn.Authenticator, error) {
 // reason vocabulary.
 func outcome(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string, error) {
 	id := guard.Identify(ctx, a, bearer.Parse(header))
-	return id.Caller(), id.Reason(), id.Err()
+	return id.Caller(), id.Reason().String(), id.Err()
 }
 
 func refusal(r Result, want string, reason string, err error) Result {
@@ -216,7 +216,7 @@ func reviewOncePerInterval(ctx context.Context, e *env) Result {
 	time.Sleep(interval)
 	_, after, _ := outcome(ctx, a, []string{"Bearer " + tok})
 	r.Observed = fmt.Sprintf("20 checks, %d TokenReview; after the deletion: %s within the interval, %s after", first, orAccepted(within), orAccepted(after))
-	r.Pass = first == 1 && within == "" && after == string(authn.TokenInvalid)
+	r.Pass = first == 1 && within == "" && after == authn.TokenInvalid.String()
 	return r
 }
 
@@ -238,7 +238,7 @@ func refuseMalformed(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	_, reason, err := outcome(ctx, a, []string{"Bearer " + tok, "Bearer " + tok})
-	return refusal(r, bearer.ReasonMalformed, reason, err)
+	return refusal(r, bearer.ReasonMalformed.String(), reason, err)
 }
 
 // refuses verifies a fresh, valid token with a, which must refuse it with

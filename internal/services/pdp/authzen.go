@@ -554,7 +554,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	st := s.state.Get() // one snapshot: policy, registry and signers
 	if st.pkg.API != policy.APIAuthZEN {
-		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
 		return
 	}
 	caller, mode := s.caller(r)
@@ -580,7 +580,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		digest, err := it.requestDigest(digests)
 		if err != nil {
 			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)
-			guard.WriteHTTPError(w, http.StatusInternalServerError, "record_failed", "the decision record could not be built")
+			guard.WriteHTTPError(w, ReasonRecordFailed, "")
 			return
 		}
 		a := evaluationAnswer{Decision: d.Allow}
@@ -687,7 +687,7 @@ const GzipAbove = 64 << 10
 func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		guard.WriteHTTPError(w, http.StatusInternalServerError, "encoding_failed", "the answer could not be encoded")
+		guard.WriteHTTPError(w, ReasonEncodingFailed, "")
 		return
 	}
 	writeBody(w, r, append(b, '\n'))
@@ -750,18 +750,18 @@ var MetadataProfile = decision.Profile{Schema: "authzen-metadata", Type: "authze
 func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Get()
 	if st.pkg.API != policy.APIAuthZEN {
-		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", "this PDP's policy package does not serve AuthZEN")
+		guard.WriteHTTPError(w, ReasonAPINotServed, "this PDP's policy package does not serve AuthZEN")
 		return
 	}
 	root, err := s.pdpIdentifier()
 	if err != nil {
-		guard.WriteHTTPError(w, http.StatusNotFound, "no_pdp_identifier", err.Error())
+		guard.WriteHTTPError(w, ReasonNoPDPIdentifier, err.Error())
 		return
 	}
 	base := root
 	if tenant := r.PathValue("tenant"); tenant != "" {
 		if tenant != st.pkg.ID {
-			guard.WriteHTTPError(w, http.StatusNotFound, "unknown_tenant", fmt.Sprintf("this PDP serves policy package %s; no metadata for %q", st.pkg.ID, guard.LogValue(tenant)))
+			guard.WriteHTTPError(w, ReasonUnknownTenant, fmt.Sprintf("this PDP serves policy package %s; no metadata for %q", st.pkg.ID, guard.LogValue(tenant)))
 			return
 		}
 		base = root + "/" + url.PathEscape(tenant)
@@ -794,7 +794,7 @@ func (s *Server) authzenConfig(w http.ResponseWriter, r *http.Request) {
 func (s *Server) inTenant(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.state.Get().pkg.ID; r.PathValue("tenant") != id {
-			guard.WriteHTTPError(w, http.StatusNotFound, "unknown_tenant", fmt.Sprintf("this PDP serves policy package %s", id))
+			guard.WriteHTTPError(w, ReasonUnknownTenant, fmt.Sprintf("this PDP serves policy package %s", id))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -74,7 +74,7 @@ func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
 	if errors.As(err, &re) {
 		field = re.field
 	}
-	guard.WriteHTTPError(w, http.StatusBadRequest, guard.ReasonBadRequest, err.Error(), "field", field)
+	guard.WriteHTTPError(w, guard.ReasonBadRequest, err.Error(), "field", field)
 }
 
 // decide evaluates a request the middleware let through and signs the
@@ -88,7 +88,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	caller, mode := s.caller(r)
 	st := s.state.Get() // one snapshot: policy, registry and signer
 	if st.pkg.API != policy.APICheck {
-		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
+		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
 		return
 	}
 	d := st.pkg.Evaluate(st.reg, *req)
@@ -150,14 +150,14 @@ func groupBody(g decision.GroupSigned) []byte {
 func (s *Server) signingFailed(w http.ResponseWriter, err error) {
 	s.signFailures.Inc()
 	s.log.Error("pdp: signing failed", "err", err)
-	guard.WriteHTTPError(w, http.StatusInternalServerError, "signing_failed", "the decision record could not be signed")
+	guard.WriteHTTPError(w, ReasonSigningFailed, "")
 }
 
 // caller is the record's caller block for a request the middleware let
 // through, and the mode. The guard counted any violation
 // (pdp_auth_violations_total), let through under warn or not.
 func (s *Server) caller(r *http.Request) (decision.Caller, string) {
-	caller := decision.Caller{Authenticated: false, Reason: "caller_auth_off"}
+	caller := decision.Caller{Authenticated: false, Reason: ReasonCallerAuthOff.String()}
 	if v, ok := guard.FromContext(r.Context()); ok {
 		caller = callerBlock(v, s.o.Auth.VerifiedBy())
 	}
@@ -172,8 +172,8 @@ func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
 // callerBlock is the record's caller: who asked, or, under warn, that the
 // caller was not authenticated and what enforce would have said.
 func callerBlock(v *guard.Verdict, verifiedBy string) decision.Caller {
-	if v.Reason != "" || v.Caller == nil {
-		return decision.Caller{Authenticated: false, Reason: v.Reason}
+	if !v.Reason.IsZero() || v.Caller == nil {
+		return decision.Caller{Authenticated: false, Reason: v.Reason.String()}
 	}
 	c := v.Caller
 	out := decision.Caller{Authenticated: true, Principal: c.Username, UID: c.UID, CredentialID: c.CredentialID,

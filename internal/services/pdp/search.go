@@ -228,7 +228,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	}
 	st := s.state.Get()
 	if st.pkg.API != policy.APIAuthZEN {
-		guard.WriteHTTPError(w, http.StatusNotFound, "api_not_served", fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
 		return
 	}
 	var after string

@@ -900,7 +900,7 @@ func TestTenantQuotas(t *testing.T) {
 		}
 	}
 	_, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
-	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonPendingQuota {
+	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonPendingQuota.String() {
 		t.Fatalf("a fourth pending job: %v; want ResourceExhausted tenant_pending_quota", err)
 	}
 	if r, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec, RequestId: "r-1"}); err != nil || r.GetJob().GetId() == "" {
@@ -921,7 +921,7 @@ func TestTenantQuotas(t *testing.T) {
 		t.Fatalf("with room again: %v", err)
 	}
 	_, err = a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
-	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonSubmissionRate || !strings.Contains(err.Error(), "retry in") {
+	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonSubmissionRate.String() || !strings.Contains(err.Error(), "retry in") {
 		t.Fatalf("a seventh submission in a minute: %v; want ResourceExhausted tenant_submission_rate with a delay", err)
 	}
 	e.clock.Add(int64(time.Minute))

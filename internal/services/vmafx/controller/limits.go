@@ -17,19 +17,20 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/services/vmafx/measure"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Reasons of the JobService's own refusals (after the guard's), in the
-// ErrorInfo of the status and in the refusal's log line; the table gives
-// each its code.
+// ErrorInfo of the status and in the refusal's log line; a store that
+// fails answers datastore.ReasonUnavailable.
 var (
-	ReasonInvalidArgument      = binding.Define("invalid_argument", binding.InvalidArgument, "the request breaks a limit or names something malformed")
-	ReasonJobNotFound          = binding.Define("job_not_found", binding.NotFound, "no such job in your tenant")
-	ReasonConflict             = binding.Define("job_conflict", binding.FailedPrecondition, "the job is not in a state that allows this")
-	ReasonDatastoreUnavailable = binding.Define("datastore_unavailable", binding.Unavailable, "the datastore is unavailable; retry")
-	ReasonPendingQuota         = binding.Define("tenant_pending_quota", binding.ResourceExhausted, "the tenant has as many jobs PENDING as its quota allows (--max-pending-jobs, --tenant-quota); retry once some have been claimed")
-	ReasonSubmissionRate       = binding.Define("tenant_submission_rate", binding.ResourceExhausted, "the tenant submitted as many jobs this minute as its quota allows (--max-submissions-per-minute, --tenant-quota); retry after the delay the message gives")
+	ReasonInvalidArgument = reason.New("invalid_argument", reason.InvalidArgument, "the request breaks a limit or names something malformed")
+	ReasonJobNotFound     = reason.New("job_not_found", reason.NotFound, "no such job in your tenant")
+	ReasonConflict        = reason.New("job_conflict", reason.FailedPrecondition, "the job is not in a state that allows this")
+	ReasonPendingQuota    = reason.New("tenant_pending_quota", reason.ResourceExhausted, "the tenant has as many jobs PENDING as its quota allows (--max-pending-jobs, --tenant-quota); retry once some have been claimed")
+	ReasonSubmissionRate  = reason.New("tenant_submission_rate", reason.ResourceExhausted, "the tenant submitted as many jobs this minute as its quota allows (--max-submissions-per-minute, --tenant-quota); retry after the delay the message gives")
 )
 
 // ReasonMeasurementFailed is the reason of a FAILED report that names
@@ -51,8 +52,8 @@ var reasonWord = regexp.MustCompile(`^[a-z][a-z_]{0,63}$`)
 var errBadReport = errors.New("scores")
 
 // refuse is a status with its reason in an ErrorInfo, as the guard's are,
-// and the code the reason table gives it.
-func refuse(reason, msg string) error { return guard.Refuse(reason, msg) }
+// and the reason's code.
+func refuse(r reason.Reason, msg string) error { return guard.Refuse(r, msg) }
 
 // CheckSpec refuses a spec over a limit, naming the field and the limit:
 // each clip a path relative to the tenant's clip directory of at most
@@ -168,4 +169,13 @@ func logRefusals(log *slog.Logger) grpc.UnaryServerInterceptor {
 		log.WarnContext(ctx, "controller: refused", attrs...)
 		return resp, err
 	}
+}
+
+// Reasons are every refusal the JobService can send: the authentication
+// failures, the role rule's, a request it could not read, the datastore's
+// and its own. docs/vmafx.md lists each; test/reasons holds the code to
+// this list.
+func Reasons() []reason.Reason {
+	return reason.Union(binding.Reasons(binding.Roles(binding.RoleConfig{})), guard.ReasonBadRequest, datastore.ReasonUnavailable,
+		ReasonInvalidArgument, ReasonJobNotFound, ReasonConflict, ReasonPendingQuota, ReasonSubmissionRate)
 }

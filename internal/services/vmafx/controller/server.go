@@ -19,10 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
@@ -393,7 +391,7 @@ func caller(ctx context.Context) (*authn.Caller, error) {
 	if !ok || v.Caller == nil || v.Caller.Tenant == "" {
 		// The guard refuses this before a handler runs; never serve a
 		// request without a tenant to scope it.
-		return nil, status.Error(codes.Unauthenticated, "no verified caller")
+		return nil, refuse(binding.ReasonTokenMissing, "no verified caller")
 	}
 	return v.Caller, nil
 }
@@ -412,7 +410,7 @@ func (s *Service) storeError(ctx context.Context, err error) error {
 		if s.Log != nil {
 			s.Log.ErrorContext(ctx, "controller: datastore", "err", err)
 		}
-		return refuse(ReasonDatastoreUnavailable, "datastore unavailable; retry")
+		return refuse(datastore.ReasonUnavailable, "datastore unavailable; retry")
 	}
 }
 
