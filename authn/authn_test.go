@@ -12,9 +12,9 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/kit/testjwt"
+	"github.com/callerauth/callerauth/reason"
 	"github.com/callerauth/callerauth/token"
 
-	"github.com/callerauth/callerauth/reason"
 	apiauth "k8s.io/apiserver/pkg/authentication/authenticator"
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"

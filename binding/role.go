@@ -2,9 +2,10 @@ package binding
 
 import (
 	"fmt"
-	"github.com/callerauth/callerauth/reason"
 	"path"
 	"slices"
+
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Role and tenant reasons ([Roles]).

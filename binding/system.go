@@ -2,6 +2,7 @@ package binding
 
 import (
 	"fmt"
+
 	"github.com/callerauth/callerauth/reason"
 )
 

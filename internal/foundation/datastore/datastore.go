@@ -35,13 +35,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/callerauth/callerauth/reason"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/callerauth/callerauth/reason"
 )
 
 // ReasonUnavailable is the refusal of a request the datastore could not
