@@ -143,13 +143,13 @@ bench:
 BENCH_DURATION ?= 10s
 BENCH_COUNT ?= 3
 bench-compare: opa-tools
-	$(GO) run ./internal/kit/benchcompare/cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME) --count $(BENCH_COUNT)
+	$(GO) run ./cmd/bench-compare --opa $(OPA_BIN)/opa --duration $(BENCH_DURATION) --benchtime $(BENCHTIME) --count $(BENCH_COUNT)
 
 demo:
 	$(GO) run ./cmd/callerauth demo
 
 images:
-	$(GO) run ./internal/kit/images/cmd/images --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --tag $(IMAGE_TAG) --platforms '$(PLATFORMS)'
+	$(GO) run ./cmd/images --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --tag $(IMAGE_TAG) --platforms '$(PLATFORMS)'
 
 # Every fuzz test in the tree, each for FUZZTIME: the packages and names are
 # found by grep, so a new fuzz test is run without touching this file.

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/callerauth/callerauth/internal/foundation/version"
-	"github.com/callerauth/callerauth/internal/kit/fleetsim"
+	"github.com/callerauth/callerauth/internal/tools/fleetsim"
 )
 
 func main() {

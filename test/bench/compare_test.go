@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/benchcompare"
+	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
 )
 

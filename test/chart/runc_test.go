@@ -28,7 +28,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/charts"
-	"github.com/callerauth/callerauth/internal/kit/images"
+	"github.com/callerauth/callerauth/internal/tools/images"
 )
 
 // built are the images make images builds, built once for this package
@@ -60,7 +60,7 @@ func buildImages() (func(), error) {
 // of its own — not this test binary, built with -race, where compressing
 // the layers takes minutes — and returns what it built.
 func makeImages(out string) ([]images.Image, error) {
-	cmd := exec.Command("go", "run", "./internal/kit/images/cmd/images", "--root", ".", "--out", out, "--registry", "ghcr.io/callerauth", "--tag", "0.1.0")
+	cmd := exec.Command("go", "run", "./cmd/images", "--root", ".", "--out", out, "--registry", "ghcr.io/callerauth", "--tag", "0.1.0")
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -30,7 +30,7 @@ import (
 	search "github.com/callerauth/callerauth/examples/authzen-search"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
-	"github.com/callerauth/callerauth/internal/kit/loadgen"
+	"github.com/callerauth/callerauth/internal/tools/loadgen"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/proc"
 )

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/callerauth/callerauth/internal/kit/images"
+	"github.com/callerauth/callerauth/internal/tools/images"
 )
 
 func main() {

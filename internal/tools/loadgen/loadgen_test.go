@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/loadgen"
+	"github.com/callerauth/callerauth/internal/tools/loadgen"
 )
 
 func TestRunCountsAnswersAndErrors(t *testing.T) {

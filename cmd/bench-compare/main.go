@@ -13,7 +13,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/benchcompare"
+	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 )
 
 func main() {
@@ -47,7 +47,7 @@ func run() error {
 		return fmt.Errorf("building the pdp: %w\n%s", err, out)
 	}
 	emptyBin := filepath.Join(dir, "empty-server")
-	if out, err := exec.Command("go", "build", "-o", emptyBin, "./internal/kit/benchcompare/cmd/empty-server").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's floor server into a temporary directory.
+	if out, err := exec.Command("go", "build", "-o", emptyBin, "./cmd/empty-server").CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's floor server into a temporary directory.
 		return fmt.Errorf("building the empty server: %w\n%s", err, out)
 	}
 	peers, err := benchcompare.StartPeers(ctx, dir, pdpBin, *opa, emptyBin, "examples/secrets-engine/rego/secretsengine.rego")

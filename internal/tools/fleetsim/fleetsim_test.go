@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/fleetsim"
+	"github.com/callerauth/callerauth/internal/tools/fleetsim"
 )
 
 // TestFleet: a success-only cache sends each replica about one TokenReview
