@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 	"github.com/callerauth/callerauth/internal/kit/e2e"
+	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 )
 
 var pdpBin, opaBin string

@@ -30,9 +30,9 @@ import (
 	search "github.com/callerauth/callerauth/examples/authzen-search"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/examples/todo"
-	"github.com/callerauth/callerauth/internal/tools/loadgen"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/proc"
+	"github.com/callerauth/callerauth/internal/tools/loadgen"
 )
 
 // Server is a process serving on a loopback address.
