@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
@@ -19,30 +21,27 @@ import (
 // with [New] after validating its options once, adds its servers and loops,
 // and calls [Manager.Run]:
 //
-//	m, err := serve.New("pdp", o.Serve, o.Auth, o.Logger)
-//	g, err := m.Guard(serve.GuardSpec{Audience: ..., Rule: ...})
+//	m, err := serve.New("pdp", cfg.Serve, cfg.Logger)
+//	g, err := m.Guard(cfg.Callers, stack.Spec{Audience: ..., Rule: ...})
 //	m.ServeHTTP("api", lis, handler)
 //	m.Set("policy_version", v)
 //	return m.Run(ctx) // + the metrics listener, one start-up line, until ctx ends
 type Manager struct {
 	name      string
 	opts      Options
-	auth      AuthOptions
 	log       *slog.Logger
 	health    *Health
 	certs     *CertReloader
-	guard     *CallerAuth
+	callers   []any // the caller-authentication settings, once Guard ran
 	runnables []Runnable
 	settings  []any
 }
 
-// New builds a service's manager. opts and auth must have been validated
-// (the service's Options.Validate does, once). log nil: JSON at
-// --log-level on opts.LogOutput (default standard error). With a serving
-// key pair configured, the pair is loaded now: a pair that cannot be is an
-// error.
-func New(name string, opts Options, auth AuthOptions, log *slog.Logger) (*Manager, error) {
-	opts.Defaults()
+// New builds a service's manager. opts must have been validated (the
+// service's Options.Complete does, once). log nil: JSON at --log-level on
+// opts.LogOutput (default standard error). With a serving key pair
+// configured, the pair is loaded now: a pair that cannot be is an error.
+func New(name string, opts Options, log *slog.Logger) (*Manager, error) {
 	if log == nil {
 		out := opts.LogOutput
 		if out == nil {
@@ -50,7 +49,7 @@ func New(name string, opts Options, auth AuthOptions, log *slog.Logger) (*Manage
 		}
 		log = opts.Logger(out)
 	}
-	m := &Manager{name: name, opts: opts, auth: auth, log: log, health: NewHealth()}
+	m := &Manager{name: name, opts: opts, log: log, health: NewHealth()}
 	if opts.HasTLS() {
 		var err error
 		if m.certs, err = opts.CertReloader(log); err != nil {
@@ -75,18 +74,20 @@ func (m *Manager) TLSConfig() *tls.Config {
 	return m.certs.TLSConfig()
 }
 
-// Guard wires the service's caller authentication from the shared options
-// and spec (its registry and logger are the manager's), and adds what must
-// run beside it. Call it at most once.
-func (m *Manager) Guard(spec GuardSpec) (*CallerAuth, error) {
+// Guard builds the service's caller authentication (stack.Build) with
+// the manager's registry and logger, adds what must run beside it, and
+// puts its settings on the start-up line. Call it at most once.
+func (m *Manager) Guard(cfg stack.Config, spec stack.Spec) (*guard.Guard, error) {
 	spec.Registry, spec.Logger = m.health.Registry, m.log
-	g, err := m.auth.Guard(spec)
+	st, err := stack.Build(cfg, spec)
 	if err != nil {
 		return nil, err
 	}
-	m.guard = g
-	m.runnables = append(m.runnables, g.Runnables()...)
-	return g, nil
+	for _, r := range st.Runnables {
+		m.Add(r)
+	}
+	m.callers = cfg.Settings()
+	return st.Guard, nil
 }
 
 // Add adds a runnable: it starts with [Manager.Run] and stops with it.
@@ -120,9 +121,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		line[1] = metrics.Listener.Addr().String()
 	}
 	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
-	if m.guard != nil {
-		line = append(line, m.auth.settings()...)
-	}
+	line = append(line, m.callers...)
 	m.log.Info(m.name+": serving", append(line, m.settings...)...)
 	if err := Run(ctx, m.runnables...); err != nil {
 		m.log.Error(m.name+": serving failed", "err", err)

@@ -14,11 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
-// Options are the serving settings every service shares. A service sets its
-// defaults on the struct, then calls [Options.AddFlags].
+// Options are the serving settings every service shares. Start from
+// [NewOptions], which holds every default; a service changes what it
+// wants (its --listen) and calls [Options.AddFlags].
 type Options struct {
 	// Listen is the API's host:port.
 	Listen string
@@ -26,7 +28,6 @@ type Options struct {
 	// the files change.
 	TLSCertFile, TLSKeyFile string
 	// CertCheckInterval is how often the key pair's files are looked at.
-	// Default DefaultCertCheckInterval.
 	CertCheckInterval time.Duration
 	// MetricsListen serves /metrics, /healthz and /readyz; empty: off.
 	MetricsListen string
@@ -35,39 +36,28 @@ type Options struct {
 	// --profiling does. Off by default: a profile shows what the process
 	// is doing to anyone who can reach the metrics port.
 	Profiling bool
-	// LogLevel is debug, info, warn or error. Default info.
+	// LogLevel is debug, info, warn or error.
 	LogLevel string
-	// ShutdownTimeout is how long the servers drain on SIGTERM. Default
-	// DefaultShutdownTimeout.
+	// ShutdownTimeout is how long the servers drain on SIGTERM.
 	ShutdownTimeout time.Duration
 	// HTTP bounds every HTTP listener's clients.
 	HTTP HTTPLimits
-	// LogOutput is where the JSON log goes. Default standard error.
+	// LogOutput is where the JSON log goes. Nil: standard error.
 	LogOutput io.Writer
 }
 
-// Defaults fills what is unset: info, the shutdown timeout, the HTTP
-// limits.
-func (o *Options) Defaults() {
-	if o.LogLevel == "" {
-		o.LogLevel = "info"
-	}
-	if o.ShutdownTimeout == 0 {
-		o.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if o.CertCheckInterval == 0 {
-		o.CertCheckInterval = DefaultCertCheckInterval
-	}
-	if o.HTTP == (HTTPLimits{}) {
-		o.HTTP = DefaultHTTPLimits()
-	}
+// NewOptions returns the defaults: listen on listen, metrics on
+// metricsListen (empty: off), info, DefaultShutdownTimeout,
+// DefaultCertCheckInterval, DefaultHTTPLimits.
+func NewOptions(listen, metricsListen string) Options {
+	return Options{Listen: listen, MetricsListen: metricsListen, LogLevel: "info", ShutdownTimeout: DefaultShutdownTimeout,
+		CertCheckInterval: DefaultCertCheckInterval, HTTP: DefaultHTTPLimits()}
 }
 
-// AddFlags registers the serving flags, with o's current values (after
-// Defaults) as their defaults: --listen, --tls-cert-file, --tls-key-file,
+// AddFlags registers the serving flags, with o's values as their
+// defaults: --listen, --tls-cert-file, --tls-key-file,
 // --tls-check-interval, the --http-* limits, and [Options.AddProcessFlags].
 func (o *Options) AddFlags(f *pflag.FlagSet) {
-	o.Defaults()
 	f.StringVar(&o.Listen, "listen", o.Listen, "host:port to serve the API on")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serving certificate (PEM); re-read when it changes on disk")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serving key (PEM); re-read when it changes on disk")
@@ -80,7 +70,6 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 // that serves no API (the vmafx node and operator): --metrics-listen,
 // --profiling, --log-level and --shutdown-timeout.
 func (o *Options) AddProcessFlags(f *pflag.FlagSet) {
-	o.Defaults()
 	f.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "host:port for /metrics, /healthz and /readyz (empty: off)")
 	f.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go's profiles under /debug/pprof/ on --metrics-listen")
 	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
@@ -183,9 +172,6 @@ func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *c
 	cmd.Version = version.Get().String()
 	cmd.RunE = func(cmd *cobra.Command, _ []string) (err error) {
 		o.LogOutput = stderr
-		if err := CheckAuthFlags(cmd.Flags()); err != nil {
-			return err
-		}
 		s, err := build(cmd)
 		if err != nil {
 			return err
@@ -214,3 +200,26 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, stderr io.W
 	}
 	return 0
 }
+
+// AddCallerFlags registers the caller-authentication flags of o
+// (stack.Options.AddFlags) and the removed --caller-oidc-issuers.
+func AddCallerFlags(f *pflag.FlagSet, o *stack.Options) {
+	o.AddFlags(f)
+	RemovedFlag(f, "caller-oidc-issuers", "the JSON issuers file")
+}
+
+// RemovedFlag registers a flag that no longer exists — a file format
+// callerauth read before the AuthenticationConfiguration — so that giving
+// it stops the process saying what to do instead of "unknown flag".
+func RemovedFlag(f *pflag.FlagSet, name, what string) {
+	f.Var(removed{name, what}, name, "removed: "+what+" — callerauth config convert FILE writes the AuthenticationConfiguration for --caller-authentication-config")
+	_ = f.MarkHidden(name)
+}
+
+type removed struct{ name, what string }
+
+func (r removed) String() string { return "" }
+func (r removed) Set(string) error {
+	return fmt.Errorf("--%s (%s) was removed: callerauth config convert FILE writes the same issuers as a Kubernetes AuthenticationConfiguration; give it with --caller-authentication-config", r.name, r.what)
+}
+func (r removed) Type() string { return "file" }

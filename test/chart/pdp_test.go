@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/pdp"
@@ -164,11 +165,15 @@ func TestPDPChartFeedsThePDP(t *testing.T) {
 	o.PolicyDir, o.Registry, o.SigningKeyFile = remap(o.PolicyDir), remap(o.Registry), remap(o.SigningKeyFile)
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = remap(o.Serve.TLSCertFile), remap(o.Serve.TLSKeyFile)
 	o.Serve.Listen, o.Serve.MetricsListen = "127.0.0.1:0", "127.0.0.1:0"
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatalf("the pdp refuses what the chart renders: %v", err)
+	}
 	// No API server here: the caller backend is the one thing replaced.
-	o.Authenticator = authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+	c.Callers = stack.Custom(authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Expiry: time.Now().Add(time.Hour)}, nil
-	})
-	if _, err := pdp.New(o); err != nil {
+	}), "TokenReview")
+	if _, err := pdp.New(c); err != nil {
 		t.Fatalf("the pdp refuses what the chart renders: %v", err)
 	}
 
@@ -262,8 +267,8 @@ func TestPDPChartWatchBoundObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Validate(); err != nil || !o.Auth.WatchBoundObjects || o.Auth.ReviewInterval != 30*time.Minute {
-		t.Fatalf("%v: watch %v, interval %s", err, o.Auth.WatchBoundObjects, o.Auth.ReviewInterval)
+	if err := o.Validate(); err != nil || !o.Callers.WatchBoundObjects || o.Callers.ReviewInterval != 30*time.Minute {
+		t.Fatalf("%v: watch %v, interval %s", err, o.Callers.WatchBoundObjects, o.Callers.ReviewInterval)
 	}
 	role := manifests(t, out)["ClusterRole/flex-auth-pdp-flex-auth-bound-objects"]
 	if role == nil {

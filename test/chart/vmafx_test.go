@@ -15,7 +15,6 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
-	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
 )
 
 const vmafxChart = "../../deploy/charts/vmafx"
@@ -89,7 +88,10 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 					t.Fatalf("%s: the connection does not use the mounted CA:\n%s", c.key, conn)
 				}
 				_ = os.WriteFile(p, []byte(strings.Replace(conn, "/etc/vmafx/controller-ca/ca.crt", caFile, 1)), 0o600)
-				cfg, err := operator.Load(operator.Options{Config: p, LookupEnv: func(string) (string, bool) { return "", false }})
+				o := node.NewOptions("")
+				o.Config, o.LookupEnv = p, func(string) (string, bool) { return "", false }
+				completed, err := o.Complete()
+				cfg := completed.Controller
 				if err != nil {
 					t.Fatalf("%s: the credentials loader refuses the chart's connection: %v", c.key, err)
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +23,13 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "pc.sock")
-	s, err := connector.New(connector.Options{Role: connector.RoleSocket, ConfigFile: cfg, NodeName: "node-a", Socket: sock,
-		Datastore: filepath.Join(dir, "events.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := connector.NewOptions("node-a")
+	o.ConfigFile, o.Socket, o.Datastore, o.Serve.MetricsListen, o.Serve.LogOutput = cfg, sock, filepath.Join(dir, "events.db"), "", io.Discard
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := connector.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

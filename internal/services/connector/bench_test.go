@@ -2,8 +2,6 @@ package connector_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,19 +31,10 @@ func BenchmarkBatch(b *testing.B) {
 			if enabled {
 				cfg = `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`
 			}
-			cfgFile := filepath.Join(dir, "config.json")
-			if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-				b.Fatal(err)
-			}
 			caller := &authn.Caller{Username: "system:serviceaccount:nvsentinel:gpu-health-monitor", PodName: "p", NodeName: "node-a", Expiry: time.Now().Add(time.Hour)}
-			s, err := connector.New(connector.Options{
-				Role: connector.RoleSocket, ConfigFile: cfgFile, NodeName: "node-a", Socket: filepath.Join(dir, "pc.sock"),
-				Datastore: filepath.Join(dir, "events.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			o := options(b, cfg)
+			o.Socket, o.Datastore = filepath.Join(dir, "pc.sock"), filepath.Join(dir, "events.db")
+			s := newServer(b, o, authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }))
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()

@@ -19,8 +19,7 @@ import (
 // NewCommand is the platform-connector command line. getenv reads the
 // environment (NODE_NAME).
 func NewCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
-	o := Options{Serve: serve.Options{MetricsListen: "127.0.0.1:2112"}}
-	var role string
+	o := NewOptions(getenv("NODE_NAME"))
 	cmd := &cobra.Command{
 		Use:   "platform-connector",
 		Short: "Receive health events over gRPC, with node-binding authentication",
@@ -30,39 +29,41 @@ to its node; in the deployment role it listens on TCP with TLS and every
 caller needs a pod-bound token. config.json (the ConfigMap) holds the
 node-binding settings; see docs/platform-connector.md.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(cmd *cobra.Command) (serve.Service, error) {
-		o.Role = Role(role)
-		if o.Role == RoleDeployment && !cmd.Flags().Changed("socket") {
-			o.Socket = "" // the default socket path belongs to the socket role
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
+		c, err := o.Complete()
+		if err != nil {
+			return nil, err
 		}
-		if o.NodeName == "" {
-			o.NodeName = getenv("NODE_NAME")
-		}
-		return New(o)
+		return New(c)
 	})
-	f := cmd.Flags()
-	f.StringVar(&role, "role", string(RoleSocket), "socket (node-local DaemonSet) or deployment")
-	f.StringVar(&o.ConfigFile, "config", "/etc/platform-connector/config.json", "config.json with the node-binding settings")
-	f.StringVar(&o.NodeName, "node-name", "", "socket role: this node (default $NODE_NAME)")
-	f.StringVar(&o.Socket, "socket", "/var/run/nvsentinel/platform-connector.sock", "socket role: the Unix socket to listen on")
-	f.StringVar(&o.Datastore, "datastore", "/var/lib/platform-connector/events.db", "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
-	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
-	f.IntVar(&o.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
-	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", DefaultMaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
-	f.IntVar(&o.QuotaEvents, "caller-quota-events", DefaultQuotaEvents, "events one caller (its pod, for a pod-bound token; all tokenless callers together) may store per --caller-quota-window; beyond, ResourceExhausted publisher_quota with the delay to retry after")
-	f.DurationVar(&o.QuotaWindow, "caller-quota-window", DefaultQuotaWindow, "the window --caller-quota-events counts in (at least 1s)")
-	f.DurationVar(&o.KeyRetention, "idempotency-key-retention", DefaultKeyRetention, "how long a batch's idempotency key is kept: a retry later than that is stored as a new batch (at least 1m)")
-	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", DefaultMaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
+	o.AddFlags(cmd.Flags())
+	cmd.AddCommand(newEventsCommand(stdout), newHostDirsCommand(stdout))
+	return cmd
+}
+
+// AddFlags registers the connector's flags, with o's values as their
+// defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar((*string)(&o.Role), "role", string(o.Role), "socket (node-local DaemonSet) or deployment")
+	f.StringVar(&o.ConfigFile, "config", o.ConfigFile, "config.json with the node-binding settings")
+	f.StringVar(&o.NodeName, "node-name", o.NodeName, "socket role: this node (default $NODE_NAME)")
+	f.StringVar(&o.Socket, "socket", o.Socket, "socket role: the Unix socket to listen on (default "+DefaultSocket+")")
+	f.StringVar(&o.Datastore, "datastore", o.Datastore, "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", o.DatastoreURLFile, datastore.FileFlagHelp)
+	f.IntVar(&o.MaxBatchEvents, "max-batch-events", o.MaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
+	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
+	f.IntVar(&o.QuotaEvents, "caller-quota-events", o.QuotaEvents, "events one caller (its pod, for a pod-bound token; all tokenless callers together) may store per --caller-quota-window; beyond, ResourceExhausted publisher_quota with the delay to retry after")
+	f.DurationVar(&o.QuotaWindow, "caller-quota-window", o.QuotaWindow, "the window --caller-quota-events counts in (at least 1s)")
+	f.DurationVar(&o.KeyRetention, "idempotency-key-retention", o.KeyRetention, "how long a batch's idempotency key is kept: a retry later than that is stored as a new batch (at least 1m)")
+	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", o.MaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
 	o.Serve.AddFlags(f)
-	o.Auth.AddFlags(f)
+	serve.AddCallerFlags(f, &o.Callers)
 	// The names these two had before every service shared one set.
 	for old, name := range map[string]string{"auth-cache-ttl": "caller-cache-ttl", "auth-review-timeout": "caller-review-timeout"} {
 		f.AddFlag(&pflag.Flag{Name: old, Value: f.Lookup(name).Value, DefValue: f.Lookup(name).DefValue})
 	}
 	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
 	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
-	cmd.AddCommand(newEventsCommand(stdout), newHostDirsCommand(stdout))
-	return cmd
 }
 
 func newEventsCommand(stdout io.Writer) *cobra.Command {

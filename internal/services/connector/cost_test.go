@@ -22,7 +22,7 @@ import (
 func TestBatchCostIsLinearInItsBytes(t *testing.T) {
 	const maxAllocPerByte = 256 // docs/reliability.md: ~2.2 KB an event of 13 bytes
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	run(t, connector.Options{Socket: sock, QuotaEvents: 3000}, "")
+	run(t, func(o *connector.Options) { o.Socket, o.QuotaEvents = sock, 3000 }, "", nil)
 	c := dialSocket(t, sock)
 	ctx := context.Background()
 	keyed := func(b *pcv1.HealthEvents, key string) *pcv1.HealthEvents { b.IdempotencyKey = key; return b }

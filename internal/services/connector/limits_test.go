@@ -2,7 +2,7 @@ package connector_test
 
 import (
 	"context"
-	"log/slog"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,9 +17,9 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
@@ -33,26 +33,17 @@ type running struct {
 
 // run starts a socket-role connector with node binding off (the limits
 // come before authentication) unless config says otherwise.
-func run(t *testing.T, o connector.Options, config string) *running {
+func run(t *testing.T, edit func(*connector.Options), config string, auth authn.Authenticator) *running {
 	t.Helper()
 	dir := t.TempDir()
 	if config == "" {
 		config = `{"enableNodeBindingAuth": false}`
 	}
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if o.Role == "" {
-		o.Role, o.NodeName = connector.RoleSocket, "node-a"
-	}
-	o.ConfigFile, o.Datastore = cfg, filepath.Join(dir, "events.db")
 	lb := &capture.Buffer{}
-	o.Logger = slog.New(slog.NewJSONHandler(lb, nil))
-	s, err := connector.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := options(t, config)
+	o.Datastore, o.Serve.LogOutput = filepath.Join(dir, "events.db"), lb
+	edit(&o)
+	s := newServer(t, o, auth)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{s: s, done: make(chan error, 1), stop: cancel, log: lb}
 	go func() { r.done <- s.Run(ctx) }()
@@ -99,7 +90,7 @@ func events(n int, message string) *pcv1.HealthEvents {
 // counted.
 func TestBatchLimits(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	r := run(t, connector.Options{Socket: sock, MaxBatchEvents: 10, MaxMessageBytes: 64 << 10}, "")
+	r := run(t, func(o *connector.Options) { o.Socket, o.MaxBatchEvents, o.MaxMessageBytes = sock, 10, 64<<10 }, "", nil)
 	c := dialSocket(t, sock)
 	ctx := context.Background()
 	refused := func(limit string) float64 { return counter(t, r.s, "platform_connector_batches_refused_total", limit) }
@@ -148,20 +139,45 @@ func counter(t *testing.T, s *connector.Server, name, label string) float64 {
 	return 0
 }
 
+// options are the connector's defaults in the socket role on node-a,
+// with config as config.json and metrics off.
+func options(t testing.TB, config string) connector.Options {
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := connector.NewOptions("node-a")
+	o.ConfigFile, o.Serve.MetricsListen, o.Serve.LogOutput = cfg, "", io.Discard
+	return o
+}
+
+// newServer completes o and builds the connector, verifying callers with
+// auth (behind the stack's cache) instead of o's backend when auth is set.
+func newServer(t testing.TB, o connector.Options, auth authn.Authenticator) *connector.Server {
+	t.Helper()
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != nil {
+		c.Callers = stack.Custom(auth, "TokenReview")
+	}
+	s, err := connector.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestSocketPathIsNotTakenOver: only a stale socket is removed. A regular
 // file at the path is refused and kept; a socket another connector is
 // serving on is refused, and that connector keeps serving its publishers.
 func TestSocketPathIsNotTakenOver(t *testing.T) {
 	dir := t.TempDir()
 	newServer := func(sock string) *connector.Server {
-		cfg := filepath.Join(t.TempDir(), "config.json")
-		_ = os.WriteFile(cfg, []byte(`{"enableNodeBindingAuth": false}`), 0o600)
-		s, err := connector.New(connector.Options{Role: connector.RoleSocket, NodeName: "node-a", Socket: sock, ConfigFile: cfg,
-			Datastore: filepath.Join(t.TempDir(), "db"), Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		o := options(t, `{"enableNodeBindingAuth": false}`)
+		o.Socket, o.Datastore = sock, filepath.Join(t.TempDir(), "db")
+		return newServer(t, o, nil)
 	}
 	t.Run("a regular file", func(t *testing.T) {
 		path := filepath.Join(dir, "file.sock")
@@ -176,7 +192,7 @@ func TestSocketPathIsNotTakenOver(t *testing.T) {
 	})
 	t.Run("a live socket", func(t *testing.T) {
 		path := filepath.Join(dir, "live.sock")
-		first := run(t, connector.Options{Socket: path}, "")
+		first := run(t, func(o *connector.Options) { o.Socket = path }, "", nil)
 		c := dialSocket(t, path)
 		err := newServer(path).Run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "another process is listening on it") {
@@ -197,7 +213,7 @@ func TestSocketPathIsNotTakenOver(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false) // a connector that died leaves this behind
 		_ = l.Close()
-		run(t, connector.Options{Socket: path}, "")
+		run(t, func(o *connector.Options) { o.Socket = path }, "", nil)
 		if _, err := dialSocket(t, path).HealthEventOccurredV1(context.Background(), events(1, "")); err != nil {
 			t.Fatalf("after a stale socket: %v", err)
 		}
@@ -220,11 +236,12 @@ func TestDeploymentRoleLogsEffectiveSettings(t *testing.T) {
 	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
-	r := run(t, connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+	r := run(t, func(o *connector.Options) {
+		o.Role, o.NodeName, o.Serve.Listen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile = connector.RoleDeployment, "", "127.0.0.1:0", cert, key
+	}, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": [], "AuthMode": "audit", "AuthFailOpenOnUnavailable": true}`,
+		authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 			return nil, authn.Fail(authn.TokenInvalid, "test")
-		})},
-		`{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": [], "AuthMode": "audit", "AuthFailOpenOnUnavailable": true}`)
+		}))
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(r.log.String(), "connector: serving"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no start-up line: %s", r.log.String())
@@ -249,9 +266,10 @@ func TestMetricsTheDocsList(t *testing.T) {
 	section := doc[strings.Index(doc, "## Metrics"):]
 	section = section[:strings.Index(section[3:], "\n## ")+3]
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	r := run(t, connector.Options{Socket: sock, Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
-		return nil, authn.Fail(authn.TokenInvalid, "test")
-	})}, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`)
+	r := run(t, func(o *connector.Options) { o.Socket = sock }, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`,
+		authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+			return nil, authn.Fail(authn.TokenInvalid, "test")
+		}))
 	mfs, err := r.s.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +313,7 @@ func TestMetricsTheDocsList(t *testing.T) {
 // was answered OK without its key being looked at).
 func TestIdempotencyKeyCheckedOnEveryBatch(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	run(t, connector.Options{Socket: sock}, "")
+	run(t, func(o *connector.Options) { o.Socket = sock }, "", nil)
 	c := dialSocket(t, sock)
 	for _, batch := range []*pcv1.HealthEvents{{IdempotencyKey: "bad key!"}, {IdempotencyKey: strings.Repeat("k", connector.MaxIdempotencyKey+1)}} {
 		_, err := c.HealthEventOccurredV1(context.Background(), batch)
@@ -315,7 +333,9 @@ func TestIdempotencyKeyCheckedOnEveryBatch(t *testing.T) {
 // fill the disk; both counted.
 func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	r := run(t, connector.Options{Socket: sock, QuotaEvents: 5, QuotaWindow: time.Hour, MaxDatastoreBytes: 1 << 20}, "")
+	r := run(t, func(o *connector.Options) {
+		o.Socket, o.QuotaEvents, o.QuotaWindow, o.MaxDatastoreBytes = sock, 5, time.Hour, 1<<20
+	}, "", nil)
 	c := dialSocket(t, sock)
 	ctx := context.Background()
 	if _, err := c.HealthEventOccurredV1(ctx, events(3, "")); err != nil {
@@ -335,7 +355,7 @@ func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	// Another connector, a generous quota and a 1 MiB bound: batches of
 	// 8 × 32 KiB until the bound refuses them.
 	sock2 := filepath.Join(t.TempDir(), "pc2.sock")
-	r2 := run(t, connector.Options{Socket: sock2, QuotaEvents: 1 << 20, MaxDatastoreBytes: 1 << 20}, "")
+	r2 := run(t, func(o *connector.Options) { o.Socket, o.QuotaEvents, o.MaxDatastoreBytes = sock2, 1<<20, 1<<20 }, "", nil)
 	c2 := dialSocket(t, sock2)
 	refused := false
 	for deadline := time.Now().Add(30 * time.Second); !refused && time.Now().Before(deadline); {

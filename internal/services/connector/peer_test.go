@@ -55,7 +55,7 @@ func publishOnce(sock string) int {
 // shared one namespace: the second process's batch was silently dropped).
 func TestTokenlessCallersKeepTheirOwnKeys(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pc.sock")
-	r := run(t, connector.Options{Socket: sock}, "")
+	r := run(t, func(o *connector.Options) { o.Socket = sock }, "", nil)
 	dialSocket(t, sock) // the socket is there
 	for range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")

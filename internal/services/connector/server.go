@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
-	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
@@ -43,52 +43,83 @@ const (
 	RoleDeployment Role = "deployment"
 )
 
-// Options configure a connector. Flags map onto them one to one.
+// Options are the connector's flags. Start from [NewOptions], which holds
+// every default; [Options.Complete] validates them and returns the
+// [Config] that [New] reads.
 type Options struct {
 	Role       Role
 	ConfigFile string // config.json
 	NodeName   string // socket role: this node
-	Socket     string // socket role: the Unix socket path
+	// Socket is the socket role's Unix socket; empty: DefaultSocket.
+	Socket string
 	// Serve: --listen, --tls-cert-file, --tls-key-file (deployment role),
 	// --metrics-listen, --log-level, --shutdown-timeout, --http-*.
 	Serve serve.Options
-	// Auth: --caller-backend, --kubeconfig, --caller-authentication-config,
-	// --caller-cache-ttl, --caller-review-timeout. The audience, mode and
+	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl,
+	// --caller-review-timeout and the rest. The audience, mode and
 	// fail-open come from config.json.
-	Auth      serve.AuthOptions
+	Callers   stack.Options
 	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
 	// DatastoreURLFile, when set, holds the datastore URL instead
 	// (--datastore-url-file; datastore.Resolve).
 	DatastoreURLFile string
 	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
-	// carry; a larger batch is refused whole (InvalidArgument). Default
-	// DefaultMaxBatchEvents.
+	// carry; a larger batch is refused whole (InvalidArgument).
 	MaxBatchEvents int
 	// MaxMessageBytes is the largest request message accepted; gRPC refuses
-	// a larger one whole (ResourceExhausted). Default DefaultMaxMessageBytes.
+	// a larger one whole (ResourceExhausted).
 	MaxMessageBytes int
 	// QuotaEvents bounds the events one caller — its pod, for a pod-bound
 	// token; its account otherwise; all tokenless callers together — may
 	// store in QuotaWindow (--caller-quota-events, --caller-quota-window).
-	// Defaults DefaultQuotaEvents a DefaultQuotaWindow.
 	QuotaEvents int
 	QuotaWindow time.Duration
 	// KeyRetention is how long a batch's idempotency key is kept
-	// (--idempotency-key-retention; default DefaultKeyRetention): a retry
-	// later than that is stored as a new batch.
+	// (--idempotency-key-retention): a retry later than that is stored as
+	// a new batch.
 	KeyRetention time.Duration
 	// MaxDatastoreBytes bounds what the datastore may hold; past it, new
-	// batches are refused (--max-datastore-bytes; default
-	// DefaultMaxDatastoreBytes), never the disk filled.
+	// batches are refused (--max-datastore-bytes), never the disk filled.
 	MaxDatastoreBytes int64
-	Logger            *slog.Logger
-	// Authenticator replaces the backend, for tests.
-	Authenticator authn.Authenticator
 }
 
-// Defaults of the batch limits, the quota, the key retention and the
-// datastore's bound.
+// NewOptions returns the connector's defaults: the one place they are
+// written. nodeName is the socket role's node ($NODE_NAME).
+func NewOptions(nodeName string) Options {
+	return Options{Role: RoleSocket, ConfigFile: "/etc/platform-connector/config.json", NodeName: nodeName,
+		Serve: serve.NewOptions("", "127.0.0.1:2112"), Callers: stack.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
+		MaxBatchEvents: DefaultMaxBatchEvents, MaxMessageBytes: DefaultMaxMessageBytes, QuotaEvents: DefaultQuotaEvents, QuotaWindow: DefaultQuotaWindow,
+		KeyRetention: DefaultKeyRetention, MaxDatastoreBytes: DefaultMaxDatastoreBytes}
+}
+
+// Config is the connector's completed configuration, as [New] reads it.
+type Config struct {
+	Role     Role
+	NodeName string
+	Socket   string
+	Serve    serve.Options
+	// Callers is the caller authentication; Complete makes it from the
+	// flags, a program may set stack.Custom instead.
+	Callers stack.Config
+	// Logger nil: JSON at --log-level on standard error.
+	Logger *slog.Logger
+	// Auth is config.json as written; Mode and FailOpen are what is in
+	// force (the deployment role always enforces and never fails open).
+	Auth     AuthConfig
+	Mode     guard.Mode
+	FailOpen bool
+	// Datastore is the resolved target (--datastore or the first line of
+	// --datastore-url-file).
+	Datastore                                    string
+	MaxBatchEvents, MaxMessageBytes, QuotaEvents int
+	QuotaWindow, KeyRetention                    time.Duration
+	MaxDatastoreBytes                            int64
+}
+
+// Defaults of the socket, the batch limits, the quota, the key retention
+// and the datastore's bound.
 const (
+	DefaultSocket            = "/var/run/nvsentinel/platform-connector.sock"
 	DefaultMaxBatchEvents    = 1000
 	DefaultMaxMessageBytes   = 4 << 20
 	DefaultQuotaEvents       = 60000
@@ -97,14 +128,21 @@ const (
 	DefaultMaxDatastoreBytes = 4 << 30
 )
 
-// Validate refuses options that cannot be honoured, naming the flag. auth
-// is the loaded config.json.
-func (o Options) Validate(auth AuthConfig) error {
+// Complete loads config.json and validates the options against it —
+// refusing every one that cannot be honoured, naming its flag or key —
+// and returns the configuration New reads: config.json parsed, the
+// datastore resolved, the role's defaults and settings in force.
+func (o Options) Complete() (Config, error) {
+	auth, err := LoadAuthConfig(o.ConfigFile)
+	if err != nil {
+		return Config{}, err
+	}
 	var errs []error
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.Auth.Validate(); err != nil {
+	callers, err := o.Callers.Complete()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxBatchEvents < 1 {
@@ -130,9 +168,7 @@ func (o Options) Validate(auth AuthConfig) error {
 		if o.NodeName == "" {
 			errs = append(errs, errors.New("connector: the socket role needs its node: set NODE_NAME or --node-name"))
 		}
-		if o.Socket == "" {
-			errs = append(errs, errors.New("connector: the socket role needs --socket"))
-		}
+		o.Socket = cmp.Or(o.Socket, DefaultSocket)
 		if o.Serve.Listen != "" || o.Serve.HasTLS() {
 			errs = append(errs, errors.New("connector: --listen, --tls-cert-file and --tls-key-file belong to the deployment role"))
 		}
@@ -155,19 +191,42 @@ func (o Options) Validate(auth AuthConfig) error {
 	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
 		errs = append(errs, fmt.Errorf("connector: --datastore: %w", err))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return Config{}, fmt.Errorf("connector: %w", err)
+	}
+	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callers, Auth: auth, Datastore: target,
+		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,
+		MaxBatchEvents: o.MaxBatchEvents, MaxMessageBytes: o.MaxMessageBytes, QuotaEvents: o.QuotaEvents, QuotaWindow: o.QuotaWindow,
+		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes}
+	if o.Role == RoleDeployment {
+		// With no node to fall back on, the deployment connector always
+		// enforces and never fails open.
+		c.Mode, c.FailOpen = guard.Enforce, false
+	}
+	return c, nil
+}
+
+// Validate refuses options that cannot be honoured: what
+// [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
 }
 
 // Server is a running connector.
 type Server struct {
-	opts    Options
+	opts    Config
 	auth    AuthConfig
 	log     *slog.Logger
 	store   *Store
 	grpc    *grpc.Server
 	health  *serve.Health
 	m       *serve.Manager
-	guard   *serve.CallerAuth
+	guard   *guard.Guard
 	refused *prometheus.CounterVec
 	stored  prometheus.Counter // events
 	failed  prometheus.Counter // batches the datastore could not store
@@ -188,35 +247,16 @@ type Server struct {
 // metricsPrefix starts the connector's metric names.
 const metricsPrefix = "platform_connector"
 
-// New loads config.json, validates the options against it, opens the
-// datastore and builds the guard. Anything that cannot be honoured stops
-// here, before a socket is opened.
-func New(o Options) (*Server, error) {
-	auth, err := LoadAuthConfig(o.ConfigFile)
-	if err != nil {
-		return nil, err
-	}
-	o.Serve.Defaults()
-	if o.MaxBatchEvents == 0 {
-		o.MaxBatchEvents = DefaultMaxBatchEvents
-	}
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	o.QuotaEvents = cmp.Or(o.QuotaEvents, DefaultQuotaEvents)
-	o.QuotaWindow = cmp.Or(o.QuotaWindow, DefaultQuotaWindow)
-	o.KeyRetention = cmp.Or(o.KeyRetention, DefaultKeyRetention)
-	o.MaxDatastoreBytes = cmp.Or(o.MaxDatastoreBytes, DefaultMaxDatastoreBytes)
-	if err := o.Validate(auth); err != nil {
-		return nil, err
-	}
-	m, err := serve.New("connector", o.Serve, o.Auth, o.Logger)
+// New opens the datastore and builds the guard, as c says. Anything that
+// cannot be honoured stops here, before a socket is opened.
+func New(c Config) (*Server, error) {
+	m, err := serve.New("connector", c.Serve, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("connector: %w", err)
 	}
 	m.Health().Registry.MustRegister(version.Collector("platform_connector"))
 	log := m.Logger()
-	s := &Server{opts: o, auth: auth, m: m, log: log, health: m.Health(), mode: auth.Mode, failOpen: auth.FailOpenOnUnavailable}
+	s := &Server{opts: c, auth: c.Auth, m: m, log: log, health: m.Health(), mode: c.Mode, failOpen: c.FailOpen}
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",
 		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
 	s.refused.WithLabelValues("events")
@@ -227,7 +267,7 @@ func New(o Options) (*Server, error) {
 		Help: "Batches the datastore could not store (answered Unavailable; nothing of them was stored, the publisher retries)."})
 	s.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_duplicate_batches_total",
 		Help: "Batches answered OK without being stored again: a retry whose idempotency key the datastore already held (a connection cut after the commit)."})
-	s.quota = window.New(o.QuotaWindow, maxQuotaKeys)
+	s.quota = window.New(c.QuotaWindow, maxQuotaKeys)
 	s.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_quota_refusals_total",
 		Help: "Batches refused ResourceExhausted, by reason: publisher_quota (the caller stored --caller-quota-events in its window), datastore_full (the datastore holds --max-datastore-bytes)."}, []string{"reason"})
 	s.quotaRefused.WithLabelValues(ReasonPublisherQuota.String())
@@ -241,32 +281,30 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(c.MaxMessageBytes), grpc.StatsHandler(sizeRefusals{s.refused}),
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.limitBatch)}
-	if o.Role == RoleDeployment {
-		if s.mode != guard.Enforce || s.failOpen {
+	if c.Role == RoleDeployment {
+		if c.Auth.Mode != guard.Enforce || c.Auth.FailOpenOnUnavailable {
 			log.Warn("connector: AuthMode: audit and AuthFailOpenOnUnavailable are socket settings; with no node to fall back on, the deployment connector always enforces and never fails open",
-				"configured_AuthMode", string(s.mode), "configured_AuthFailOpenOnUnavailable", s.failOpen)
+				"configured_AuthMode", string(c.Auth.Mode), "configured_AuthFailOpenOnUnavailable", c.Auth.FailOpenOnUnavailable)
 		}
-		s.mode, s.failOpen = guard.Enforce, false
 		opts = append(opts, grpc.Creds(grpccreds.NewTLS(m.TLSConfig())))
 	} else {
 		opts = append(opts, grpc.Creds(peerCreds{}))
 	}
-	if auth.EnableNodeBindingAuth {
-		local := o.NodeName
-		if o.Role == RoleDeployment {
+	if c.Auth.EnableNodeBindingAuth {
+		local := c.NodeName
+		if c.Role == RoleDeployment {
 			local = ""
 		}
 		nm, err := binding.NewNodeMetrics(s.health.Registry, metricsPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("connector: %w", err)
 		}
-		s.guard, err = m.Guard(serve.GuardSpec{
-			Audience: auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
-			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: auth.CrossNodeServiceAccounts, Metrics: nm}),
-			MetricsPrefix: metricsPrefix,
-			Authenticator: o.Authenticator, WatchNode: local,
+		s.guard, err = m.Guard(c.Callers, stack.Spec{
+			Audience: c.Auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
+			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: c.Auth.CrossNodeServiceAccounts, Metrics: nm}),
+			MetricsPrefix: metricsPrefix, WatchNode: local,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("connector: caller authentication: %w", err)
@@ -274,13 +312,9 @@ func New(o Options) (*Server, error) {
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.guard.UnaryServerInterceptor(extract)))
 	} else {
 		log.Error("connector: enableNodeBindingAuth is false: NO AUTHENTICATION. Any caller that can reach the socket can submit an event naming any node. This is not a supported production configuration.",
-			"socket", o.Socket)
+			"socket", c.Socket)
 	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
-	if err != nil {
-		return nil, fmt.Errorf("connector: %w", err)
-	}
-	if s.store, err = OpenStore(target); err != nil {
+	if s.store, err = OpenStore(c.Datastore); err != nil {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
@@ -38,10 +36,13 @@ func (e *env) runConnector(name string, o connector.Options) (*connector.Server,
 	if err := os.WriteFile(o.ConfigFile, []byte(connectorConfig), 0o600); err != nil {
 		return nil, nil, err
 	}
-	o.Datastore = filepath.Join(dir, "events.db")
-	o.Auth.Kubeconfig = e.iss.KubeconfigFile()
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := connector.New(o)
+	o.Datastore, o.Serve.MetricsListen, o.Serve.LogOutput = filepath.Join(dir, "events.db"), "", io.Discard
+	o.Callers.Kubeconfig = e.iss.KubeconfigFile()
+	c, err := o.Complete()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := connector.New(c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,7 +76,8 @@ func (e *env) tokenFile(name string, req devissuer.TokenRequest) (string, error)
 // stop stops both.
 func (e *env) socketPublisher(name, pod string, set func(*connector.Options)) (*connector.Server, *connector.Publisher, func(), error) {
 	sock := filepath.Join(e.dir, "pc-"+name+".sock")
-	o := connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: sock}
+	o := connector.NewOptions(connectorNode)
+	o.Socket = sock
 	if set != nil {
 		set(&o)
 	}
@@ -124,7 +126,7 @@ func connectorSocket(ctx context.Context, e *env) Result {
 func connectorRevocation(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "connector (socket): a deleted pod's token, bound objects watched", Expected: "refused within 5 s, 0 TokenReviews"}
 	s, pub, stop, err := e.socketPublisher("watch", "gpu-mon-watched", func(o *connector.Options) {
-		o.Auth.Issuers, o.Auth.WatchBoundObjects = []string{e.iss.Issuer()}, true
+		o.Callers.Issuers, o.Callers.WatchBoundObjects = []string{e.iss.Issuer()}, true
 	})
 	if err != nil {
 		return fail(r, err)
@@ -206,7 +208,9 @@ func connectorDeployment(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	s, stop, err := e.runConnector("deployment", connector.Options{Role: connector.RoleDeployment, Serve: serve.Options{Listen: addr, TLSCertFile: certFile, TLSKeyFile: keyFile}})
+	o := connector.NewOptions("")
+	o.Role, o.Serve.Listen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile = connector.RoleDeployment, addr, certFile, keyFile
+	s, stop, err := e.runConnector("deployment", o)
 	if err != nil {
 		return fail(r, err)
 	}
@@ -240,7 +244,9 @@ func connectorConfigRefused(_ context.Context, e *env) Result {
 	if err := os.WriteFile(cfg, []byte(`{"enableNodeBindingAuth": "false"}`), 0o600); err != nil {
 		return fail(r, err)
 	}
-	_, err := connector.New(connector.Options{Role: connector.RoleSocket, NodeName: connectorNode, Socket: filepath.Join(dir, "s.sock"), ConfigFile: cfg, Datastore: filepath.Join(dir, "db")})
+	o := connector.NewOptions(connectorNode)
+	o.Socket, o.ConfigFile, o.Datastore = filepath.Join(dir, "s.sock"), cfg, filepath.Join(dir, "db")
+	_, err := o.Complete()
 	if err == nil {
 		r.Observed = "started"
 		return r

@@ -20,13 +20,13 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/kit/eventsvc"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
-	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // Node binding, as the platform-connector's socket role on node-a sees it:
@@ -67,15 +67,16 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 	if err != nil {
 		return nil, err
 	}
-	g, err := serve.AuthOptions{}.Guard(serve.GuardSpec{
+	st, err := stack.Build(stack.Custom(auth, "TokenReview"), stack.Spec{
 		Mode: mode, FailOpenOnUnavailable: failOpen,
 		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}, Metrics: nm}),
 		Registry: reg, MetricsPrefix: "platform_connector",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Authenticator: auth,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return nil, err
 	}
+	g := st.Guard
 	sock := filepath.Join(e.dir, fmt.Sprintf("connector-%d.sock", time.Now().UnixNano()))
 	lis, err := net.Listen("unix", sock)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
@@ -59,9 +57,15 @@ func (e *env) servePDP(name string, writeTo func(dir string) (string, string, er
 	if err := decision.GenerateKeyFile(key); err != nil {
 		return nil, "", nil, err
 	}
-	s, err := pdp.New(pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: policyDir, Registry: registry,
-		Auth: serve.AuthOptions{Kubeconfig: e.iss.KubeconfigFile()}, CallerAuthMode: mode, CallerAudience: "flex-auth",
-		CallerBindings: []string{binding}, SigningKeyFile: key, SignGroupMax: pdp.DefaultSignGroup, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := pdp.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
+	o.PolicyDir, o.Registry, o.SigningKeyFile = policyDir, registry, key
+	o.Callers.Kubeconfig, o.CallerAuthMode, o.CallerBindings = e.iss.KubeconfigFile(), mode, []string{binding}
+	c, err := o.Complete()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	s, err := pdp.New(c)
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +30,6 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/clipgen"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
@@ -179,9 +177,14 @@ func startVmafx(dir string) (*vmafxWorld, error) {
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	w.caFile, _ = w.ca.WriteCA(filepath.Join(dir, "ca.crt"))
-	ctl, err := controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Auth: serve.AuthOptions{AuthenticationConfig: authnFile}, Datastore: filepath.Join(dir, "jobs.db"), Lease: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := controller.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile, o.Serve.LogOutput = "127.0.0.1:0", "", cert, key, io.Discard
+	o.Callers.AuthenticationConfig, o.Datastore, o.Lease = authnFile, filepath.Join(dir, "jobs.db"), 5*time.Second
+	c, err := o.Complete()
+	var ctl *controller.Server
+	if err == nil {
+		ctl, err = controller.New(c)
+	}
 	if err != nil {
 		w.stop()
 		return nil, err
@@ -229,12 +232,17 @@ func (w *vmafxWorld) runNode(tokenFile string, tune ...func(*node.Options)) (*ca
 	env := map[string]string{"VMAFX_CONTROLLER_ADDRESS": w.addr, "VMAFX_CONTROLLER_TLS": "true", "VMAFX_CONTROLLER_CA_FILE": w.caFile,
 		"VMAFX_CONTROLLER_SERVER_NAME": "127.0.0.1", "VMAFX_CONTROLLER_TOKEN_FILE": tokenFile}
 	var log capture.Buffer
-	o := node.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		Poll: 50 * time.Millisecond, ReportEvery: 200 * time.Millisecond, ClipRoot: filepath.Join(w.dir, "clips"), Logger: slog.New(slog.NewJSONHandler(&log, nil))}
+	o := node.NewOptions("")
+	o.LookupEnv = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	o.Poll, o.ReportEvery, o.ClipRoot, o.Serve.MetricsListen, o.Serve.LogOutput = 50*time.Millisecond, 200*time.Millisecond, filepath.Join(w.dir, "clips"), "", &log
 	for _, f := range tune {
 		f(&o)
 	}
-	n, err := node.New(o)
+	c, err := o.Complete()
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := node.New(c)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -803,11 +803,11 @@ func (s *Server) inTenant(h http.Handler) http.Handler {
 
 // pdpIdentifier is the https URL the metadata names as this PDP.
 func (s *Server) pdpIdentifier() (string, error) {
-	if s.o.AuthZENBaseURL != "" {
-		return strings.TrimSuffix(s.o.AuthZENBaseURL, "/"), nil
+	if s.c.AuthZENBaseURL != "" {
+		return strings.TrimSuffix(s.c.AuthZENBaseURL, "/"), nil
 	}
 	cfg := s.m.TLSConfig()
-	if s.o.InsecureHTTP || cfg == nil {
+	if s.c.InsecureHTTP || cfg == nil {
 		return "", errors.New("this PDP serves plain HTTP, so it has no AuthZEN identifier (an https URL, AuthZEN 1.0 §9): set --authzen-base-url to the https URL a TLS proxy serves it at")
 	}
 	port := s.port.Load()

@@ -444,7 +444,7 @@ func TestAuthZENThousandItems(t *testing.T) {
 			`"context":{"time":"2025-06-27T18:03-07:00","ip":"192.168.1.1","source":"batch-%04d"}}`, i%2 == 0, 1+i%2, i))
 	}
 	body := `{"evaluations":[` + strings.Join(items, ",") + `]}`
-	for _, limit := range []int64{0, 256 << 10} {
+	for _, limit := range []int64{pdp.DefaultAuthZENMaxBody, 256 << 10} {
 		e := start(t, "enforce", func(o *pdp.Options) {
 			o.PolicyDir, o.Registry = filepath.Join(certification, "policy"), filepath.Join(certification, "registry.json")
 			o.CallerBindings = []string{"authzen-certification=system:serviceaccount:secrets-engine:pep"}
@@ -452,7 +452,7 @@ func TestAuthZENThousandItems(t *testing.T) {
 		})
 		tok := e.token(t, "pep", "flex-auth", time.Time{})
 		code, resp := e.authzen(t, tok, pdp.PathEvaluations, body)
-		if limit != 0 {
+		if limit != pdp.DefaultAuthZENMaxBody {
 			if code != 400 || !strings.Contains(string(resp), `"field":"body"`) {
 				t.Errorf("--authzen-max-body-bytes %d: %d %.200s; want 400 naming the body", limit, code, resp)
 			}

@@ -3,8 +3,6 @@ package pdp_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
@@ -40,17 +37,9 @@ func BenchmarkCheck(b *testing.B) {
 func benchmarkCheck(b *testing.B, key string) {
 	caller := &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Audiences: []string{"flex-auth"},
 		CredentialID: "JTI=x", IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
-	s, err := pdp.New(pdp.Options{
-		Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true,
-		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
-		CallerAuthMode: "enforce", CallerAudience: "flex-auth",
-		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},
-		SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	o := options(example, "enforce", key)
+	o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"}
+	s := newServer(b, o, authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }))
 	h := s.Handler()
 	body := readExample(b, "check_request_allow_rotate.json")
 	b.ReportAllocs()
@@ -77,16 +66,9 @@ func BenchmarkAuthZEN(b *testing.B) {
 	}
 	const principal = "system:serviceaccount:todo:todo-backend"
 	caller := &authn.Caller{Username: principal, Audiences: []string{"flex-auth"}, IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
-	s, err := pdp.New(pdp.Options{
-		Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true,
-		PolicyDir: filepath.Join(todo, "policy"), Registry: filepath.Join(todo, "registry.json"),
-		CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"todo=" + principal},
-		SigningKeyFile: key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	o := options(todo, "enforce", key)
+	o.CallerBindings = []string{"todo=" + principal}
+	s := newServer(b, o, authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }))
 	h := s.Handler()
 	item := `{"resource":{"type":"todo","id":"t","properties":{"ownerID":"morty@the-citadel.com"}}}`
 	for _, n := range []int{1, 10, 100} {

@@ -34,7 +34,7 @@ func readBody(r *http.Request) ([]byte, error) { return readBodyLimit(r, MaxBody
 // readAuthZENBody reads an AuthZEN request's body, at most
 // --authzen-max-body-bytes.
 func (s *Server) readAuthZENBody(r *http.Request) ([]byte, error) {
-	return readBodyLimit(r, s.o.AuthZENMaxBody)
+	return readBodyLimit(r, s.c.AuthZENMaxBody)
 }
 
 // readBodyLimit reads a JSON request body of at most limit bytes.

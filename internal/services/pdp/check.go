@@ -159,9 +159,9 @@ func (s *Server) signingFailed(w http.ResponseWriter, err error) {
 func (s *Server) caller(r *http.Request) (decision.Caller, string) {
 	caller := decision.Caller{Authenticated: false, Reason: ReasonCallerAuthOff.String()}
 	if v, ok := guard.FromContext(r.Context()); ok {
-		caller = callerBlock(v, s.o.Auth.VerifiedBy())
+		caller = callerBlock(v, s.c.Callers.VerifiedBy())
 	}
-	return caller, s.o.CallerAuthMode
+	return caller, s.c.ModeName
 }
 
 // refuse answers a refused caller (the guard counted it).

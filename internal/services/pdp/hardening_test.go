@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -130,7 +129,7 @@ func TestBindingWarnings(t *testing.T) {
 	var buf capture.Buffer
 	start(t, "enforce", func(o *pdp.Options) {
 		o.CallerBindings = append(o.CallerBindings, "foo=secrets-engine:secrets-engine")
-		o.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		o.Serve.LogOutput = &buf
 	})
 	if !strings.Contains(buf.String(), `--caller-binding \"foo=secrets-engine:secrets-engine\": principal \"secrets-engine:secrets-engine\" is not a service-account username`) {
 		t.Fatalf("no warning in %s", buf.String())

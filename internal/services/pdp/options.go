@@ -12,20 +12,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
-// Options are the PDP's flags.
+// Options are the PDP's flags. Start from [NewOptions], which holds
+// every default; [Options.Complete] validates them and returns the
+// [Config] that [New] reads.
 type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
 	// --log-level, --shutdown-timeout and the --http-* limits.
 	Serve serve.Options
-	// Auth: --caller-backend, --kubeconfig, --caller-authentication-config,
-	// --caller-cache-ttl, --caller-review-timeout.
-	Auth           serve.AuthOptions
+	// Callers: --caller-backend, --kubeconfig, --caller-authentication-config,
+	// --caller-cache-ttl, --caller-review-timeout and the rest.
+	Callers        stack.Options
 	InsecureHTTP   bool
 	PolicyDir      string
 	Registry       string
@@ -34,6 +36,8 @@ type Options struct {
 	CallerAudience string
 	CallerBindings []string
 	SigningKeyFile string
+	// ReloadInterval is how often the policy, registry and key files are
+	// looked at (--reload-interval).
 	ReloadInterval time.Duration
 	// AuthZENBaseURL is the PDP identifier its AuthZEN metadata publishes
 	// (--authzen-base-url); empty: the serving certificate's first name and
@@ -54,18 +58,54 @@ type Options struct {
 	// (--authzen-search-max-candidates): a page that reaches it stops
 	// there, with a next_token, however few results it holds.
 	SearchMaxCandidates int
-	Logger              *slog.Logger
-	Authenticator       authn.Authenticator // replaces the backend, for tests
 }
 
-// Validate refuses flags that cannot be honoured, naming them. It changes
-// nothing; [New] fills the defaults of a struct left unset.
-func (o Options) Validate() error {
+// NewOptions returns the pdp's defaults: the one place they are written.
+func NewOptions() Options {
+	return Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
+		CallerAuthMode: ModeEnforce, CallerAudience: "flex-auth", ReloadInterval: 2 * time.Second,
+		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
+}
+
+// Config is the pdp's completed configuration: everything parsed and
+// defaulted, as [New] reads it.
+type Config struct {
+	Serve serve.Options
+	// Callers is the caller authentication; Complete makes it from the
+	// flags, a program may set stack.Custom instead.
+	Callers stack.Config
+	// Logger nil: JSON at --log-level on standard error.
+	Logger *slog.Logger
+	// AuthOff: --caller-auth-mode off (with --insecure-caller-auth-off).
+	AuthOff bool
+	// Mode is enforce or audit (the pdp's warn); unset when AuthOff.
+	Mode guard.Mode
+	// ModeName is --caller-auth-mode as given, for the start-up line.
+	ModeName string
+	Audience string
+	// Bindings are --caller-binding's, system to principal; Warnings are
+	// what is legal but never matches a ServiceAccount token.
+	Bindings map[string]string
+	Warnings []string
+
+	InsecureHTTP                                bool
+	PolicyDir, Registry, SigningKeyFile         string
+	ReloadInterval                              time.Duration
+	AuthZENBaseURL                              string
+	AuthZENMaxBody                              int64
+	SignGroupMax, SearchPageSize, MaxCandidates int
+}
+
+// Complete validates the options — refusing every one that cannot be
+// honoured, naming its flag — and returns the configuration New reads:
+// each value parsed once, here.
+func (o Options) Complete() (Config, error) {
 	var errs []error
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.Auth.Validate(); err != nil {
+	callers, err := o.Callers.Complete()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if o.Serve.Listen == "" {
@@ -90,7 +130,6 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("pdp: --authzen-base-url %q: the pdp serves its endpoints at the root, so the identifier has no path (the per-package identifier is <base>/<package id>, from /.well-known/authzen-configuration/<package id>)", o.AuthZENBaseURL))
 		}
 	}
-	o.authzenDefaults() // a copy: zero is the default
 	if o.AuthZENMaxBody < MaxBody || o.AuthZENMaxBody > MaxAuthZENBody {
 		errs = append(errs, fmt.Errorf("pdp: --authzen-max-body-bytes %d: want %d to %d", o.AuthZENMaxBody, MaxBody, MaxAuthZENBody))
 	}
@@ -103,7 +142,7 @@ func (o Options) Validate() error {
 	if o.SignGroupMax < 0 || o.SignGroupMax > MaxSignGroup {
 		errs = append(errs, fmt.Errorf("pdp: --sign-group-max %d: want 0 (each record signed alone) to %d", o.SignGroupMax, MaxSignGroup))
 	}
-	if o.ReloadInterval < 0 {
+	if o.ReloadInterval <= 0 {
 		errs = append(errs, fmt.Errorf("pdp: --reload-interval %s: want a positive duration", o.ReloadInterval))
 	}
 	if o.PolicyDir == "" {
@@ -125,27 +164,31 @@ func (o Options) Validate() error {
 	if o.CallerAudience == "" {
 		errs = append(errs, errors.New("pdp: --caller-audience may not be empty"))
 	}
-	bindings, _, err := parseBindings(o.CallerBindings)
+	bindings, warnings, err := parseBindings(o.CallerBindings)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if o.CallerAuthMode != ModeOff && len(bindings) == 0 {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	c := Config{Serve: o.Serve, Callers: callers, AuthOff: o.CallerAuthMode == ModeOff, ModeName: o.CallerAuthMode, Audience: o.CallerAudience,
+		Bindings: bindings, Warnings: warnings, InsecureHTTP: o.InsecureHTTP, PolicyDir: o.PolicyDir, Registry: o.Registry, SigningKeyFile: o.SigningKeyFile,
+		ReloadInterval: o.ReloadInterval, AuthZENBaseURL: o.AuthZENBaseURL, AuthZENMaxBody: o.AuthZENMaxBody,
+		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates}
+	if !c.AuthOff {
+		c.Mode, _ = callerAuthMode(o.CallerAuthMode) // refused above if it does not parse
+	}
+	return c, nil
 }
 
-// authzenDefaults fills the AuthZEN limits a struct left unset.
-func (o *Options) authzenDefaults() {
-	if o.AuthZENMaxBody == 0 {
-		o.AuthZENMaxBody = DefaultAuthZENMaxBody
-	}
-	if o.SearchPageSize == 0 {
-		o.SearchPageSize = DefaultSearchPageSize
-	}
-	if o.SearchMaxCandidates == 0 {
-		o.SearchMaxCandidates = DefaultSearchMaxCandidates
-	}
+// Validate refuses options that cannot be honoured, naming the flags:
+// what [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
 }
 
 // parseBindings reads --caller-binding SYSTEM=PRINCIPAL values. A principal

@@ -248,8 +248,8 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		candidates = st.pkg.SearchCandidates(st.reg, req.kind, req.typ)
 	}
 	limit := req.limit
-	if limit == 0 || limit > s.o.SearchPageSize {
-		limit = s.o.SearchPageSize
+	if limit == 0 || limit > s.c.SearchPageSize {
+		limit = s.c.SearchPageSize
 	}
 	start := 0
 	if after != "" {
@@ -268,7 +268,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	// --authzen-search-max-candidates candidates of a template up to
 	// SearchWorkUnit bytes, proportionally fewer of a larger one (at least
 	// one), so that a page's work is bounded whatever the request's shape.
-	most := max(1, s.o.SearchMaxCandidates*SearchWorkUnit/max(req.size, SearchWorkUnit))
+	most := max(1, s.c.MaxCandidates*SearchWorkUnit/max(req.size, SearchWorkUnit))
 	evaluated, i := 0, start
 	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < most && r.Context().Err() == nil; i++ {
 		c := candidates[i]

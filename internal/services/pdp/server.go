@@ -4,7 +4,6 @@
 package pdp
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -17,8 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -62,11 +63,11 @@ const (
 
 // Server is a running PDP.
 type Server struct {
-	o     Options
+	c     Config
 	m     *serve.Manager
 	port  atomic.Int32 // the API's TCP port, once Run listens
 	log   *slog.Logger
-	guard *serve.CallerAuth
+	guard *guard.Guard
 	// state is the policy package, registry and keys in force, followed
 	// on disk (a new version on change or SIGHUP; one that fails to load
 	// leaves the last good one serving).
@@ -86,28 +87,23 @@ type Server struct {
 	now             func() time.Time
 }
 
-// New validates the options, loads and validates the policy package and the
-// registry, the signing keys and the serving key pair, and builds the
-// caller authentication.
-func New(o Options) (*Server, error) {
-	o.Serve.Defaults()
-	o.authzenDefaults()
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	m, err := serve.New("pdp", o.Serve, o.Auth, o.Logger)
+// New loads and validates the policy package and the registry, the
+// signing keys and the serving key pair, and builds the caller
+// authentication, as c says.
+func New(c Config) (*Server, error) {
+	m, err := serve.New("pdp", c.Serve, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
 	m.Health().Registry.MustRegister(version.Collector("pdp"))
-	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
+	s := &Server{c: c, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
 	if s.state, err = watched.New(watched.Config[*state]{
 		What:     "pdp: the policy, registry and signing keys",
-		Paths:    []string{o.PolicyDir, o.Registry, o.SigningKeyFile},
+		Paths:    []string{c.PolicyDir, c.Registry, c.SigningKeyFile},
 		Load:     s.load,
-		Interval: cmp.Or(o.ReloadInterval, 2*time.Second),
+		Interval: c.ReloadInterval,
 		Logger:   s.log,
 		Result: func(err error) {
 			s.reloads.WithLabelValues(map[bool]string{true: "success", false: "failure"}[err == nil]).Inc()
@@ -128,18 +124,15 @@ func New(o Options) (*Server, error) {
 	s.searchEvaluated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_search_candidates_total", Help: "Candidates AuthZEN searches evaluated, by endpoint."}, []string{"endpoint"})
 	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
 	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures, s.groupSize)
-	bindings, warnings, _ := parseBindings(o.CallerBindings)
-	for _, w := range warnings {
+	for _, w := range c.Warnings {
 		s.log.Warn("pdp: " + w)
 	}
-	if o.CallerAuthMode == ModeOff {
+	if c.AuthOff {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
 		return s, nil
 	}
-	mode, _ := callerAuthMode(o.CallerAuthMode) // validated above
-	s.guard, err = m.Guard(serve.GuardSpec{
-		Audience: o.CallerAudience, Mode: mode, Rule: binding.SystemBinding(bindings),
-		MetricsPrefix: "pdp", Authenticator: o.Authenticator,
+	s.guard, err = m.Guard(c.Callers, stack.Spec{
+		Audience: c.Audience, Mode: c.Mode, Rule: binding.SystemBinding(c.Bindings), MetricsPrefix: "pdp",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
@@ -188,7 +181,7 @@ func (s *Server) Handler() http.Handler {
 // registry or signing key files (polled), reloads them. A listener that cannot
 // be opened, or dies, is an error.
 func (s *Server) Run(ctx context.Context) error {
-	lis, err := serve.ListenTCP("--listen", s.o.Serve.Listen)
+	lis, err := serve.ListenTCP("--listen", s.c.Serve.Listen)
 	if err != nil {
 		return fmt.Errorf("pdp: %w", err)
 	}
@@ -202,7 +195,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.m.ServeHTTP("api", lis, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
 	st := s.state.Get()
-	s.m.Set("address", lis.Addr().String(), "caller_auth_mode", s.o.CallerAuthMode,
+	s.m.Set("address", lis.Addr().String(), "caller_auth_mode", s.c.ModeName,
 		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
 	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()

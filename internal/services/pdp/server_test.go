@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,13 +18,13 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/callerauth/callerauth/authn/kube"
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/tokenvolume"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
@@ -42,31 +41,48 @@ type env struct {
 func start(t *testing.T, mode string, edit func(*pdp.Options)) *env {
 	t.Helper()
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})
-	auth, err := kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), Audiences: []string{"flex-auth"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := filepath.Join(t.TempDir(), "signing.pem")
 	if err := decision.GenerateKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
-	o := pdp.Options{
-		Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true,
-		PolicyDir: filepath.Join(example, "policy"), Registry: filepath.Join(example, "registry.json"),
-		CallerAuthMode: mode, CallerAudience: "flex-auth",
-		CallerBindings: []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"},
-		SigningKeyFile: key, Authenticator: auth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	o := options(example, mode, key)
+	o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"}
+	o.Callers.Kubeconfig = iss.KubeconfigFile()
 	if edit != nil {
 		edit(&o)
 	}
-	s, err := pdp.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, o, nil)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return &env{iss: iss, srv: s, url: hs.URL, client: hs.Client(), keys: s.Signer().JWKS()}
+}
+
+// options are the pdp's defaults on a loopback port over plain HTTP,
+// serving the package in dir, signing with key, logging nothing.
+func options(dir, mode, key string) pdp.Options {
+	o := pdp.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
+	o.PolicyDir, o.Registry, o.SigningKeyFile = filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), key
+	o.CallerAuthMode = mode
+	return o
+}
+
+// newServer completes o and builds the pdp, verifying callers with auth
+// (behind the stack's cache) instead of o's backend when auth is set.
+func newServer(t testing.TB, o pdp.Options, auth authn.Authenticator) *pdp.Server {
+	t.Helper()
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != nil {
+		c.Callers = stack.Custom(auth, "TokenReview")
+	}
+	s, err := pdp.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // token mints a token for a service account in the secrets-engine namespace.
@@ -318,9 +334,8 @@ func TestReloadKeepsThePreviousVersionOnFailure(t *testing.T) {
 
 func TestOptionsRefusals(t *testing.T) {
 	base := func() pdp.Options {
-		o := pdp.Options{Serve: serve.Options{Listen: "127.0.0.1:0"}, InsecureHTTP: true, PolicyDir: "p", Registry: "r", SigningKeyFile: "k",
-			CallerAuthMode: "enforce", CallerAudience: "flex-auth", CallerBindings: []string{"s=p"}}
-		o.Serve.Defaults()
+		o := options("d", "enforce", "k")
+		o.CallerBindings = []string{"s=p"}
 		return o
 	}
 	tests := []struct {
@@ -345,8 +360,10 @@ func TestOptionsRefusals(t *testing.T) {
 		{"tiny header limit", func(o *pdp.Options) { o.Serve.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes 100"},
 		{"TLS files with --insecure-http", func(o *pdp.Options) { o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "c", "k" }, "contradict each other"},
 		{"a bad log level", func(o *pdp.Options) { o.Serve.LogLevel = "loud" }, `--log-level "loud"`},
-		{"oidc without issuers", func(o *pdp.Options) { o.Auth.Backend = "oidc" }, "--caller-backend oidc needs --caller-authentication-config"},
-		{"an unknown backend", func(o *pdp.Options) { o.Auth.Backend = "ldap" }, `--caller-backend "ldap"`},
+		{"oidc without issuers", func(o *pdp.Options) { o.Callers.Backend = "oidc" }, "--caller-backend oidc needs --caller-authentication-config"},
+		{"an unknown backend", func(o *pdp.Options) { o.Callers.Backend = "ldap" }, `--caller-backend "ldap"`},
+		{"no reload interval", func(o *pdp.Options) { o.ReloadInterval = 0 }, "--reload-interval 0s: want a positive duration"},
+		{"no cache entries", func(o *pdp.Options) { o.Callers.CacheMaxEntries = 0 }, "--caller-cache-max-entries 0: want a positive number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -510,7 +527,8 @@ func TestSigningKeyRotation(t *testing.T) {
 	if err := os.WriteFile(keyFile, oldKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, "enforce", func(o *pdp.Options) { o.SigningKeyFile = keyFile })
+	// Each record its own signature: the test reads its JWS header.
+	e := start(t, "enforce", func(o *pdp.Options) { o.SigningKeyFile, o.SignGroupMax = keyFile, 0 })
 	oldKid := e.srv.Signer().KeyID()
 	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
 	allow := readExample(t, "check_request_allow_rotate.json")

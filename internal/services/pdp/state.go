@@ -44,12 +44,12 @@ type state struct {
 // signers (and the group that shares /v1/check's signatures, unless
 // --sign-group-max is 0).
 func (s *Server) load() (*state, error) {
-	st, err := load(s.o.PolicyDir, s.o.Registry, s.o.SigningKeyFile)
+	st, err := load(s.c.PolicyDir, s.c.Registry, s.c.SigningKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	if s.o.SignGroupMax > 0 {
-		st.group = decision.NewGroup(st.signer, s.o.SignGroupMax, s.now)
+	if s.c.SignGroupMax > 0 {
+		st.group = decision.NewGroup(st.signer, s.c.SignGroupMax, s.now)
 		st.group.Observe = func(n int) { s.groupSize.Observe(float64(n)) }
 	}
 	return st, nil

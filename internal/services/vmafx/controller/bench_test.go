@@ -15,6 +15,7 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
@@ -22,7 +23,6 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/token"
 
@@ -54,12 +54,13 @@ func BenchmarkGetJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := serve.AuthOptions{CacheTTL: time.Minute}.Guard(serve.GuardSpec{Mode: guard.Enforce,
+	st, err := stack.Build(stack.Custom(auth, "OIDC"), stack.Spec{Mode: guard.Enforce,
 		Rule:     binding.Roles(binding.RoleConfig{Required: controller.MethodRoles, RequireTenant: true}),
-		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx_controller", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil)), Authenticator: auth})
+		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx_controller", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
+	g := st.Guard
 	fixed := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(guard.NewContext(ctx, &guard.Verdict{Allowed: true, Caller: &authn.Caller{Username: "dash", Tenant: "tenant-a"}}), req)
 	}

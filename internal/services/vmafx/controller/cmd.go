@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -13,8 +14,7 @@ import (
 
 // NewCommand is the vmafx-controller command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{Listen: ":9443", MetricsListen: "127.0.0.1:9091"}, Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts}
-	o.Auth.Backend = serve.BackendOIDC // each tenant's identity provider, offline
+	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "vmafx-controller",
 		Short: "The vmafx JobService: per-tenant identity providers, roles, tenant scoping",
@@ -24,20 +24,31 @@ offline against the identity provider of the caller's tenant
 role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob,
 CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
-	f := cmd.Flags()
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
+		c, err := o.Complete()
+		if err != nil {
+			return nil, err
+		}
+		return New(c)
+	})
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// AddFlags registers the controller's flags, with o's values as their
+// defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.Serve.AddFlags(f)
 	serve.RemovedFlag(f, "tenants", "the YAML tenants file")
-	f.StringVar(&o.Datastore, "datastore", "/var/lib/vmafx/controller.db", "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
-	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", "", datastore.FileFlagHelp)
-	f.DurationVar(&o.Lease, "lease", DefaultLease, "how long a claimed job stays with its node without a report before it returns to PENDING")
-	f.IntVar(&o.MaxAttempts, "max-attempts", DefaultMaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
-	f.IntVar(&o.MaxPendingJobs, "max-pending-jobs", DefaultMaxPendingJobs, "each tenant's quota of PENDING jobs: a submission beyond is refused ResourceExhausted tenant_pending_quota (1 to 1,000,000)")
-	f.IntVar(&o.MaxSubmissionsPerMinute, "max-submissions-per-minute", DefaultMaxSubmissionsPerMinute, "each tenant's quota of submissions a minute, per controller replica: beyond, ResourceExhausted tenant_submission_rate with the delay to retry after (1 to 1,000,000)")
-	f.StringArrayVar(&o.TenantQuotas, "tenant-quota", nil, "one tenant's quotas instead of the defaults, TENANT=PENDING/PER_MINUTE (repeatable), e.g. tenant-a=5000/1200")
-	f.BoolVar(&o.Reflection, "grpc-reflection", false, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
-	o.Auth.AddFlags(f)
-	return cmd
+	f.StringVar(&o.Datastore, "datastore", o.Datastore, "where jobs are stored: an SQLite file (or sqlite:///path) for one controller, or a postgres:// URL for replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
+	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", o.DatastoreURLFile, datastore.FileFlagHelp)
+	f.DurationVar(&o.Lease, "lease", o.Lease, "how long a claimed job stays with its node without a report before it returns to PENDING")
+	f.IntVar(&o.MaxAttempts, "max-attempts", o.MaxAttempts, "claims a job gets: after this many without an outcome (leases lost or jobs given back) it is FAILED attempts_exhausted")
+	f.IntVar(&o.MaxPendingJobs, "max-pending-jobs", o.MaxPendingJobs, "each tenant's quota of PENDING jobs: a submission beyond is refused ResourceExhausted tenant_pending_quota (1 to 1,000,000)")
+	f.IntVar(&o.MaxSubmissionsPerMinute, "max-submissions-per-minute", o.MaxSubmissionsPerMinute, "each tenant's quota of submissions a minute, per controller replica: beyond, ResourceExhausted tenant_submission_rate with the delay to retry after (1 to 1,000,000)")
+	f.StringArrayVar(&o.TenantQuotas, "tenant-quota", o.TenantQuotas, "one tenant's quotas instead of the defaults, TENANT=PENDING/PER_MINUTE (repeatable), e.g. tenant-a=5000/1200")
+	f.BoolVar(&o.Reflection, "grpc-reflection", o.Reflection, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
+	serve.AddCallerFlags(f, &o.Callers)
 }
 
 // Main runs the command and returns the exit code.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,15 +61,9 @@ func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Optio
 		e.idp[name] = iss
 		tenants = append(tenants, tenantconf.Tenant{Name: name, Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile()})
 	}
-	o := controller.Options{Datastore: datastore, Lease: 10 * time.Second, LeaseCheck: 10 * time.Millisecond,
-		Now: func() time.Time {
-			if n := e.clock.Load(); n != 0 {
-				return time.Unix(0, n)
-			}
-			return time.Now()
-		},
-	}
-	o.Auth.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"), tenants...)
+	o := controller.NewOptions()
+	o.Datastore, o.Lease = datastore, 10*time.Second
+	o.Callers.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"), tenants...)
 	for _, f := range tune {
 		f(&o)
 	}
@@ -94,9 +87,20 @@ func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
 	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
-	o.Serve.Listen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "127.0.0.1:0", cert, key
-	o.Logger = slog.New(slog.NewJSONHandler(e.log, nil))
-	if e.ctl, err = controller.New(o); err != nil {
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile, o.Serve.LogOutput = "127.0.0.1:0", "", cert, key, e.log
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leases looked at often, on a clock the test may set.
+	c.LeaseCheck = 10 * time.Millisecond
+	c.Now = func() time.Time {
+		if n := e.clock.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Now()
+	}
+	if e.ctl, err = controller.New(c); err != nil {
 		t.Fatal(err)
 	}
 	if e.addr, err = e.ctl.Listen(); err != nil {

@@ -15,10 +15,10 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/tenantconf"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
 
@@ -46,10 +46,11 @@ func TestReviewTimeoutApplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := controller.Options{Datastore: filepath.Join(dir, "jobs.db")}
-	o.Auth.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"),
+	o := controller.NewOptions()
+	o.Datastore = filepath.Join(dir, "jobs.db")
+	o.Callers.AuthenticationConfig = tenantconf.Write(t, filepath.Join(dir, "authentication-config.yaml"),
 		tenantconf.Tenant{Name: "tenant-a", Issuer: "https://idp.tenant-a.example", DiscoveryURL: hang.URL, CAFile: caFile})
-	o.Auth.ReviewTimeout = 300 * time.Millisecond
+	o.Callers.ReviewTimeout = 300 * time.Millisecond
 	e := startWith(t, dir, o)
 	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-a.example"})
 	if err != nil {
@@ -72,18 +73,20 @@ func TestReviewTimeoutApplies(t *testing.T) {
 // caller-authentication settings (it did not), and refuses a backend or an
 // issuers file that are not its own.
 func TestCallerAuthValidated(t *testing.T) {
-	base := controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: "c", TLSKeyFile: "k"}, Auth: serve.AuthOptions{AuthenticationConfig: "authn.yaml"},
-		Datastore: "jobs.db", Lease: time.Minute, MaxAttempts: 3}
-	base.Serve.Defaults()
+	base := controller.NewOptions()
+	base.Serve.Listen, base.Serve.TLSCertFile, base.Serve.TLSKeyFile = "127.0.0.1:0", "c", "k"
+	base.Callers.AuthenticationConfig, base.Datastore = "authn.yaml", "jobs.db"
 	for _, c := range []struct {
 		set  func(*controller.Options)
 		want string
 	}{
-		{func(o *controller.Options) { o.Auth.KeysMaxStale = -time.Second }, "--caller-keys-max-stale -1s"},
-		{func(o *controller.Options) { o.Auth.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
-		{func(o *controller.Options) { o.Auth.Backend = serve.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
-		{func(o *controller.Options) { o.Auth.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
-		{func(o *controller.Options) { o.Auth.AuthenticationConfig = "" }, "--caller-authentication-config is required"},
+		{func(o *controller.Options) { o.Callers.KeysMaxStale = -time.Second }, "--caller-keys-max-stale -1s"},
+		{func(o *controller.Options) { o.Callers.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
+		{func(o *controller.Options) { o.Callers.CacheTTL = -time.Second }, "--caller-cache-ttl -1s"},
+		{func(o *controller.Options) { o.MaxPendingJobs = 0 }, "--max-pending-jobs 0"},
+		{func(o *controller.Options) { o.Callers.Backend = stack.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
+		{func(o *controller.Options) { o.Callers.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
+		{func(o *controller.Options) { o.Callers.AuthenticationConfig = "" }, "--caller-authentication-config is required"},
 	} {
 		o := base
 		c.set(&o)

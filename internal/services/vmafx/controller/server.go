@@ -24,6 +24,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
@@ -71,15 +72,17 @@ const (
 	maxPageBytes = 1 << 20
 )
 
-// Options configure the controller. Flags map onto them.
+// Options are the controller's flags. Start from [NewOptions], which
+// holds every default; [Options.Complete] validates them and returns the
+// [Config] that [New] reads.
 type Options struct {
 	// Serve: --listen, --tls-*, --metrics-listen, --log-level,
 	// --shutdown-timeout, --http-*.
 	Serve serve.Options
-	// Auth: the shared caller-authentication settings (--caller-*). The
+	// Callers: the shared caller-authentication settings (--caller-*). The
 	// backend is always oidc, its issuers those of
 	// --caller-authentication-config.
-	Auth serve.AuthOptions
+	Callers stack.Options
 	// Datastore is an SQLite file or a postgres:// URL (--datastore;
 	// datastore.Parse).
 	Datastore string
@@ -87,8 +90,8 @@ type Options struct {
 	// (--datastore-url-file; datastore.Resolve).
 	DatastoreURLFile string
 	// Lease is how long a claimed job stays with its node without a report
-	// (--lease); LeaseCheck how often expired leases are looked for.
-	Lease, LeaseCheck time.Duration
+	// (--lease).
+	Lease time.Duration
 	// MaxAttempts is how many claims a job gets (--max-attempts).
 	MaxAttempts int
 	// MaxPendingJobs and MaxSubmissionsPerMinute are each tenant's quota
@@ -99,23 +102,41 @@ type Options struct {
 	// Reflection serves gRPC server reflection (--grpc-reflection), for
 	// grpcurl and the like; a caller needs the reader role.
 	Reflection bool
-	Logger     *slog.Logger
-	// Now is the clock of leases. Default time.Now.
-	Now func() time.Time
 }
 
-// callerAuth is o.Auth with the controller's backend: oidc, the issuers
-// those of the AuthenticationConfiguration, each required to give its
-// callers one tenant of its own.
-func (o Options) callerAuth() serve.AuthOptions {
-	a := o.Auth
-	a.Backend = serve.BackendOIDC
-	a.CheckIssuers = CheckTenantPerIssuer
-	return a
+// NewOptions returns the controller's defaults: the one place they are
+// written. The caller backend is oidc: each tenant's identity provider,
+// offline.
+func NewOptions() Options {
+	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: stack.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
+		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute}
+	o.Callers.Backend = stack.BackendOIDC
+	return o
 }
 
-// Validate refuses options that cannot be honoured, naming the flag.
-func (o Options) Validate() error {
+// Config is the controller's completed configuration, as [New] reads it.
+type Config struct {
+	Serve serve.Options
+	// Callers is the caller authentication (oidc).
+	Callers stack.Config
+	// Logger nil: JSON at --log-level on standard error.
+	Logger *slog.Logger
+	// Datastore is the resolved target.
+	Datastore string
+	// Lease, MaxAttempts, the quotas and Reflection are the flags'.
+	Lease       time.Duration
+	MaxAttempts int
+	Quotas      quotas
+	Reflection  bool
+	// LeaseCheck is how often expired leases are looked for
+	// (DefaultLeaseCheck); Now the clock of leases (time.Now).
+	LeaseCheck time.Duration
+	Now        func() time.Time
+}
+
+// Complete validates the options — refusing every one that cannot be
+// honoured, naming its flag — and returns the configuration New reads.
+func (o Options) Complete() (Config, error) {
 	var errs []error
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
@@ -126,13 +147,15 @@ func (o Options) Validate() error {
 	if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("controller: --tls-cert-file and --tls-key-file are required: bearer tokens never travel over plaintext TCP"))
 	}
+	var callers stack.Config
 	switch {
-	case o.Auth.AuthenticationConfig == "":
+	case o.Callers.Backend != stack.BackendOIDC:
+		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Callers.Backend))
+	case o.Callers.AuthenticationConfig == "":
 		errs = append(errs, errors.New("controller: --caller-authentication-config is required: the identity provider of each tenant"))
-	case o.Auth.Backend != "" && o.Auth.Backend != serve.BackendOIDC:
-		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Auth.Backend))
 	default:
-		if err := o.callerAuth().Validate(); err != nil {
+		var err error
+		if callers, err = o.Callers.Complete(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -145,20 +168,36 @@ func (o Options) Validate() error {
 	if o.MaxAttempts < 1 || o.MaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("controller: --max-attempts %d: want 1 to 100", o.MaxAttempts))
 	}
-	if _, err := o.quotas(); err != nil {
+	q, err := parseQuotas(Quota{Pending: o.MaxPendingJobs, PerMinute: o.MaxSubmissionsPerMinute}, o.TenantQuotas)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("controller: %w", err))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return Config{}, fmt.Errorf("controller: %w", err)
+	}
+	return Config{Serve: o.Serve, Callers: callers, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
+		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now}, nil
+}
+
+// Validate refuses options that cannot be honoured: what
+// [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
 }
 
 // Server is a running controller.
 type Server struct {
-	o         Options
+	o         Config
 	log       *slog.Logger
 	store     *Store
 	health    *serve.Health
 	m         *serve.Manager
-	guard     *serve.CallerAuth
+	guard     *guard.Guard
 	grpc      *grpc.Server
 	requeued  prometheus.Counter
 	exhausted prometheus.Counter
@@ -180,26 +219,10 @@ func (s *Server) Listen() (string, error) {
 	return s.lis.Addr().String(), nil
 }
 
-// New validates the options, loads the tenants, opens the store and builds
-// the guarded gRPC server.
-func New(o Options) (*Server, error) {
-	o.Serve.Defaults()
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
-	if o.LeaseCheck <= 0 {
-		o.LeaseCheck = DefaultLeaseCheck
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	m, err := serve.New("controller", o.Serve, o.callerAuth(), o.Logger)
+// New opens the store and builds the guarded gRPC server, as c says.
+func New(c Config) (*Server, error) {
+	o := c
+	m, err := serve.New("controller", c.Serve, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
@@ -219,27 +242,20 @@ func New(o Options) (*Server, error) {
 	}
 	quotaRefusals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_controller_quota_refusals_total",
 		Help: "Submissions refused by a tenant's quota, by quota (pending: --max-pending-jobs; rate: --max-submissions-per-minute) and tenant."}, []string{"quota", "tenant"})
-	q, err := o.quotas()
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
+	q := c.Quotas
 	reg.MustRegister(quotaRefusals, s.requeued, s.exhausted, s.replays, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	roles := maps.Clone(MethodRoles)
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
 	}
-	s.guard, err = m.Guard(serve.GuardSpec{
+	s.guard, err = m.Guard(c.Callers, stack.Spec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: roles, RequireTenant: true}),
-		MetricsPrefix: "vmafx_controller",
+		MetricsPrefix: "vmafx_controller", CheckIssuers: CheckTenantPerIssuer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: caller authentication: %w", err)
 	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	if s.store, err = OpenStore(target, o.Now); err != nil {
+	if s.store, err = OpenStore(c.Datastore, c.Now); err != nil {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
@@ -369,11 +385,6 @@ func (s *Service) quotaRefused(quota, tenant string) {
 	if s.QuotaRefusals != nil {
 		s.QuotaRefusals.WithLabelValues(quota, tenant).Inc()
 	}
-}
-
-// quotas are the options' quotas, parsed; zero is the default.
-func (o Options) quotas() (quotas, error) {
-	return parseQuotas(Quota{Pending: cmp.Or(o.MaxPendingJobs, DefaultMaxPendingJobs), PerMinute: cmp.Or(o.MaxSubmissionsPerMinute, DefaultMaxSubmissionsPerMinute)}, o.TenantQuotas)
 }
 
 // replayed counts one retry answered as its first time.

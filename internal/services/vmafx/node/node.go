@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,19 +35,21 @@ import (
 	"github.com/callerauth/callerauth/token"
 )
 
-// Options configure a node.
+// Options are the node's flags. Start from [NewOptions], which holds every
+// default; [Options.Complete] validates them and returns the [Config]
+// that [New] reads.
 type Options struct {
 	// Config is a YAML file whose "controller" section holds the
 	// connection (address, tls, ca_file, server_name, token_file, token);
 	// VMAFX_CONTROLLER_* environment variables override it.
 	Config string
-	// Getenv reads the environment. Default os.LookupEnv.
+	// LookupEnv reads the environment (the VMAFX_CONTROLLER_* variables).
 	LookupEnv func(string) (string, bool)
 	// Poll is the wait between claims when nothing is pending (or the
-	// controller cannot be reached). Default 2 s.
+	// controller cannot be reached).
 	Poll time.Duration
 	// ReportEvery is how often a running job's progress is reported, which
-	// renews its lease. Default 5 s.
+	// renews its lease.
 	ReportEvery time.Duration
 	// ClipRoot holds one directory per tenant: a job's clips are opened
 	// beneath <ClipRoot>/<tenant> and nowhere else (--clip-root).
@@ -55,7 +58,7 @@ type Options struct {
 	// (--node-name).
 	NodeName string
 	// MaxFramePixels and MaxFrames bound a clip (--max-frame-pixels,
-	// --max-frames); 0 means measure's defaults.
+	// --max-frames).
 	MaxFramePixels, MaxFrames int
 	// MaxJobDuration bounds one measurement: past it the job is given back
 	// (--max-job-duration; 0: no bound).
@@ -63,8 +66,67 @@ type Options struct {
 	// Serve: --metrics-listen, --profiling, --log-level and
 	// --shutdown-timeout (how long a stopping node waits for its
 	// measurement to end after cancelling it).
-	Serve  serve.Options
+	Serve serve.Options
+}
+
+// NewOptions returns the node's defaults: the one place they are
+// written. nodeName is its pod ($POD_NAME).
+func NewOptions(nodeName string) Options {
+	return Options{LookupEnv: os.LookupEnv, Poll: 2 * time.Second, ReportEvery: 5 * time.Second, ClipRoot: DefaultClipRoot, NodeName: nodeName,
+		MaxFramePixels: measure.DefaultMaxFramePixels, MaxFrames: measure.DefaultMaxFrames, MaxJobDuration: DefaultMaxJobDuration,
+		Serve: serve.NewOptions("", DefaultMetricsListen)}
+}
+
+// Config is the node's completed configuration, as [New] reads it.
+type Config struct {
+	// Controller is the connection, loaded from --config and the
+	// environment.
+	Controller                credentials.Config
+	Poll, ReportEvery         time.Duration
+	ClipRoot, NodeName        string
+	MaxFramePixels, MaxFrames int
+	// MaxJobDuration zero: no bound.
+	MaxJobDuration time.Duration
+	Serve          serve.Options
+	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
+}
+
+// Complete loads and validates the controller connection — a combination
+// that cannot be honoured is an error naming the key and the variable —
+// and the flags, and returns the configuration New reads.
+func (o Options) Complete() (Config, error) {
+	var errs []error
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Serve.Listen != "" || o.Serve.HasTLS() {
+		errs = append(errs, errors.New("node: the node serves no API: --listen and --tls-* do not apply"))
+	}
+	if !filepath.IsAbs(o.ClipRoot) {
+		errs = append(errs, fmt.Errorf("node: --clip-root %q: want an absolute path", o.ClipRoot))
+	}
+	if o.Poll <= 0 || o.ReportEvery <= 0 {
+		errs = append(errs, fmt.Errorf("node: --poll %s, --report-every %s: want positive durations", o.Poll, o.ReportEvery))
+	}
+	if o.MaxFramePixels <= 0 || o.MaxFrames <= 0 {
+		errs = append(errs, fmt.Errorf("node: --max-frame-pixels %d, --max-frames %d: want positive numbers", o.MaxFramePixels, o.MaxFrames))
+	}
+	if o.MaxJobDuration < 0 {
+		errs = append(errs, fmt.Errorf("node: --max-job-duration %s: want zero (no bound) or a positive duration", o.MaxJobDuration))
+	}
+	if len(o.NodeName) > 253 {
+		errs = append(errs, errors.New("node: --node-name: at most 253 bytes"))
+	}
+	controller, err := connection.Load(o.Config, o.LookupEnv)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("node: %w", err))
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return Config{Controller: controller, Poll: o.Poll, ReportEvery: o.ReportEvery, ClipRoot: o.ClipRoot, NodeName: o.NodeName,
+		MaxFramePixels: o.MaxFramePixels, MaxFrames: o.MaxFrames, MaxJobDuration: o.MaxJobDuration, Serve: o.Serve}, nil
 }
 
 // Defaults of the node's flags.
@@ -76,7 +138,7 @@ const (
 
 // Node is a configured node.
 type Node struct {
-	o      Options
+	o      Config
 	m      *serve.Manager
 	jobs   *prometheus.CounterVec // by outcome
 	log    *slog.Logger
@@ -91,57 +153,22 @@ type Node struct {
 	claimKey string
 }
 
-// New loads and validates the controller connection — a combination that
-// cannot be honoured is an error naming the key and the variable — and
-// dials (lazily) the controller.
-func New(o Options) (*Node, error) {
-	if o.Poll <= 0 {
-		o.Poll = 2 * time.Second
-	}
-	if o.ReportEvery <= 0 {
-		o.ReportEvery = 5 * time.Second
-	}
-	if o.ClipRoot == "" {
-		o.ClipRoot = DefaultClipRoot
-	}
-	o.Serve.Defaults()
-	var errs []error
-	if err := o.Serve.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if o.Serve.Listen != "" || o.Serve.HasTLS() {
-		errs = append(errs, errors.New("node: the node serves no API: --listen and --tls-* do not apply"))
-	}
-	if !filepath.IsAbs(o.ClipRoot) {
-		errs = append(errs, fmt.Errorf("node: --clip-root %q: want an absolute path", o.ClipRoot))
-	}
-	if o.MaxFramePixels < 0 || o.MaxFrames < 0 || o.MaxJobDuration < 0 {
-		errs = append(errs, errors.New("node: --max-frame-pixels, --max-frames and --max-job-duration cannot be negative"))
-	}
-	if len(o.NodeName) > 253 {
-		errs = append(errs, errors.New("node: --node-name: at most 253 bytes"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	m, err := serve.New("node", o.Serve, serve.AuthOptions{}, o.Logger)
+// New dials (lazily) the controller, as c says.
+func New(c Config) (*Node, error) {
+	m, err := serve.New("node", c.Serve, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	m.Health().Registry.MustRegister(version.Collector("vmafx_node"))
-	n := &Node{o: o, m: m, log: m.Logger()}
+	n := &Node{o: c, m: m, log: m.Logger()}
 	n.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_node_jobs_total",
 		Help: "Jobs this node claimed, by outcome: succeeded or failed (reported), given_back (to the queue: stopping, or past --max-job-duration), stopped (the controller refused a progress report: lease lost or job cancelled), unreported (the report was not accepted)."}, []string{"outcome"})
 	for _, o := range []string{"succeeded", "failed", "given_back", "stopped", "unreported"} {
 		n.jobs.WithLabelValues(o)
 	}
 	m.Health().Registry.MustRegister(n.jobs)
-	cfg, err := connection.Load(o.Config, o.LookupEnv)
-	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	n.cfg, n.tokens = cfg, cfg.TokenSource()
-	if n.conn, n.client, err = connection.Dial(cfg); err != nil {
+	n.cfg, n.tokens = c.Controller, c.Controller.TokenSource()
+	if n.conn, n.client, err = connection.Dial(c.Controller); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	return n, nil
@@ -370,7 +397,7 @@ func bounded(s string) string {
 
 // NewCommand is the vmafx-node command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{MetricsListen: DefaultMetricsListen}}
+	o := NewOptions(os.Getenv("POD_NAME"))
 	cmd := &cobra.Command{
 		Use:   "vmafx-node",
 		Short: "Claim vmafx jobs, measure PSNR and SSIM, report the scores",
@@ -379,19 +406,29 @@ and SSIM between two Y4M 8-bit 4:2:0 clips) and reports. Its controller
 connection is the "controller" section of --config and the VMAFX_CONTROLLER_*
 environment variables (docs/vmafx.md); the token file is read on every call.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) { return New(o) })
-	f := cmd.Flags()
-	f.StringVar(&o.Config, "config", "", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
-	f.DurationVar(&o.Poll, "poll", 2*time.Second, "wait between claims when nothing is pending")
-	f.DurationVar(&o.ReportEvery, "report-every", 5*time.Second, "how often a running job's progress is reported (renewing its lease)")
-	f.StringVar(&o.ClipRoot, "clip-root", DefaultClipRoot, "directory of one directory per tenant: a job's clips are opened beneath <clip-root>/<tenant> and nowhere else")
-	f.StringVar(&o.NodeName, "node-name", os.Getenv("POD_NAME"), "this node's name (its pod) in job status and logs when its token carries no pod claim; default $POD_NAME")
-	f.IntVar(&o.MaxFramePixels, "max-frame-pixels", measure.DefaultMaxFramePixels, "largest frame measured, width×height; a larger clip fails its job frame_too_large")
-	f.IntVar(&o.MaxFrames, "max-frames", measure.DefaultMaxFrames, "most frames measured; a longer clip fails its job too_many_frames")
-	f.DurationVar(&o.MaxJobDuration, "max-job-duration", DefaultMaxJobDuration, "longest one measurement may take before the job is given back (counted as an attempt); 0 for no bound")
+	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
+		c, err := o.Complete()
+		if err != nil {
+			return nil, err
+		}
+		return New(c)
+	})
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// AddFlags registers the node's flags, with o's values as their defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Config, "config", o.Config, "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
+	f.DurationVar(&o.Poll, "poll", o.Poll, "wait between claims when nothing is pending")
+	f.DurationVar(&o.ReportEvery, "report-every", o.ReportEvery, "how often a running job's progress is reported (renewing its lease)")
+	f.StringVar(&o.ClipRoot, "clip-root", o.ClipRoot, "directory of one directory per tenant: a job's clips are opened beneath <clip-root>/<tenant> and nowhere else")
+	f.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (its pod) in job status and logs when its token carries no pod claim; default $POD_NAME")
+	f.IntVar(&o.MaxFramePixels, "max-frame-pixels", o.MaxFramePixels, "largest frame measured, width×height; a larger clip fails its job frame_too_large")
+	f.IntVar(&o.MaxFrames, "max-frames", o.MaxFrames, "most frames measured; a longer clip fails its job too_many_frames")
+	f.DurationVar(&o.MaxJobDuration, "max-job-duration", o.MaxJobDuration, "longest one measurement may take before the job is given back (counted as an attempt); 0 for no bound")
 	o.Serve.AddProcessFlags(f)
 	f.Lookup("shutdown-timeout").Usage = "on SIGTERM, how long to wait for the running measurement to stop after cancelling it"
-	return cmd
 }
 
 // Main runs the command and returns the exit code.

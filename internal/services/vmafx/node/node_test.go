@@ -30,17 +30,38 @@ func TestStartUpRefusals(t *testing.T) {
 		{"a token and a token file", cfg, map[string]string{"VMAFX_CONTROLLER_TLS": "true", "VMAFX_CONTROLLER_TOKEN": "y"}, "VMAFX_CONTROLLER_TOKEN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := node.New(node.Options{Config: tt.config, LookupEnv: func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("New = %v; want %q", err, tt.want)
+			o := node.NewOptions("")
+			o.Config, o.LookupEnv = tt.config, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			if _, err := o.Complete(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Complete = %v; want %q", err, tt.want)
 			}
 		})
 	}
-	n, err := node.New(node.Options{Config: cfg, LookupEnv: func(k string) (string, bool) {
+	o := node.NewOptions("")
+	o.Config, o.LookupEnv = cfg, func(k string) (string, bool) {
 		return map[string]string{"VMAFX_CONTROLLER_TLS": "true"}[k], k == "VMAFX_CONTROLLER_TLS"
-	}})
+	}
+	c, err := o.Complete()
 	if err != nil {
 		t.Fatalf("TLS and a token file: %v", err)
 	}
+	n, err := node.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_ = n.Close()
+	// Zero is refused where it means nothing (there is no default to fall
+	// back on once NewOptions gave one).
+	for _, edit := range []func(*node.Options){
+		func(o *node.Options) { o.Poll = 0 },
+		func(o *node.Options) { o.MaxFrames = 0 },
+		func(o *node.Options) { o.MaxJobDuration = -1 },
+	} {
+		o := node.NewOptions("")
+		o.Config, o.LookupEnv = cfg, func(k string) (string, bool) { return "true", k == "VMAFX_CONTROLLER_TLS" }
+		edit(&o)
+		if _, err := o.Complete(); err == nil {
+			t.Errorf("%+v: accepted", o)
+		}
+	}
 }

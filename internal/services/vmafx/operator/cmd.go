@@ -30,7 +30,9 @@ import (
 	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
 )
 
-// Options configure the operator.
+// Options are the operator's flags. Start from [NewOptions], which holds
+// every default; [Options.Complete] validates them and returns the
+// [Config] that [New] reads.
 type Options struct {
 	// Config is a YAML file whose "controller" section holds the
 	// controller connection (the node's keys); VMAFX_CONTROLLER_* override.
@@ -47,7 +49,27 @@ type Options struct {
 	// Serve: --metrics-listen (/metrics — the operator's and
 	// controller-runtime's — /healthz and /readyz on one listener),
 	// --profiling, --log-level, --shutdown-timeout.
-	Serve  serve.Options
+	Serve serve.Options
+}
+
+// NewOptions returns the operator's defaults: the one place they are
+// written.
+func NewOptions() Options {
+	return Options{Config: "/etc/vmafx/operator.yaml", LookupEnv: os.LookupEnv, Poll: 5 * time.Second, LeaderElect: true,
+		LeaderElectionNamespace: "vmafx-system", Serve: serve.NewOptions("", DefaultMetricsListen)}
+}
+
+// Config is the operator's completed configuration, as [New] reads it.
+type Config struct {
+	// Controller is the connection, loaded from --config and the
+	// environment; REST the API server's, from --kubeconfig.
+	Controller              credentials.Config
+	REST                    *rest.Config
+	Poll                    time.Duration
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	Serve                   serve.Options
+	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
 }
 
@@ -55,18 +77,12 @@ type Options struct {
 // metrics address.
 const DefaultMetricsListen = "127.0.0.1:8080"
 
-// Load reads and validates the controller connection: a combination that
-// cannot be honoured is an error naming the key and the variable.
-func Load(o Options) (credentials.Config, error) {
-	cfg, err := connection.Load(o.Config, o.LookupEnv)
-	if err != nil {
-		return cfg, fmt.Errorf("operator: %w", err)
-	}
-	return cfg, nil
-}
-
-// Validate reports every setting that cannot be honoured, naming its flag.
-func (o Options) Validate() error {
+// Complete validates the options — every setting that cannot be honoured
+// is reported, naming its flag, and a controller connection that cannot be
+// an error naming the key and the variable — loads the controller
+// connection and the API server's, and returns the configuration New
+// reads.
+func (o Options) Complete() (Config, error) {
 	var errs []error
 	if o.Poll <= 0 {
 		errs = append(errs, fmt.Errorf("operator: --poll %s: want a positive duration", o.Poll))
@@ -74,7 +90,23 @@ func (o Options) Validate() error {
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	controller, err := connection.Load(o.Config, o.LookupEnv)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("operator: %w", err))
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	var rc *rest.Config
+	if o.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		rc, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("operator: --kubeconfig: %w", err)
+	}
+	return Config{Controller: controller, REST: rc, Poll: o.Poll, LeaderElect: o.LeaderElect, LeaderElectionNamespace: o.LeaderElectionNamespace, Serve: o.Serve}, nil
 }
 
 // Operator is the VmafxJob operator, built: the controller connection and
@@ -84,18 +116,10 @@ type Operator struct {
 	conn io.Closer
 }
 
-// New validates the options, dials the controller and builds
-// controller-runtime's manager with the VmafxJob reconciler. Anything that
-// cannot be honoured stops here.
-func New(o Options) (_ *Operator, err error) {
-	o.Serve.Defaults()
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	cfg, err := Load(o)
-	if err != nil {
-		return nil, err
-	}
+// New dials the controller and builds controller-runtime's manager with
+// the VmafxJob reconciler, as c says.
+func New(c Config) (_ *Operator, err error) {
+	cfg := c.Controller
 	conn, jobs, err := connection.Dial(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("operator: %w", err)
@@ -105,15 +129,6 @@ func New(o Options) (_ *Operator, err error) {
 			_ = conn.Close()
 		}
 	}()
-	var rc *rest.Config
-	if o.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	} else {
-		rc, err = ctrl.GetConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("operator: --kubeconfig: %w", err)
-	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -121,7 +136,7 @@ func New(o Options) (_ *Operator, err error) {
 	if err := jobsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	m, err := serve.New("operator", o.Serve, serve.AuthOptions{}, o.Logger)
+	m, err := serve.New("operator", c.Serve, c.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("operator: %w", err)
 	}
@@ -130,9 +145,9 @@ func New(o Options) (_ *Operator, err error) {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	// The skeleton serves /metrics, /healthz and /readyz; controller-runtime's
 	// own listeners stay off and its registry is served beside ours.
-	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme: scheme, LeaderElection: o.LeaderElect, LeaderElectionID: "vmafx-operator.vmafx.callerauth.dev",
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
+	mgr, err := ctrl.NewManager(c.REST, ctrl.Options{
+		Scheme: scheme, LeaderElection: c.LeaderElect, LeaderElectionID: "vmafx-operator.vmafx.callerauth.dev",
+		LeaderElectionNamespace: c.LeaderElectionNamespace,
 		Metrics:                 metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	if err != nil {
@@ -147,13 +162,13 @@ func New(o Options) (_ *Operator, err error) {
 		}
 		return nil
 	})
-	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: o.Poll,
+	r := &Reconciler{Client: mgr.GetClient(), Jobs: jobs, Tokens: cfg.TokenSource(), Poll: c.Poll,
 		Events: mgr.GetEventRecorder("vmafx-operator"), Log: log}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&jobsv1.VmafxJob{}).Named("vmafxjob").Complete(r); err != nil {
 		return nil, fmt.Errorf("operator: %w", err)
 	}
 	m.Add(serve.Named("controller-runtime manager", mgr))
-	m.Set("controller", cfg.Address, "controller_tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", o.Poll.String(), "leader_elect", o.LeaderElect)
+	m.Set("controller", cfg.Address, "controller_tls", cfg.TLS, "token_file", cfg.TokenFile, "poll", c.Poll.String(), "leader_elect", c.LeaderElect)
 	return &Operator{m: m, conn: conn}, nil
 }
 
@@ -181,7 +196,7 @@ func (w withoutRuntime) Gather() ([]*dto.MetricFamily, error) {
 
 // NewCommand is the vmafx-operator command line.
 func NewCommand(stderr io.Writer) *cobra.Command {
-	o := Options{Serve: serve.Options{MetricsListen: DefaultMetricsListen}}
+	o := NewOptions()
 	var probeAddr string
 	cmd := &cobra.Command{
 		Use:   "vmafx-operator",
@@ -196,14 +211,18 @@ every call. See docs/vmafx.md.`,
 		if err := probeAlias(cmd.Flags(), &o, probeAddr); err != nil {
 			return nil, err
 		}
-		return New(o)
+		c, err := o.Complete()
+		if err != nil {
+			return nil, err
+		}
+		return New(c)
 	})
 	f := cmd.Flags()
-	f.StringVar(&o.Config, "config", "/etc/vmafx/operator.yaml", "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: in-cluster, or $KUBECONFIG)")
-	f.DurationVar(&o.Poll, "poll", 5*time.Second, "GetJob interval of a job that has not finished")
-	f.BoolVar(&o.LeaderElect, "leader-elect", true, "run one active replica, elected with a Lease")
-	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "vmafx-system", "namespace of the leader-election Lease")
+	f.StringVar(&o.Config, "config", o.Config, "YAML file with a controller section (keys: address, tls, ca_file, server_name, token_file, token)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the API server (default: in-cluster, or $KUBECONFIG)")
+	f.DurationVar(&o.Poll, "poll", o.Poll, "GetJob interval of a job that has not finished")
+	f.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run one active replica, elected with a Lease")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader-election Lease")
 	o.Serve.AddProcessFlags(f)
 	// controller-runtime's names, kept: the metrics address is
 	// --metrics-listen ("0" off, as controller-runtime reads it); the probes

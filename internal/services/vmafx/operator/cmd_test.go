@@ -20,24 +20,30 @@ func TestLoadRefusals(t *testing.T) {
 	env := func(kv map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
 	}
+	kubeconfig := writeFile(t, dir, "kubeconfig", "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\ncontexts:\n- name: c\n  context:\n    cluster: c\ncurrent-context: c\n")
+	options := func(config string, env func(string) (string, bool)) operator.Options {
+		o := operator.NewOptions()
+		o.Config, o.LookupEnv, o.Kubeconfig = config, env, kubeconfig
+		return o
+	}
 	for _, tt := range []struct {
 		name string
 		o    operator.Options
 		want string
 	}{
-		{"a token over plaintext TCP", operator.Options{Config: cfg, LookupEnv: env(nil)}, "controller.token_file (VMAFX_CONTROLLER_TOKEN_FILE) sends a bearer token, which needs controller.tls (VMAFX_CONTROLLER_TLS): true"},
-		{"an unknown key", operator.Options{Config: writeFile(t, dir, "bad.yaml", "controller:\n  server: x:1\n"), LookupEnv: env(nil)}, "controller.server in " + dir + "/bad.yaml: unknown key"},
-		{"no address", operator.Options{LookupEnv: env(map[string]string{"VMAFX_CONTROLLER_TLS": "true"})}, "controller.address (VMAFX_CONTROLLER_ADDRESS) is required"},
+		{"a token over plaintext TCP", options(cfg, env(nil)), "controller.token_file (VMAFX_CONTROLLER_TOKEN_FILE) sends a bearer token, which needs controller.tls (VMAFX_CONTROLLER_TLS): true"},
+		{"an unknown key", options(writeFile(t, dir, "bad.yaml", "controller:\n  server: x:1\n"), env(nil)), "controller.server in " + dir + "/bad.yaml: unknown key"},
+		{"no address", options("", env(map[string]string{"VMAFX_CONTROLLER_TLS": "true"})), "controller.address (VMAFX_CONTROLLER_ADDRESS) is required"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := operator.Load(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Load = %v; want %q", err, tt.want)
+			if _, err := tt.o.Complete(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Complete = %v; want %q", err, tt.want)
 			}
 		})
 	}
-	got, err := operator.Load(operator.Options{Config: cfg, LookupEnv: env(map[string]string{"VMAFX_CONTROLLER_TLS": "true"})})
-	if err != nil || got.TokenFile != "/var/run/vmafx/token" || !got.TLS {
-		t.Fatalf("the environment completing the file: %+v %v", got, err)
+	c, err := options(cfg, env(map[string]string{"VMAFX_CONTROLLER_TLS": "true"})).Complete()
+	if err != nil || c.Controller.TokenFile != "/var/run/vmafx/token" || !c.Controller.TLS || c.REST.Host != "https://127.0.0.1:6443" {
+		t.Fatalf("the environment completing the file: %+v %v", c, err)
 	}
 }
 

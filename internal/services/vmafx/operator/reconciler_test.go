@@ -33,7 +33,6 @@ import (
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/tenantconf"
-	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
 	"github.com/callerauth/callerauth/token"
@@ -66,10 +65,14 @@ func newWorld(t *testing.T) *world {
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	w.caFile, _ = w.ca.WriteCA(filepath.Join(w.dir, "ca.crt"))
-	var err error
-	w.ctl, err = controller.New(controller.Options{Serve: serve.Options{Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key},
-		Auth: serve.AuthOptions{AuthenticationConfig: authnConfig}, Datastore: filepath.Join(w.dir, "jobs.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := controller.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile, o.Serve.LogOutput = "127.0.0.1:0", "", cert, key, io.Discard
+	o.Callers.AuthenticationConfig, o.Datastore = authnConfig, filepath.Join(w.dir, "jobs.db")
+	c, err := o.Complete()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if w.ctl, err = controller.New(c); err != nil {
 		t.Fatal(err)
 	}
 	if w.addr, err = w.ctl.Listen(); err != nil {
