@@ -8,23 +8,19 @@ package reasons_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"go/ast"
-	"go/importer"
 	"go/parser"
 	"go/token"
 	"go/types"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/callerauth/callerauth/internal/kit/typecheck"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
@@ -53,70 +49,17 @@ var services = []struct {
 	{"vmafx-operator", []string{"internal/services/vmafx/operator"}, nil, ""},
 }
 
-// listed is one package of `go list -json`.
-type listed struct {
-	ImportPath, Dir, Export string
-	GoFiles                 []string
-	Standard                bool
-}
+// listed is one package of `go list -json`; checked one package
+// type-checked (internal/kit/typecheck).
+type (
+	listed  = typecheck.Package
+	checked struct{ *typecheck.Checked }
+)
 
-// load lists the module's packages and their dependencies with export
-// data (the go command builds what is missing), so that each package can
-// be type-checked from its source against its imports' export data.
-func load(t *testing.T) map[string]*listed {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-export", "-deps", "-json", "../../...")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	pkgs := map[string]*listed{}
-	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
-		p := new(listed)
-		if err := dec.Decode(p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		pkgs[p.ImportPath] = p
-	}
-	return pkgs
-}
-
-// checked is one package type-checked from its non-test source.
-type checked struct {
-	path  string
-	fset  *token.FileSet
-	files []*ast.File
-	info  *types.Info
-}
+func load(t *testing.T) map[string]*listed { return typecheck.Load(t, "../../...") }
 
 func check(t *testing.T, pkgs map[string]*listed, path string) *checked {
-	t.Helper()
-	p, ok := pkgs[path]
-	if !ok {
-		t.Fatalf("no package %s", path)
-	}
-	c := &checked{path: path, fset: token.NewFileSet(), info: &types.Info{Uses: map[*ast.Ident]types.Object{}, Types: map[ast.Expr]types.TypeAndValue{}}}
-	for _, f := range p.GoFiles {
-		file, err := parser.ParseFile(c.fset, filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.files = append(c.files, file)
-	}
-	imp := importer.ForCompiler(c.fset, "gc", func(path string) (io.ReadCloser, error) {
-		if d, ok := pkgs[path]; ok && d.Export != "" {
-			return os.Open(d.Export)
-		}
-		return nil, fmt.Errorf("no export data for %s", path)
-	})
-	conf := types.Config{Importer: imp}
-	if _, err := conf.Check(path, c.fset, c.files, c.info); err != nil {
-		t.Fatalf("type-checking %s: %v", path, err)
-	}
-	return c
+	return &checked{typecheck.Check(t, pkgs, path)}
 }
 
 func isReason(tp types.Type) bool {
@@ -128,7 +71,7 @@ func isReason(tp types.Type) bool {
 // "package.Name".
 func (c *checked) referenced() map[string]*types.Var {
 	out := map[string]*types.Var{}
-	for _, obj := range c.info.Uses {
+	for _, obj := range c.Info.Uses {
 		v, ok := obj.(*types.Var)
 		if !ok || !isReason(v.Type()) || v.Pkg() == nil || v.Parent() != v.Pkg().Scope() {
 			continue
@@ -138,32 +81,13 @@ func (c *checked) referenced() map[string]*types.Var {
 	return out
 }
 
-// eachCall calls f with every call in c's code of a package-level
-// function, and that function.
-func (c *checked) eachCall(f func(call *ast.CallExpr, fn *types.Func)) {
-	for _, file := range c.files {
-		ast.Inspect(file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
-				if fn, ok := c.info.Uses[sel.Sel].(*types.Func); ok && fn.Pkg() != nil {
-					f(call, fn)
-				}
-			}
-			return true
-		})
-	}
-}
-
 // calls are the calls in c's code of the functions of package pkgPath
 // named in names, as "file:line: pkg.Name".
 func (c *checked) calls(pkgPath string, names ...string) []string {
 	var out []string
-	c.eachCall(func(call *ast.CallExpr, fn *types.Func) {
+	c.EachCall(func(call *ast.CallExpr, fn *types.Func) {
 		if fn.Pkg().Path() == pkgPath && slices.Contains(names, fn.Name()) {
-			out = append(out, fmt.Sprintf("%s: %s.%s", c.fset.Position(call.Pos()), fn.Pkg().Name(), fn.Name()))
+			out = append(out, fmt.Sprintf("%s: %s.%s", c.Fset.Position(call.Pos()), fn.Pkg().Name(), fn.Name()))
 		}
 	})
 	return out
@@ -175,7 +99,7 @@ func (c *checked) declarations(t *testing.T) map[string]string {
 	t.Helper()
 	words := map[string]string{}
 	top := map[*ast.CallExpr]bool{}
-	for _, f := range c.files {
+	for _, f := range c.Files {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.VAR {
@@ -190,11 +114,11 @@ func (c *checked) declarations(t *testing.T) map[string]string {
 			}
 		}
 	}
-	c.eachCall(func(call *ast.CallExpr, fn *types.Func) {
+	c.EachCall(func(call *ast.CallExpr, fn *types.Func) {
 		if fn.Pkg().Path() != reasonPath || fn.Name() != "New" {
 			return
 		}
-		pos := c.fset.Position(call.Pos())
+		pos := c.Fset.Position(call.Pos())
 		lit, isLit := call.Args[0].(*ast.BasicLit)
 		switch {
 		case !top[call]:
