@@ -19,7 +19,6 @@ package kube
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/reason"
@@ -229,7 +229,14 @@ func discoverIssuer(client *http.Client, base string, timeout time.Duration) (st
 	var doc struct {
 		Issuer string `json:"issuer"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDiscovery)).Decode(&doc); err != nil {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDiscovery+1))
+	if err != nil {
+		return fail(fmt.Errorf("reading it: %w", err))
+	}
+	if len(body) > maxDiscovery {
+		return fail(fmt.Errorf("larger than %d bytes", maxDiscovery))
+	}
+	if err := ijson.Read(body, &doc); err != nil {
 		return fail(fmt.Errorf("reading it: %w", err))
 	}
 	if u, err := url.Parse(doc.Issuer); err != nil || u.Scheme != "https" || u.Host == "" {

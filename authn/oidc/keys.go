@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -359,9 +360,12 @@ func (k *keySet) getJSON(ctx context.Context, url string, v any) error {
 		return fetchError(ctx, url, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocument))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocument+1))
 	if err != nil {
 		return fetchError(ctx, url, err)
+	}
+	if len(body) > maxDocument {
+		return authn.Fail(authn.ValidatorError, "GET %s: the document is larger than %d bytes", url, maxDocument)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
@@ -370,7 +374,9 @@ func (k *keySet) getJSON(ctx context.Context, url string, v any) error {
 	default:
 		return authn.Fail(authn.ValidatorError, "GET %s: %s", url, resp.Status)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	// A key set or discovery document is another's format, read strictly:
+	// I-JSON, its unknown members ignored (RFC 7517 §5).
+	if err := ijson.Read(body, v); err != nil {
 		return authn.Fail(authn.ValidatorError, "GET %s: %v", url, err)
 	}
 	return nil

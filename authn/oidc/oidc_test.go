@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -647,5 +648,54 @@ func TestWhiteSpaceInSegments(t *testing.T) {
 				t.Errorf("segment %d with %q: %v; want token_invalid", seg, ws, err)
 			}
 		}
+	}
+}
+
+// TestDocumentsAreIJSON: a discovery document or a key set that is not
+// I-JSON — a member twice, invalid UTF-8 — is refused as validator_error
+// rather than read as encoding/json would (keeping the last of two
+// members, replacing bad bytes), which RFC 7517 §4 and §5 allow; an
+// unknown member is ignored, as they say. A document over the bound is
+// refused naming it.
+func TestDocumentsAreIJSON(t *testing.T) {
+	now := time.Now()
+	k := ecKey()
+	key, err := jose.JSONWebKey{Key: k.Public(), KeyID: "k1", Algorithm: "ES256", Use: "sig"}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks := `{"keys":[` + string(key) + `]}`
+	for _, c := range []struct {
+		name, discovery, keys string
+		want                  string // "" for accepted
+	}{
+		{"unknown members ignored", `,"x-vendor":{"a":1}}`, strings.Replace(jwks, `{"keys":`, `{"x-vendor":null,"keys":`, 1), ""},
+		{"issuer twice in discovery", `,"issuer":"https://idp.example"}`, jwks, "appears more than once"},
+		{"keys twice in the key set", `}`, strings.TrimSuffix(jwks, "}") + `,"keys":[]}`, "appears more than once"},
+		{"a key's member twice", `}`, strings.Replace(jwks, `"kid":"k1"`, `"kid":"k1","kid":"k2"`, 1), "appears more than once"},
+		{"invalid UTF-8", `,"name":"` + "\xff" + `"}`, jwks, "UTF-8"},
+		{"over the bound", `,"pad":"` + strings.Repeat("x", 1<<20) + `"}`, jwks, "larger than"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var url string
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = io.WriteString(w, `{"issuer":"https://idp.example","jwks_uri":"`+url+`/keys"`+c.discovery)
+			})
+			mux.HandleFunc("GET /keys", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, c.keys) })
+			srv := httptest.NewTLSServer(mux)
+			defer srv.Close()
+			url = srv.URL
+			caFile := filepath.Join(t.TempDir(), "ca.pem")
+			_ = os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600)
+			auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://idp.example", DiscoveryURL: url, CAFile: caFile, Audiences: []string{"vmafx-controller"}}}})
+			_, err := auth.Authenticate(context.Background(), forge.Sign(claims("https://idp.example", now, nil), k, jose.ES256, "k1"))
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (authn.ReasonOf(err) != authn.ValidatorError || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("err = %v (%s); want validator_error naming %q", err, authn.ReasonOf(err), c.want)
+			}
+		})
 	}
 }

@@ -144,6 +144,24 @@ jwt:
     username:
       claim: sub
       prefix: "f:"
+- issuer:
+    url: %[15]s
+    certificateAuthority: |
+%[13]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: sub
+      prefix: "g:"
+- issuer:
+    url: %[16]s
+    certificateAuthority: |
+%[13]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: sub
+      prefix: "h:"
 `
 
 // verdict is what one side said of a token.
@@ -240,10 +258,23 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		jose.JSONWebKey{Key: &ecF.PublicKey, KeyID: "good", Algorithm: "ES256", Use: "sig"},
 		map[string]string{"kty": "XYZ", "kid": "unknown", "x": "AAAA"},
 	})
+	// Key sets that are not I-JSON: G's names "keys" twice, the last
+	// holding the key tokens are signed with; H's one key names its kid
+	// twice, the last the kid tokens carry.
+	ecG, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyG, err := jose.JSONWebKey{Key: &ecG.PublicKey, KeyID: "good", Algorithm: "ES256", Use: "sig"}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urlG := keyServerRaw(t, keysCA, []byte(`{"keys":[],"keys":[`+string(keyG)+`]}`))
+	urlH := keyServerRaw(t, keysCA, []byte(`{"keys":[`+strings.Replace(string(keyG), `"kid":"good"`, `"kid":"other","kid":"good"`, 1)+`]}`))
 
 	file := filepath.Join(dir, "authentication-config.yaml")
 	doc := fmt.Sprintf(config, issA.Issuer(), urlA, block(caA), issB.Issuer(), urlB, block(caB), h.Issuer, block(string(caC)), issD.Issuer(), urlD, block(caD),
-		urlE, block(string(keysCA.PEM)), urlF)
+		urlE, block(string(keysCA.PEM)), urlF, urlG, urlH)
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +317,11 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 				// A kid whose only key the key set's rules set aside: no
 				// usable key has it (yet), which the verifier may retry.
 				if !strings.Contains(err.Error(), "no key with kid") {
+					t.Fatalf("callerauth: %v", err)
+				}
+			case authn.ValidatorError:
+				// A key set that is not I-JSON (issuer G).
+				if !strings.Contains(err.Error(), "appears more than once") {
 					t.Fatalf("callerauth: %v", err)
 				}
 			default:
@@ -394,6 +430,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		{"A: crit [b64] with b64 true", forge.SignRawWith([]byte(strings.NewReplacer("ISS", issA.Issuer(), "NOW", fmt.Sprint(time.Now().Unix()), "EXP", fmt.Sprint(time.Now().Add(time.Hour).Unix())).
 			Replace(`{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`)), keyA, jose.ES256, issA.KeyID(), (&jose.SignerOptions{}).WithBase64(true)), ""},
 		{"E: RS256 with a 2048-bit key", e(good, "good", jose.RS256, "erin"), ""},
+		{"H: a key set whose key names its kid twice", forge.Sign(map[string]any{"iss": urlH, "sub": "hal", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecG, jose.ES256, "good"), ""},
 		{"E: PS256 with the hash-length salt", e(good, "good", jose.PS256, "erin"), ""},
 		// The intended differences.
 		{"A: jti a number", signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP,"jti":5}`), "registered claim type"},
@@ -410,6 +447,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		{"E: a key whose JWK use is enc", e(enc, "enc", jose.RS256, "erin"), "key use"},
 		{"E: a 1024-bit RSA key", e(small, "small", jose.RS256, "erin"), "key use"},
 		{"F: a good key beside a key of an unknown type", forge.Sign(map[string]any{"iss": urlF, "sub": "fay", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecF, jose.ES256, "good"), "unknown key type"},
+		{"G: a key set naming keys twice", forge.Sign(map[string]any{"iss": urlG, "sub": "gil", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecG, jose.ES256, "good"), "I-JSON key set"},
 		{"A: iat an hour in the future (no nbf)", signed(issA, keyA, `{"iss":"ISS","sub":"gina","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":LATER,"exp":EXP}`), "iat"},
 		{"B: an empty email", b(map[string]any{"email": ""}), "empty username"},
 		{"A: sub, and SUB", signed(issA, keyA, `{"iss":"ISS","sub":"harry","SUB":"root","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP}`), "I-JSON"},
@@ -452,6 +490,10 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 			if !th.OK || th.Username != "" || me.OK {
 				t.Errorf("%s: want the API server to accept the user \"\" (%s) and callerauth to refuse (%s)", r.name, th, me)
 			}
+		case "I-JSON key set":
+			if !th.OK || me.OK {
+				t.Errorf("%s: want the API server to accept (it reads the last keys: %s) and callerauth to refuse the key set (%s)", r.name, th, me)
+			}
 		case "unknown key type":
 			if th.OK || !me.OK {
 				t.Errorf("%s: want the API server to refuse (it cannot decode the key set: %s) and callerauth to accept (%s)", r.name, th, me)
@@ -478,15 +520,21 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 // JSON) over TLS under ca, and returns its URL: the issuer.
 func keyServer(t *testing.T, ca *pki.CA, keys []any) string {
 	t.Helper()
+	jwks, err := json.Marshal(map[string]any{"keys": keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyServerRaw(t, ca, jwks)
+}
+
+// keyServerRaw is keyServer serving jwks as it is.
+func keyServerRaw(t *testing.T, ca *pki.CA, jwks []byte) string {
+	t.Helper()
 	cfg, err := ca.ServerTLS(pki.LoopbackHosts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var base string
-	jwks, err := json.Marshal(map[string]any{"keys": keys})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {

@@ -96,6 +96,20 @@ func Decode(doc []byte, v any) error {
 	return dec.Decode(v)
 }
 
+// Read is the strict reader of a document whose format is another's and
+// tells its readers to ignore the members they do not know — a JWK Set
+// (RFC 7517 §4, §5), an OpenID Provider's discovery document — so it
+// differs from [Decode] only there: doc must be I-JSON ([Check]: a member
+// twice, invalid UTF-8 or an unpaired surrogate is refused, never
+// resolved, which RFC 7517 §4 and §5 allow a parser), then v is filled as
+// encoding/json does, unknown members ignored.
+func Read(doc []byte, v any) error {
+	if err := Check(doc); err != nil {
+		return err
+	}
+	return json.Unmarshal(doc, v)
+}
+
 // FromYAML reads a YAML (or JSON) document as strict JSON: a key written
 // twice in one mapping is refused (YAML would keep the last), and the JSON
 // it becomes must be I-JSON. Decode the result with [Decode] for a format
