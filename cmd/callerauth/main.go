@@ -5,7 +5,8 @@ package main
 import (
 	"os"
 
+	"github.com/callerauth/callerauth/internal/demo"
 	"github.com/callerauth/callerauth/internal/services/cli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:])) }
+func main() { os.Exit(cli.Main(os.Args[1:], demo.NewCommand)) }

@@ -15,7 +15,8 @@ const module = "github.com/callerauth/callerauth/"
 
 // floors, lowest first: a package may import its own floor and the ones
 // below. The library (every other top-level package) is floor 2; the kits
-// stand beside the manager, for the tests and the demo.
+// stand beside the manager, for the tests and the demo; the demo, which
+// runs every service, stands above them, beside the tools.
 var floors = []struct {
 	name     string
 	prefixes []string
@@ -25,7 +26,7 @@ var floors = []struct {
 	{"library", nil},
 	{"manager and kits", []string{"internal/serve", "internal/kit/"}},
 	{"services", []string{"internal/services/"}},
-	{"tools", []string{"internal/tools/"}},
+	{"tools and the demo", []string{"internal/tools/", "internal/demo"}},
 	{"binaries", []string{"cmd/"}},
 	{"tests", []string{"test/"}},
 }

@@ -1,5 +1,7 @@
 // Package cli is the callerauth command: the dev issuer, token minting and
-// inspection, and the demo. cmd/callerauth only calls [Main].
+// inspection, the job and config commands. cmd/callerauth calls [Main]
+// with the demo (internal/demo), which runs the services and so sits above
+// them.
 package cli
 
 import (
@@ -28,6 +30,10 @@ type Options struct {
 	Getenv func(string) string
 	// Lookup resolves host names; default net.DefaultResolver.LookupHost.
 	Lookup Lookup
+	// More are commands added to the tree, each given Stdout: the demo,
+	// which runs the services and sits above them (cmd/callerauth adds
+	// it).
+	More []func(stdout io.Writer) *cobra.Command
 }
 
 func (o *Options) defaults() {
@@ -48,11 +54,12 @@ func (o *Options) defaults() {
 	}
 }
 
-// Main runs the command with args and returns the process exit code.
-func Main(args []string) int {
+// Main runs the command with args, and more commands (Options.More), and
+// returns the process exit code.
+func Main(args []string, more ...func(stdout io.Writer) *cobra.Command) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o := &Options{}
+	o := &Options{More: more}
 	o.defaults()
 	if err := Execute(ctx, o, args); err != nil {
 		code := jobcli.ExitCode(err)
@@ -86,12 +93,15 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
 	root.Version = version.Get().String() // --version
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}), newDemoCmd(o),
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}),
 		&cobra.Command{Use: "version", Short: "Print the build: module version, VCS revision (and whether the tree was modified), Go version", Args: cobra.NoArgs,
 			RunE: func(*cobra.Command, []string) error {
 				_, err := fmt.Fprintln(o.Stdout, "callerauth", version.Get().String())
 				return err
 			}})
+	for _, m := range o.More {
+		root.AddCommand(m(o.Stdout))
+	}
 	return root
 }
 

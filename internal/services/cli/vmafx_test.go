@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/services/demo"
+	"github.com/callerauth/callerauth/internal/demo"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/jobcli"
 )

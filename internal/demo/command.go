@@ -1,15 +1,17 @@
-package cli
+package demo
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/callerauth/callerauth/internal/services/demo"
 )
 
-func newDemoCmd(o *Options) *cobra.Command {
+// NewCommand is `callerauth demo`, printing on stdout: cmd/callerauth adds
+// it to the CLI (internal/services/cli), which sits below the services the
+// demo runs and so does not import it.
+func NewCommand(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "demo",
 		Short: "Run callerauth's behaviours end to end on loopback and print what happened",
@@ -20,13 +22,13 @@ non-zero if any verdict fails. No cluster is needed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now()
-			results, err := demo.Run(cmd.Context())
+			results, err := Run(cmd.Context())
 			if err != nil {
 				return err
 			}
-			demo.Print(o.Stdout, results)
-			fmt.Fprintf(o.Stdout, "(%s)\n", time.Since(start).Round(time.Millisecond))
-			if !demo.AllPassed(results) {
+			Print(stdout, results)
+			fmt.Fprintf(stdout, "(%s)\n", time.Since(start).Round(time.Millisecond))
+			if !AllPassed(results) {
 				return fmt.Errorf("demo: not every scenario behaved as expected")
 			}
 			return nil
