@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,11 +205,6 @@ func TestIssuerServeAndDeletePod(t *testing.T) {
 	if !strings.Contains(o.Stdout.(*capture.Buffer).String(), "dev issuer serving on https://127.0.0.1:") {
 		t.Errorf("serve output: %s", o.Stdout.(*capture.Buffer).String())
 	}
-}
-
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
 }
 
 // TestDecisionKeygen: keygen writes a key the pdp's key loader reads, of
