@@ -163,9 +163,8 @@ type Service interface {
 // Command makes cmd a service's command line, the same for every service:
 // no arguments; usage and errors left to [Execute], which prints the error
 // once; and a RunE that points the logs at stderr (o.LogOutput), builds
-// the service with build — which reads what the flags imply and calls the
-// service's New, where validation runs once — and runs it until the
-// command's context ends.
+// the service with build — [Complete](&options, New) for a service
+// configured the one way — and runs it until the command's context ends.
 func Command(cmd *cobra.Command, o *Options, stderr io.Writer, build func(cmd *cobra.Command) (Service, error)) *cobra.Command {
 	cmd.Args, cmd.SilenceUsage, cmd.SilenceErrors = cobra.NoArgs, true, true
 	// --version prints the build (version, revision, Go) and exits.
@@ -223,3 +222,20 @@ func (r removed) Set(string) error {
 	return fmt.Errorf("--%s (%s) was removed: callerauth config convert FILE writes the same issuers as a Kubernetes AuthenticationConfiguration; give it with --caller-authentication-config", r.name, r.what)
 }
 func (r removed) Type() string { return "file" }
+
+// Complete is the build function of [Command] for a service configured
+// the one way: it completes the options o points to (parsed by then) and
+// hands the configuration to newService, the service's New.
+func Complete[C any, S Service](o interface{ Complete() (C, error) }, newService func(C) (S, error)) func(*cobra.Command) (Service, error) {
+	return func(*cobra.Command) (Service, error) {
+		c, err := o.Complete()
+		if err != nil {
+			return nil, err
+		}
+		s, err := newService(c)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}

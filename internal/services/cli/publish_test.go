@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
@@ -25,14 +26,7 @@ func TestPublish(t *testing.T) {
 	sock := filepath.Join(dir, "pc.sock")
 	o := connector.NewOptions("node-a")
 	o.ConfigFile, o.Socket, o.Datastore, o.Serve.MetricsListen, o.Serve.LogOutput = cfg, sock, filepath.Join(dir, "events.db"), "", io.Discard
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := connector.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := servicetest.New(t, o, nil, connector.New)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()

@@ -29,13 +29,7 @@ to its node; in the deployment role it listens on TCP with TLS and every
 caller needs a pod-bound token. config.json (the ConfigMap) holds the
 node-binding settings; see docs/platform-connector.md.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
-		c, err := o.Complete()
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	})
+	serve.Command(cmd, &o.Serve, stderr, serve.Complete(&o, New))
 	o.AddFlags(cmd.Flags())
 	cmd.AddCommand(newEventsCommand(stdout), newHostDirsCommand(stdout))
 	return cmd

@@ -20,6 +20,7 @@ import (
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
 	"github.com/callerauth/callerauth/internal/services/connector"
 )
 
@@ -155,18 +156,11 @@ func options(t testing.TB, config string) connector.Options {
 // auth (behind the stack's cache) instead of o's backend when auth is set.
 func newServer(t testing.TB, o connector.Options, auth authn.Authenticator) *connector.Server {
 	t.Helper()
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != nil {
-		c.Callers = stack.Custom(auth, "TokenReview")
-	}
-	s, err := connector.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return servicetest.New(t, o, func(c *connector.Config) {
+		if auth != nil {
+			c.Callers = stack.Custom(auth, "TokenReview")
+		}
+	}, connector.New)
 }
 
 // TestSocketPathIsNotTakenOver: only a stale socket is removed. A regular

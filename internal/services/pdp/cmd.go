@@ -23,13 +23,7 @@ func NewCommand(stderr io.Writer) *cobra.Command {
 token for --caller-audience, verified by TokenReview, and must be the principal
 bound to the system they name (--caller-binding). See docs/pdp.md.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
-		c, err := o.Complete()
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	})
+	serve.Command(cmd, &o.Serve, stderr, serve.Complete(&o, New))
 	o.AddFlags(cmd.Flags())
 	return cmd
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
 	"github.com/callerauth/callerauth/internal/kit/tokenvolume"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
@@ -71,18 +72,11 @@ func options(dir, mode, key string) pdp.Options {
 // (behind the stack's cache) instead of o's backend when auth is set.
 func newServer(t testing.TB, o pdp.Options, auth authn.Authenticator) *pdp.Server {
 	t.Helper()
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != nil {
-		c.Callers = stack.Custom(auth, "TokenReview")
-	}
-	s, err := pdp.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return servicetest.New(t, o, func(c *pdp.Config) {
+		if auth != nil {
+			c.Callers = stack.Custom(auth, "TokenReview")
+		}
+	}, pdp.New)
 }
 
 // token mints a token for a service account in the secrets-engine namespace.

@@ -24,13 +24,7 @@ offline against the identity provider of the caller's tenant
 role-checked: vmafx:reader (GetJob, ListJobs), vmafx:submitter (SubmitJob,
 CancelJob), vmafx:node (ClaimJob, ReportJob). See docs/vmafx.md.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
-		c, err := o.Complete()
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	})
+	serve.Command(cmd, &o.Serve, stderr, serve.Complete(&o, New))
 	o.AddFlags(cmd.Flags())
 	return cmd
 }

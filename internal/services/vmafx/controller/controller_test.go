@@ -29,6 +29,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/cost"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/pgtest"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
 	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 )
@@ -88,21 +89,16 @@ func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
 	_ = os.WriteFile(cert, certPEM, 0o600)
 	_ = os.WriteFile(key, keyPEM, 0o600)
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile, o.Serve.LogOutput = "127.0.0.1:0", "", cert, key, e.log
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Leases looked at often, on a clock the test may set.
-	c.LeaseCheck = 10 * time.Millisecond
-	c.Now = func() time.Time {
-		if n := e.clock.Load(); n != 0 {
-			return time.Unix(0, n)
+	e.ctl = servicetest.New(t, o, func(c *controller.Config) {
+		c.LeaseCheck = 10 * time.Millisecond
+		c.Now = func() time.Time {
+			if n := e.clock.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Now()
 		}
-		return time.Now()
-	}
-	if e.ctl, err = controller.New(c); err != nil {
-		t.Fatal(err)
-	}
+	}, controller.New)
 	if e.addr, err = e.ctl.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -406,13 +406,7 @@ and SSIM between two Y4M 8-bit 4:2:0 clips) and reports. Its controller
 connection is the "controller" section of --config and the VMAFX_CONTROLLER_*
 environment variables (docs/vmafx.md); the token file is read on every call.`,
 	}
-	serve.Command(cmd, &o.Serve, stderr, func(*cobra.Command) (serve.Service, error) {
-		c, err := o.Complete()
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	})
+	serve.Command(cmd, &o.Serve, stderr, serve.Complete(&o, New))
 	o.AddFlags(cmd.Flags())
 	return cmd
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
 	"github.com/callerauth/callerauth/internal/kit/tenantconf"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/operator"
@@ -68,13 +69,8 @@ func newWorld(t *testing.T) *world {
 	o := controller.NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.TLSCertFile, o.Serve.TLSKeyFile, o.Serve.LogOutput = "127.0.0.1:0", "", cert, key, io.Discard
 	o.Callers.AuthenticationConfig, o.Datastore = authnConfig, filepath.Join(w.dir, "jobs.db")
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.ctl, err = controller.New(c); err != nil {
-		t.Fatal(err)
-	}
+	w.ctl = servicetest.New(t, o, nil, controller.New)
+	var err error
 	if w.addr, err = w.ctl.Listen(); err != nil {
 		t.Fatal(err)
 	}
