@@ -379,21 +379,15 @@ func (d *DB) Rebind(q string) string {
 // FileFlagHelp is the help of a service's --datastore-url-file flag.
 const FileFlagHelp = "read the datastore URL from this file instead of --datastore (a mounted Secret: the URL may then carry the password without showing in the process's arguments)"
 
-// Check validates a service's datastore flags without reading anything:
-// target must parse, unless the URL comes from urlFile.
-func Check(target, urlFile string) error {
-	if urlFile != "" {
-		return nil
-	}
-	_, _, err := Parse(target)
-	return err
-}
-
-// Resolve is the datastore a service opens: the first line of urlFile when
-// set (a Secret's key, mounted), else target. The file's content is never
-// echoed in an error.
+// Resolve is the datastore a service opens, checked: the first line of
+// urlFile when set (a Secret's key, mounted), else target; the error names
+// the flag (--datastore, --datastore-url-file). The file's content is
+// never echoed in an error.
 func Resolve(target, urlFile string) (string, error) {
 	if urlFile == "" {
+		if _, _, err := Parse(target); err != nil {
+			return "", fmt.Errorf("--datastore: %w", err)
+		}
 		return target, nil
 	}
 	b, err := os.ReadFile(urlFile)

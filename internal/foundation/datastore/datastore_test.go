@@ -207,11 +207,11 @@ func TestURLFile(t *testing.T) {
 	if _, err := datastore.Resolve("", filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file was accepted")
 	}
-	if err := datastore.Check("", good); err != nil {
-		t.Errorf("Check with a file: %v", err)
+	if _, err := datastore.Resolve("", good); err != nil {
+		t.Errorf("an empty --datastore with a file: %v", err)
 	}
-	if err := datastore.Check("mysql://x", ""); err == nil {
-		t.Error("Check accepted another scheme")
+	if _, err := datastore.Resolve("mysql://x", ""); err == nil || !strings.Contains(err.Error(), "--datastore: ") {
+		t.Errorf("another scheme: %v", err)
 	}
 }
 

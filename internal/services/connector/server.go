@@ -188,15 +188,12 @@ func (o Options) Complete() (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
 	}
-	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
-		errs = append(errs, fmt.Errorf("connector: --datastore: %w", err))
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("connector: %w", err))
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
-	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
-	if err != nil {
-		return Config{}, fmt.Errorf("connector: %w", err)
 	}
 	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callers, Auth: auth, Datastore: target,
 		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,

@@ -159,8 +159,9 @@ func (o Options) Complete() (Config, error) {
 			errs = append(errs, err)
 		}
 	}
-	if err := datastore.Check(o.Datastore, o.DatastoreURLFile); err != nil {
-		errs = append(errs, fmt.Errorf("controller: --datastore: %w", err))
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("controller: %w", err))
 	}
 	if o.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("controller: --lease %s: want at least 1s", o.Lease))
@@ -174,10 +175,6 @@ func (o Options) Complete() (Config, error) {
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
-	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
-	if err != nil {
-		return Config{}, fmt.Errorf("controller: %w", err)
 	}
 	return Config{Serve: o.Serve, Callers: callers, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
 		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now}, nil
