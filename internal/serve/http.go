@@ -37,8 +37,8 @@ type HTTPLimits struct {
 	MaxHeaderBytes int
 }
 
-// DefaultHTTPLimits are the defaults written on each field.
-func DefaultHTTPLimits() HTTPLimits {
+// defaultHTTPLimits are the defaults written on each field.
+func defaultHTTPLimits() HTTPLimits {
 	return HTTPLimits{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10}
 }

@@ -31,7 +31,7 @@ type Manager struct {
 	opts      Options
 	log       *slog.Logger
 	health    *Health
-	certs     *CertReloader
+	certs     *certReloader
 	callers   []any // the caller-authentication settings, once Guard ran
 	runnables []Runnable
 	settings  []any
@@ -49,10 +49,10 @@ func New(name string, opts Options, log *slog.Logger) (*Manager, error) {
 		}
 		log = opts.Logger(out)
 	}
-	m := &Manager{name: name, opts: opts, log: log, health: NewHealth()}
+	m := &Manager{name: name, opts: opts, log: log, health: newHealth()}
 	if opts.HasTLS() {
 		var err error
-		if m.certs, err = opts.CertReloader(log); err != nil {
+		if m.certs, err = opts.loadCerts(log); err != nil {
 			return nil, err
 		}
 	}
@@ -95,13 +95,13 @@ func (m *Manager) Add(r Runnable) { m.runnables = append(m.runnables, r) }
 
 // ServeGRPC adds a gRPC server on lis, drained for --shutdown-timeout.
 func (m *Manager) ServeGRPC(name string, lis net.Listener, srv *grpc.Server) {
-	m.Add(&GRPCServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
+	m.Add(&grpcServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
 // ServeHTTP adds an HTTP server of h on lis, bounded by the --http-*
 // limits and drained for --shutdown-timeout.
 func (m *Manager) ServeHTTP(name string, lis net.Listener, h http.Handler) {
-	m.Add(&HTTPServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
+	m.Add(&httpServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
 // Set records settings (key, value pairs) for the start-up line.
@@ -109,9 +109,9 @@ func (m *Manager) Set(kv ...any) { m.settings = append(m.settings, kv...) }
 
 // Run opens the metrics listener (--metrics-listen), logs one start-up
 // line with the effective settings, and runs every runnable until ctx ends
-// or one fails ([Run]); a failure is logged and returned.
+// or one fails (runAll); a failure is logged and returned.
 func (m *Manager) Run(ctx context.Context) error {
-	metrics, err := m.opts.MetricsServer(m.health)
+	metrics, err := m.opts.metricsServer(m.health)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
 	line = append(line, m.callers...)
 	m.log.Info(m.name+": serving", append(line, m.settings...)...)
-	if err := Run(ctx, m.runnables...); err != nil {
+	if err := runAll(ctx, m.runnables...); err != nil {
 		m.log.Error(m.name+": serving failed", "err", err)
 		return err
 	}

@@ -26,8 +26,8 @@ type check struct {
 	fn   func(context.Context) error
 }
 
-// NewHealth returns a registry with the Go and process collectors.
-func NewHealth() *Health {
+// newHealth returns a registry with the Go and process collectors.
+func newHealth() *Health {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Health{Registry: reg}

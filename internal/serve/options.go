@@ -47,11 +47,11 @@ type Options struct {
 }
 
 // NewOptions returns the defaults: listen on listen, metrics on
-// metricsListen (empty: off), info, DefaultShutdownTimeout,
-// DefaultCertCheckInterval, DefaultHTTPLimits.
+// metricsListen (empty: off), info, a 10 s shutdown timeout, a 10 s
+// certificate check, the default HTTP limits (docs/development.md).
 func NewOptions(listen, metricsListen string) Options {
-	return Options{Listen: listen, MetricsListen: metricsListen, LogLevel: "info", ShutdownTimeout: DefaultShutdownTimeout,
-		CertCheckInterval: DefaultCertCheckInterval, HTTP: DefaultHTTPLimits()}
+	return Options{Listen: listen, MetricsListen: metricsListen, LogLevel: "info", ShutdownTimeout: defaultShutdownTimeout,
+		CertCheckInterval: defaultCertCheckInterval, HTTP: defaultHTTPLimits()}
 }
 
 // AddFlags registers the serving flags, with o's values as their
@@ -77,7 +77,7 @@ func (o *Options) AddProcessFlags(f *pflag.FlagSet) {
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag. It
-// does not look at files; [Options.CertReloader] does.
+// does not look at files; the manager does when it loads the pair.
 func (o Options) Validate() error {
 	var errs []error
 	var lvl slog.Level
@@ -105,9 +105,9 @@ func (o Options) Validate() error {
 // Logger is a JSON logger at the configured level, writing to w (info
 // when the level does not parse: Validate refuses it first).
 func (o Options) Logger(w io.Writer) *slog.Logger {
-	l, err := NewLogger(o.LogLevel, w)
+	l, err := newLogger(o.LogLevel, w)
 	if err != nil {
-		l, _ = NewLogger("info", w)
+		l, _ = newLogger("info", w)
 	}
 	return l
 }
@@ -115,14 +115,14 @@ func (o Options) Logger(w io.Writer) *slog.Logger {
 // HasTLS says whether a serving key pair is configured.
 func (o Options) HasTLS() bool { return o.TLSCertFile != "" && o.TLSKeyFile != "" }
 
-// CertReloader loads the serving key pair, to be reloaded on change.
-func (o Options) CertReloader(log *slog.Logger) (*CertReloader, error) {
-	return NewCertReloader(o.TLSCertFile, o.TLSKeyFile, o.CertCheckInterval, log)
+// loadCerts loads the serving key pair, to be reloaded on change.
+func (o Options) loadCerts(log *slog.Logger) (*certReloader, error) {
+	return newCertReloader(o.TLSCertFile, o.TLSKeyFile, o.CertCheckInterval, log)
 }
 
-// MetricsServer listens on MetricsListen and returns the runnable serving
+// metricsServer listens on MetricsListen and returns the runnable serving
 // h there, or nil when MetricsListen is empty.
-func (o Options) MetricsServer(h *Health) (*HTTPServer, error) {
+func (o Options) metricsServer(h *Health) (*httpServer, error) {
 	if o.MetricsListen == "" {
 		return nil, nil
 	}
@@ -141,12 +141,12 @@ func (o Options) MetricsServer(h *Health) (*HTTPServer, error) {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
-	return &HTTPServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(handler), ShutdownTimeout: o.ShutdownTimeout}, nil
+	return &httpServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(handler), ShutdownTimeout: o.ShutdownTimeout}, nil
 }
 
-// NewLogger is a JSON logger at level (debug, info, warn or error) writing
+// newLogger is a JSON logger at level (debug, info, warn or error) writing
 // to w; an unknown level is an error naming the flag.
-func NewLogger(level string, w io.Writer) (*slog.Logger, error) {
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)

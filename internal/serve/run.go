@@ -28,12 +28,12 @@ type RunnableFunc func(ctx context.Context) error
 // Start calls f.
 func (f RunnableFunc) Start(ctx context.Context) error { return f(ctx) }
 
-// Run starts every runnable and waits for them. When ctx ends, each is
-// asked to stop and Run returns nil once all have (or the first error one
+// runAll starts every runnable and waits for them. When ctx ends, each is
+// asked to stop and runAll returns nil once all have (or the first error one
 // of them returned while stopping). When one runnable fails — returns an
 // error, or returns at all before ctx ended — the others are stopped and
-// Run returns that failure: a service whose listener died exits non-zero.
-func Run(ctx context.Context, runnables ...Runnable) error {
+// runAll returns that failure: a service whose listener died exits non-zero.
+func runAll(ctx context.Context, runnables ...Runnable) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	parent := ctx
@@ -82,20 +82,20 @@ func name(r Runnable) string {
 	return fmt.Sprintf("%T", r)
 }
 
-// HTTPServer serves Server on Listener until its context ends, then shuts
+// httpServer serves Server on Listener until its context ends, then shuts
 // down gracefully for at most ShutdownTimeout (default 10 s) before closing
 // what is left.
-type HTTPServer struct {
+type httpServer struct {
 	Name            string
 	Listener        net.Listener
 	Server          *http.Server
 	ShutdownTimeout time.Duration
 }
 
-func (h *HTTPServer) String() string { return h.Name }
+func (h *httpServer) String() string { return h.Name }
 
 // Start implements [Runnable].
-func (h *HTTPServer) Start(ctx context.Context) error {
+func (h *httpServer) Start(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- h.Server.Serve(h.Listener) }()
 	select {
@@ -114,20 +114,20 @@ func (h *HTTPServer) Start(ctx context.Context) error {
 	return nil
 }
 
-// GRPCServer serves Server on Listener until its context ends, then stops
+// grpcServer serves Server on Listener until its context ends, then stops
 // gracefully for at most ShutdownTimeout (default 10 s) before stopping
 // hard.
-type GRPCServer struct {
+type grpcServer struct {
 	Name            string
 	Listener        net.Listener
 	Server          *grpc.Server
 	ShutdownTimeout time.Duration
 }
 
-func (g *GRPCServer) String() string { return g.Name }
+func (g *grpcServer) String() string { return g.Name }
 
 // Start implements [Runnable].
-func (g *GRPCServer) Start(ctx context.Context) error {
+func (g *grpcServer) Start(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- g.Server.Serve(g.Listener) }()
 	select {
@@ -151,12 +151,12 @@ func (g *GRPCServer) Start(ctx context.Context) error {
 	return nil
 }
 
-// DefaultShutdownTimeout is how long a server drains its requests.
-const DefaultShutdownTimeout = 10 * time.Second
+// defaultShutdownTimeout is how long a server drains its requests.
+const defaultShutdownTimeout = 10 * time.Second
 
 func orDefault(d time.Duration) time.Duration {
 	if d <= 0 {
-		return DefaultShutdownTimeout
+		return defaultShutdownTimeout
 	}
 	return d
 }

@@ -1,4 +1,4 @@
-package serve_test
+package serve
 
 import (
 	"bytes"
@@ -19,12 +19,11 @@ import (
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
-	"github.com/callerauth/callerauth/internal/serve"
 )
 
 // untilDone runs until its context ends.
-func untilDone(stopped *bool) serve.Runnable {
-	return serve.RunnableFunc(func(ctx context.Context) error {
+func untilDone(stopped *bool) Runnable {
+	return RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()
 		*stopped = true
 		return nil
@@ -35,14 +34,14 @@ func TestRun(t *testing.T) {
 	t.Run("a failing runnable stops the others and is the error", func(t *testing.T) {
 		var stopped bool
 		boom := errors.New("listener died")
-		err := serve.Run(context.Background(), untilDone(&stopped), serve.RunnableFunc(func(context.Context) error { return boom }))
+		err := runAll(context.Background(), untilDone(&stopped), RunnableFunc(func(context.Context) error { return boom }))
 		if !errors.Is(err, boom) || !stopped {
 			t.Fatalf("Run = %v, other stopped %v", err, stopped)
 		}
 	})
 	t.Run("a runnable that returns by itself is a failure", func(t *testing.T) {
 		var stopped bool
-		err := serve.Run(context.Background(), untilDone(&stopped), serve.Named("reload loop", serve.RunnableFunc(func(context.Context) error { return nil })))
+		err := runAll(context.Background(), untilDone(&stopped), Named("reload loop", RunnableFunc(func(context.Context) error { return nil })))
 		if err == nil || !strings.Contains(err.Error(), "reload loop stopped on its own") || !stopped {
 			t.Fatalf("Run = %v, other stopped %v", err, stopped)
 		}
@@ -51,7 +50,7 @@ func TestRun(t *testing.T) {
 		var a, b bool
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-		if err := serve.Run(ctx, untilDone(&a), untilDone(&b)); err != nil || !a || !b {
+		if err := runAll(ctx, untilDone(&a), untilDone(&b)); err != nil || !a || !b {
 			t.Fatalf("Run = %v, stopped %v %v", err, a, b)
 		}
 	})
@@ -71,7 +70,7 @@ func TestCertReloaderKeepsAGoodPair(t *testing.T) {
 	_ = os.WriteFile(cert, c1, 0o600)
 	_ = os.WriteFile(key, k1, 0o600)
 	var log capture.Buffer
-	r, err := serve.NewCertReloader(cert, key, time.Nanosecond, slog.New(slog.NewJSONHandler(&log, nil)))
+	r, err := newCertReloader(cert, key, time.Nanosecond, slog.New(slog.NewJSONHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,29 +90,29 @@ func TestCertReloaderKeepsAGoodPair(t *testing.T) {
 	if got := r.Certificate().Leaf.SerialNumber; got.Cmp(first) == 0 {
 		t.Fatal("the completed pair was not picked up")
 	}
-	if _, err := serve.NewCertReloader(filepath.Join(dir, "none.crt"), key, 0, nil); err == nil || !strings.Contains(err.Error(), "--tls-cert-file") {
+	if _, err := newCertReloader(filepath.Join(dir, "none.crt"), key, 0, nil); err == nil || !strings.Contains(err.Error(), "--tls-cert-file") {
 		t.Fatalf("a missing pair at start-up: %v", err)
 	}
 }
 
 func TestOptionsValidate(t *testing.T) {
-	o := serve.NewOptions("", "")
+	o := NewOptions("", "")
 	if err := o.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for _, tt := range []struct {
 		name string
-		edit func(*serve.Options)
+		edit func(*Options)
 		want string
 	}{
-		{"cert without key", func(o *serve.Options) { o.TLSCertFile = "c" }, "go together"},
-		{"zero shutdown", func(o *serve.Options) { o.ShutdownTimeout = 0 }, "--shutdown-timeout 0s"},
-		{"header timeout over read timeout", func(o *serve.Options) { o.HTTP.ReadHeaderTimeout = time.Minute }, "longer than --http-read-timeout"},
-		{"negative idle", func(o *serve.Options) { o.HTTP.IdleTimeout = -1 }, "--http-idle-timeout"},
-		{"profiling without the metrics listener", func(o *serve.Options) { o.Profiling = true }, "--profiling serves on --metrics-listen"},
+		{"cert without key", func(o *Options) { o.TLSCertFile = "c" }, "go together"},
+		{"zero shutdown", func(o *Options) { o.ShutdownTimeout = 0 }, "--shutdown-timeout 0s"},
+		{"header timeout over read timeout", func(o *Options) { o.HTTP.ReadHeaderTimeout = time.Minute }, "longer than --http-read-timeout"},
+		{"negative idle", func(o *Options) { o.HTTP.IdleTimeout = -1 }, "--http-idle-timeout"},
+		{"profiling without the metrics listener", func(o *Options) { o.Profiling = true }, "--profiling serves on --metrics-listen"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := serve.NewOptions("", "")
+			o := NewOptions("", "")
 			tt.edit(&o)
 			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Validate = %v; want %q", err, tt.want)
@@ -126,12 +125,12 @@ func TestOptionsValidate(t *testing.T) {
 // which serves none without it.
 func TestProfiling(t *testing.T) {
 	for _, on := range []bool{false, true} {
-		o := serve.NewOptions("", "127.0.0.1:0")
+		o := NewOptions("", "127.0.0.1:0")
 		o.Profiling = on
 		if err := o.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		srv, err := o.MetricsServer(serve.NewHealth())
+		srv, err := o.metricsServer(newHealth())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +164,7 @@ func TestExecuteNamesTheCommandOnce(t *testing.T) {
 	} {
 		cmd := &cobra.Command{Use: "pdp", SilenceErrors: true, SilenceUsage: true, RunE: func(*cobra.Command, []string) error { return errors.New(c.err) }}
 		var out bytes.Buffer
-		if code := serve.Execute(context.Background(), cmd, nil, &out); code != 1 || out.String() != c.want {
+		if code := Execute(context.Background(), cmd, nil, &out); code != 1 || out.String() != c.want {
 			t.Errorf("%q: exit %d, printed %q; want 1, %q", c.err, code, out.String(), c.want)
 		}
 	}
@@ -175,14 +174,14 @@ func TestExecuteNamesTheCommandOnce(t *testing.T) {
 // build and exits 0 without building the service.
 func TestCommandVersion(t *testing.T) {
 	built := false
-	o := serve.NewOptions("", "")
-	cmd := serve.Command(&cobra.Command{Use: "svc"}, &o, io.Discard, func(*cobra.Command) (serve.Service, error) {
+	o := NewOptions("", "")
+	cmd := Command(&cobra.Command{Use: "svc"}, &o, io.Discard, func(*cobra.Command) (Service, error) {
 		built = true
 		return nil, errors.New("not here")
 	})
 	var out bytes.Buffer
 	cmd.SetOut(&out)
-	if code := serve.Execute(context.Background(), cmd, []string{"--version"}, io.Discard); code != 0 || built || !strings.HasPrefix(out.String(), "svc version ") || !strings.Contains(out.String(), "go1.") {
+	if code := Execute(context.Background(), cmd, []string{"--version"}, io.Discard); code != 0 || built || !strings.HasPrefix(out.String(), "svc version ") || !strings.Contains(out.String(), "go1.") {
 		t.Fatalf("--version: exit %d, built %t, printed %q", code, built, out.String())
 	}
 }
@@ -193,7 +192,7 @@ func TestRemovedFormats(t *testing.T) {
 	o := stack.NewOptions()
 	f := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	f.SetOutput(io.Discard)
-	serve.AddCallerFlags(f, &o)
+	AddCallerFlags(f, &o)
 	err := f.Parse([]string{"--caller-oidc-issuers", "issuers.json"})
 	if err == nil || !strings.Contains(err.Error(), "was removed: callerauth config convert FILE") || !strings.Contains(err.Error(), "--caller-authentication-config") {
 		t.Fatalf("--caller-oidc-issuers: %v", err)

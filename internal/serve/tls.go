@@ -10,9 +10,9 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 )
 
-// DefaultCertCheckInterval is how often the serving key pair's files are
+// defaultCertCheckInterval is how often the serving key pair's files are
 // looked at for a change.
-const DefaultCertCheckInterval = 10 * time.Second
+const defaultCertCheckInterval = 10 * time.Second
 
 // CertReloader serves a key pair from files and picks up a new one when the
 // files change — cert-manager renews, kubelet swaps the Secret's ..data
@@ -20,7 +20,7 @@ const DefaultCertCheckInterval = 10 * time.Second
 // looked at by a handshake at most once per interval. A pair that fails to
 // load (the certificate written, the key not yet) keeps the previous one
 // serving and is said once.
-type CertReloader struct {
+type certReloader struct {
 	certFile string
 	v        *watched.Value[*tls.Certificate]
 }
@@ -28,9 +28,9 @@ type CertReloader struct {
 // NewCertReloader loads the key pair; a pair that cannot be loaded now is
 // an error (the service must not start without one). interval <= 0 means
 // DefaultCertCheckInterval.
-func NewCertReloader(certFile, keyFile string, interval time.Duration, log *slog.Logger) (*CertReloader, error) {
+func newCertReloader(certFile, keyFile string, interval time.Duration, log *slog.Logger) (*certReloader, error) {
 	if interval <= 0 {
-		interval = DefaultCertCheckInterval
+		interval = defaultCertCheckInterval
 	}
 	v, err := watched.New(watched.Config[*tls.Certificate]{
 		What:     "serve: the serving certificate",
@@ -45,7 +45,7 @@ func NewCertReloader(certFile, keyFile string, interval time.Duration, log *slog
 	if err != nil {
 		return nil, fmt.Errorf("serve: --tls-cert-file/--tls-key-file: %w", err)
 	}
-	return &CertReloader{certFile: certFile, v: v}, nil
+	return &certReloader{certFile: certFile, v: v}, nil
 }
 
 func load(certFile, keyFile string) (*tls.Certificate, error) {
@@ -63,18 +63,18 @@ func load(certFile, keyFile string) (*tls.Certificate, error) {
 
 // Certificate returns the pair being served, reloading it first when its
 // files changed and the interval has passed.
-func (r *CertReloader) Certificate() *tls.Certificate {
+func (r *certReloader) Certificate() *tls.Certificate {
 	r.v.MaybeLook()
 	return r.v.Get()
 }
 
 // GetCertificate is tls.Config.GetCertificate.
-func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.Certificate(), nil
 }
 
 // TLSConfig is a server configuration serving the reloaded pair, TLS 1.2
 // at least.
-func (r *CertReloader) TLSConfig() *tls.Config {
+func (r *certReloader) TLSConfig() *tls.Config {
 	return &tls.Config{GetCertificate: r.GetCertificate, MinVersion: tls.VersionTLS12}
 }
