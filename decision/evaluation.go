@@ -330,10 +330,7 @@ func readRecord(compact string, o VerifyOptions, r any) error {
 	if err != nil {
 		return err
 	}
-	if err := ijson.Check(payload); err != nil {
-		return fmt.Errorf("%w: %w", ErrSchema, err)
-	}
-	if err := json.Unmarshal(payload, r); err != nil {
+	if err := ijson.Read(payload, r); err != nil {
 		return fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return nil

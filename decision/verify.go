@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,10 +58,7 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	var s Signed
-	if err := ijson.Check(response); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
-	}
-	if err := json.Unmarshal(response, &s); err != nil {
+	if err := ijson.Read(response, &s); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
 	}
 	var payload []byte
@@ -90,10 +86,7 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		return nil, ErrUnsigned
 	}
 	var r Record
-	if err := ijson.Check(payload); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
-	}
-	if err := json.Unmarshal(payload, &r); err != nil {
+	if err := ijson.Read(payload, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if r.Schema != o.Profile.Schema || !slices.Contains([]string{Allow, Deny}, r.Effect) {
