@@ -391,3 +391,6 @@ func (c *Cache) Stats() CacheStats {
 	defer c.mu.Unlock()
 	return c.stats
 }
+
+// Lacks answers for the authenticator the cache fronts ([Stating]).
+func (c *Cache) Lacks(f Fact) string { return Lacks(c.inner, f) }

@@ -250,3 +250,12 @@ func (r *Recheck) Remembered() int {
 	defer r.mu.Unlock()
 	return len(r.seen)
 }
+
+// Lacks is what either verifier never states ([Stating]): a fact one of
+// them lacks is missing from some verdicts.
+func (r *Recheck) Lacks(f Fact) string {
+	if why := Lacks(r.review, f); why != "" {
+		return why
+	}
+	return Lacks(r.offline, f)
+}

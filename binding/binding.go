@@ -13,6 +13,7 @@
 package binding
 
 import (
+	"errors"
 	"log/slog"
 	"slices"
 
@@ -126,14 +127,59 @@ type ruleFunc struct {
 func (f ruleFunc) Check(s Subject, r Request) (Grant, *Violation) { return f.check(s, r) }
 func (f ruleFunc) Reasons() []reason.Reason                       { return slices.Clone(f.reasons) }
 
+// Need is a fact about the caller a rule reads that only some backends
+// state, and why the rule needs it.
+type Need struct {
+	Fact authn.Fact
+	Why  string
+}
+
+// Needing is a rule that reads facts only some backends state; the guard
+// refuses to be built over a backend that never states one.
+type Needing interface {
+	Needs() []Need
+}
+
+// Needs are the facts rule reads that only some backends state.
+func Needs(rule Rule) []Need {
+	if n, ok := rule.(Needing); ok {
+		return n.Needs()
+	}
+	return nil
+}
+
+// Validate says whether rule's configuration can be honoured (a RoleGrant
+// naming nobody cannot); the guard refuses to be built over one that
+// cannot.
+func Validate(rule Rule) error {
+	if v, ok := rule.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+type needing struct {
+	Rule
+	needs []Need
+	err   error
+}
+
+func (n needing) Needs() []Need   { return slices.Clone(n.needs) }
+func (n needing) Validate() error { return n.err }
+
 // All combines rules: the first violation wins, in order; the grant is the
-// first rule's that gives one; the reasons are all of theirs.
+// first rule's that gives one; the reasons and the needs are all of
+// theirs.
 func All(rules ...Rule) Rule {
 	var reasons []reason.Reason
+	var needs []Need
+	var errs []error
 	for _, rule := range rules {
 		reasons = reason.Union(reasons, rule.Reasons()...)
+		needs = append(needs, Needs(rule)...)
+		errs = append(errs, Validate(rule))
 	}
-	return NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) {
+	return needing{NewRule(reasons, func(s Subject, r Request) (Grant, *Violation) {
 		var grant Grant
 		for _, rule := range rules {
 			g, v := rule.Check(s, r)
@@ -145,7 +191,7 @@ func All(rules ...Rule) Rule {
 			}
 		}
 		return grant, nil
-	})
+	}), needs, errors.Join(errs...)}
 }
 
 // degraded is the refusal of a degraded subject by a rule that needs a

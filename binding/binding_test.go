@@ -133,3 +133,41 @@ func TestRulesDeclareTheirReasons(t *testing.T) {
 		t.Fatal("authentication reasons' codes")
 	}
 }
+
+// TestRoleGrants: a grant names callers by username, group, service
+// account (one, or a namespace's every account) or an extra value, beside
+// the roles the issuer states; it gives only its own role.
+func TestRoleGrants(t *testing.T) {
+	rule := binding.Roles(binding.RoleConfig{Required: map[string]string{"Get": "reader", "Put": "writer"}, Grants: []binding.RoleGrant{
+		{Role: "reader", Usernames: []string{"alice"}},
+		{Role: "reader", ServiceAccounts: []string{"ci:*"}},
+		{Role: "writer", Extra: map[string][]string{"example.com/team": {"storage"}}},
+	}})
+	if err := binding.Validate(rule); err != nil {
+		t.Fatal(err)
+	}
+	if n := binding.Needs(rule); len(n) != 0 {
+		t.Fatalf("with grants the rule needs %v of the backend", n)
+	}
+	for _, c := range []struct {
+		caller authn.Caller
+		method string
+		ok     bool
+	}{
+		{authn.Caller{Username: "alice"}, "Get", true},
+		{authn.Caller{Username: "alice"}, "Put", false},
+		{authn.Caller{Username: "system:serviceaccount:ci:runner"}, "Get", true},
+		{authn.Caller{Username: "system:serviceaccount:cid:runner"}, "Get", false},
+		{authn.Caller{Username: "bob", Extra: map[string][]string{"example.com/team": {"web", "storage"}}}, "Put", true},
+		{authn.Caller{Username: "bob", Extra: map[string][]string{"example.com/team": {"web"}}}, "Put", false},
+		{authn.Caller{Username: "carol", Roles: []string{"writer"}}, "Put", true},
+	} {
+		_, v := rule.Check(binding.Subject{Caller: &c.caller}, binding.Request{Method: c.method})
+		if (v == nil) != c.ok {
+			t.Errorf("%+v %s: violation %v; want allowed %v", c.caller, c.method, v, c.ok)
+		}
+	}
+	if n := binding.Needs(binding.Roles(binding.RoleConfig{RequireTenant: true})); len(n) != 2 {
+		t.Errorf("roles without grants, with a tenant: needs %v", n)
+	}
+}

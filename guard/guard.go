@@ -90,6 +90,20 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Rule == nil {
 		errs = append(errs, errors.New("guard: a rule is required"))
 	}
+	if cfg.Rule != nil {
+		if err := binding.Validate(cfg.Rule); err != nil {
+			errs = append(errs, fmt.Errorf("guard: %w", err))
+		}
+	}
+	if cfg.Rule != nil && cfg.Authenticator != nil {
+		// A rule that reads what the backend never states would refuse
+		// every call: say so now, naming both.
+		for _, n := range binding.Needs(cfg.Rule) {
+			if why := authn.Lacks(cfg.Authenticator, n.Fact); why != "" {
+				errs = append(errs, fmt.Errorf("guard: %s, but %s: no call could pass%s", n.Why, why, remedy(n.Fact)))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -98,6 +112,17 @@ func New(cfg Config) (*Guard, error) {
 		g.log = slog.Default()
 	}
 	return g, nil
+}
+
+// remedy says how a rule gets a fact its backend never states.
+func remedy(f authn.Fact) string {
+	switch f {
+	case authn.FactRoles:
+		return " (give roles by username, group, service account or extra value with binding.RoleConfig.Grants)"
+	case authn.FactTenant:
+		return " (state one tenant for every caller with kube.Config.Tenant, or verify with an issuer that states it)"
+	}
+	return ""
 }
 
 // Mode returns the mode the guard runs in.

@@ -866,3 +866,12 @@ func MetadataClient(cfg Config) (metadata.Interface, error) {
 	}
 	return metadata.NewForConfig(rc)
 }
+
+// Lacks is what the TokenReview it falls back on never states
+// (authn.Stating).
+func (b *Bound) Lacks(f authn.Fact) string {
+	if why := authn.Lacks(b.review, f); why != "" {
+		return why
+	}
+	return authn.Lacks(b.offline, f)
+}

@@ -447,3 +447,16 @@ func isConnectionError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) || (errors.As(err, &ue) && !apierrors.IsBadRequest(err))
 }
+
+// Lacks says what TokenReview never states (authn.Stating): roles — a
+// TokenReview gives a username, a UID, groups and extra values, never
+// roles — and the tenant unless Config.Tenant states one for every caller.
+func (a *Authenticator) Lacks(f authn.Fact) string {
+	switch {
+	case f == authn.FactRoles:
+		return "TokenReview states no roles (it gives a username, a UID, groups and extra values)"
+	case f == authn.FactTenant && a.tenant == "":
+		return "TokenReview states no tenant (kube.Config.Tenant is empty)"
+	}
+	return ""
+}

@@ -388,3 +388,67 @@ func TestFlagsNeverRead(t *testing.T) {
 		}
 	}
 }
+
+// TestRolesOverTokenReview: TokenReview states no roles, so binding.Roles
+// over it — directly, or behind the periodic review or the bound-object
+// view — is refused when the guard is built, naming the rule and the
+// backend; with RoleConfig.Grants mapping service accounts, groups or
+// usernames to roles it passes whom they name and refuses role_missing to
+// the others. A tenant required of TokenReview is refused the same way.
+func TestRolesOverTokenReview(t *testing.T) {
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	required := map[string]string{"GetJob": "reader"}
+	options := func(edit func(*stack.Options)) stack.Config {
+		o := stack.NewOptions()
+		o.Kubeconfig = iss.KubeconfigFile()
+		edit(&o)
+		c, err := o.Complete()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	spec := func(rule binding.Rule) stack.Spec {
+		return stack.Spec{Audience: "svc", Mode: guard.Enforce, Rule: rule, MetricsPrefix: "test", Registry: prometheus.NewRegistry(),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	for name, c := range map[string]stack.Config{
+		"tokenreview":                  options(func(*stack.Options) {}),
+		"tokenreview with an interval": options(func(o *stack.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
+		"tokenreview watching":         options(func(o *stack.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
+	} {
+		_, err := stack.Build(c, spec(binding.Roles(binding.RoleConfig{Required: required})))
+		if err == nil || !strings.Contains(err.Error(), "binding.Roles checks the caller's roles") || !strings.Contains(err.Error(), "TokenReview states no roles") ||
+			!strings.Contains(err.Error(), "RoleConfig.Grants") {
+			t.Errorf("%s: roles without grants: %v", name, err)
+		}
+		_, err = stack.Build(c, spec(binding.All(binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{Required: required, RequireTenant: true,
+			Grants: []binding.RoleGrant{{Role: "reader", Groups: []string{"system:serviceaccounts:ns"}}}}))))
+		if err == nil || !strings.Contains(err.Error(), "TokenReview states no tenant") || strings.Contains(err.Error(), "no roles") {
+			t.Errorf("%s: a tenant required (inside All): %v", name, err)
+		}
+	}
+	if _, err := stack.Build(options(func(*stack.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required,
+		Grants: []binding.RoleGrant{{Role: "reader"}, {Role: "reader", ServiceAccounts: []string{"ns"}}}}))); err == nil ||
+		!strings.Contains(err.Error(), "Grants[0] (reader) names no caller") || !strings.Contains(err.Error(), `service account "ns": want namespace:name`) {
+		t.Errorf("grants that cannot be honoured: %v", err)
+	}
+
+	st, err := stack.Build(options(func(*stack.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required, Grants: []binding.RoleGrant{
+		{Role: "reader", ServiceAccounts: []string{"ns:caller"}},
+		{Role: "reader", Groups: []string{"system:serviceaccounts:team"}},
+	}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ ns, sa, want string }{{"ns", "caller", ""}, {"team", "anyone", ""}, {"ns", "other", "role_missing"}} {
+		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: c.ns, ServiceAccount: c.sa, Audiences: []string{"svc"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := st.Guard.Check(context.Background(), bearer.Parse([]string{"Bearer " + tok.Token}), binding.Request{Method: "/vmafx.v1.JobService/GetJob"})
+		if got := v.Reason.String(); v.Allowed != (c.want == "") || got != c.want {
+			t.Errorf("%s:%s: allowed %v, reason %q; want %q", c.ns, c.sa, v.Allowed, got, c.want)
+		}
+	}
+}
