@@ -184,13 +184,20 @@ func ParseClaims(tok string, other func(name, value []byte) error) (*Claims, []b
 // list of strings, exp, nbf and iat NumericDates — null is none of these.
 // Every other member is given to other, when set, with its raw value.
 func DecodeClaims(raw []byte, c *Claims, other func(name, value []byte) error) error {
-	return DecodeClaimsText(ijson.Text{}, raw, c, other)
+	return decodeClaims(ijson.Text{}, raw, c, other)
 }
 
-// DecodeClaimsText is DecodeClaims reading its strings with text (a
-// [ijson.Text] of raw: one copy of the payload for every string; the zero
-// Text: a copy each).
-func DecodeClaimsText(text ijson.Text, raw []byte, c *Claims, other func(name, value []byte) error) error {
+// DecodeClaimsOwned is DecodeClaims for a payload handed over: raw is
+// never changed afterwards, so the claims' strings are read as substrings
+// of it rather than copied one by one (a verifier that decoded the
+// payload for this verification alone).
+func DecodeClaimsOwned(raw []byte, c *Claims, other func(name, value []byte) error) error {
+	return decodeClaims(ijson.OwnText(raw), raw, c, other)
+}
+
+// decodeClaims is DecodeClaims reading its strings with text (an
+// ijson.Text of raw; the zero Text: a copy each).
+func decodeClaims(text ijson.Text, raw []byte, c *Claims, other func(name, value []byte) error) error {
 	var dates *[3]NumericDate // exp, nbf, iat: one allocation for the three
 	date := func(name string, v []byte, i int, out **NumericDate) error {
 		if dates == nil {

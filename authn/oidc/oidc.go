@@ -216,12 +216,13 @@ func (a *Authenticator) verify(ctx context.Context, iss *issuer, tok string, raw
 	// input that verified; a second "iss" is refused there.
 	c := &claims{}
 	c.other = c.inline[:0]
+	decode := token.DecodeClaims
 	if len(raw) <= maxTextPayload {
 		// raw was decoded for this verification alone and is only read
 		// from now on: the caller's strings are substrings of it.
-		c.text = ijson.OwnText(raw)
+		c.text, decode = ijson.OwnText(raw), token.DecodeClaimsOwned
 	}
-	if err := token.DecodeClaimsText(c.text, raw, &c.Claims, func(name, v []byte) error {
+	if err := decode(raw, &c.Claims, func(name, v []byte) error {
 		c.other = append(c.other, member{name, v})
 		return nil
 	}); err != nil {
@@ -294,7 +295,7 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 func kubernetesClaim(text ijson.Text, v []byte, sub string, caller *authn.Caller) error {
 	var namespace, saName string
 	hasSA := false
-	// The payload was read strictly (DecodeClaimsText): its nested values
+	// The payload was read strictly (token.DecodeClaimsOwned): its nested values
 	// are walked without checking them again.
 	err := ijson.Walk(v, func(name, v []byte) error {
 		switch string(name) {
