@@ -213,8 +213,11 @@ func mend(t *testing.T, p *faults.Proxy) {
 //     its deletion — or after TokenReview last accepted it: the fallback
 //     may itself accept one for milliseconds after the deletion (the API
 //     server reads pods from its watch cache), and its verdict stands in
-//     the cache for the bound — nor from the view at all once the view
-//     has stopped;
+//     the cache for the bound — nor from the view at all when deleted
+//     while the view was stopped; one deleted as the partition ends (the
+//     restart's, the API server being down before) races the view's
+//     recovery and may be answered from a proof taken before its
+//     deletion, never from one taken after it;
 //   - a partition the watch reports stops the view at once (a failed
 //     watch, its lag still under the bound), and a stopped view never
 //     answers again while the partition lasts;
@@ -321,9 +324,12 @@ func failsClosedThrough(t *testing.T, p partition) {
 		}
 		for role, at := range deleted {
 			for _, via := range []authn.Authenticator{b, a} {
-				before, began := reviews.Load(), time.Now()
+				before, began, proven := reviews.Load(), time.Now(), b.Stats()
 				_, err := via.Authenticate(ctx, tokens[role])
 				reviewed := reviews.Load() != before
+				// The oldest state the view can have answered from: the
+				// proof it held before the call (proofs only move on).
+				provenAt := began.Add(-proven.Lag)
 				switch {
 				case err == nil && reviewed:
 					// TokenReview's own word: the API server's
@@ -333,8 +339,14 @@ func failsClosedThrough(t *testing.T, p partition) {
 					// cache for the bound, counted from when it was asked.
 					reviewAccepts++
 					lastReviewAccept[role] = began
-				case err == nil && via == b && !stopped.IsZero() && at.After(stopped):
+				case err == nil && via == b && !stopped.IsZero() && at.After(stopped) && (healed.IsZero() || at.Before(healed)):
 					t.Fatalf("the %s pod's token accepted from the view %s after its deletion, made once the view had stopped", role, time.Since(at))
+				case err == nil && via == b && !healed.IsZero() && at.After(healed) && proven.Answering && provenAt.After(at):
+					// Deleted after the partition ended (the restart: the
+					// API server was down before), racing the view's
+					// recovery: it may answer from a proof taken before
+					// the deletion, never from one taken after it.
+					t.Fatalf("the %s pod's token accepted from the view %s after its deletion, from a state proven %s after it", role, time.Since(at), provenAt.Sub(at))
 				}
 				from := at
 				if lastReviewAccept[role].After(from) {
