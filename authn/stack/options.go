@@ -25,6 +25,8 @@ package stack
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -233,7 +235,7 @@ func (o Options) Validate() error {
 		bad("caller-watch-max-break", "--caller-watch-max-break %s: want %s or more (a proof through the API server takes up to 6 s)", o.WatchMaxBreak, kube.MinMaxWatchBreak)
 	}
 	if o.changed != nil {
-		for _, name := range flagNames {
+		for _, name := range slices.Sorted(maps.Keys(readBy)) { // a fixed order, for stable errors
 			if r := readBy[name]; o.changed(name) && !r.read(o) && !refused[name] {
 				bad(name, "--%s is read only with %s; with --caller-backend %s as set it would do nothing", name, r.when, o.Backend)
 			}
@@ -241,10 +243,6 @@ func (o Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// flagNames are readBy's keys in a fixed order, for stable errors.
-var flagNames = []string{"kubeconfig", "caller-issuer", "caller-authentication-config", "caller-review-qps", "caller-review-burst",
-	"caller-review-interval", "caller-watch-bound-objects", "caller-watch-max-break", "caller-keys-max-stale"}
 
 // Complete validates o and returns the completed configuration [Build]
 // reads, with nothing left to parse or default.

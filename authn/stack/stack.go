@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -158,7 +159,7 @@ func Build(c Config, spec Spec) (*Stack, error) {
 }
 
 // off maps an option's zero (off) to the library's negative (off).
-func off[D ~int64](d D) D {
+func off(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

@@ -1,6 +1,7 @@
 package layers_test
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,7 +86,7 @@ func TestREADMEMapMatchesFolders(t *testing.T) {
 		return out
 	}
 	for _, top := range dirs(".") {
-		if !linked[top] && !slices.ContainsFunc(keys(linked), func(p string) bool { return strings.HasPrefix(p, top+"/") }) {
+		if !linked[top] && !slices.ContainsFunc(slices.Collect(maps.Keys(linked)), func(p string) bool { return strings.HasPrefix(p, top+"/") }) {
 			t.Errorf("folder %s/ is not in the map", top)
 		}
 	}
@@ -109,11 +110,3 @@ func TestREADMEMapMatchesFolders(t *testing.T) {
 }
 
 var spelled = map[int]string{3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
