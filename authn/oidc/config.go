@@ -15,10 +15,12 @@
 package oidc
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -28,6 +30,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/callerauth/callerauth/authn"
 )
 
 // IssuerConfig is one trusted issuer.
@@ -80,14 +84,23 @@ type IssuerConfig struct {
 	// Kubernetes client's, for the API server's own keys). Programmatic
 	// only.
 	HTTPClient *http.Client `json:"-"`
+	// Mapping, when set, alone makes the caller of a verified token:
+	// Tenant, TenantClaim, RolesClaim and GroupsClaim are then unused, and
+	// the token is held to the API server's checks of an ID token's
+	// shape as well. Package authn/authconfig sets it to an
+	// AuthenticationConfiguration's claim mappings and validation rules.
+	// Programmatic only.
+	Mapping Mapping `json:"-"`
+}
 
-	// rules are an AuthenticationConfiguration's claim validation rules,
-	// claim mappings and user validation rules for this issuer, compiled
-	// (LoadAuthenticationConfiguration). When set, they alone make the
-	// caller's username, uid, groups and extra, and the tenant and roles
-	// come from the extra keys ExtraTenant and ExtraRoles; Tenant,
-	// TenantClaim, RolesClaim and GroupsClaim are then unused.
-	rules *rules
+// Mapping makes the caller of a token whose signature, issuer, audience
+// and lifetime have been verified.
+type Mapping interface {
+	// Identity sets caller's Username, UID, Groups, Extra, Tenant and
+	// Roles from payload, the token's claims (a JSON object, already read
+	// strictly). An error refuses the token; its reason is
+	// token_invalid unless it is an [authn.Error].
+	Identity(ctx context.Context, payload []byte, caller *authn.Caller) error
 }
 
 // Config configures [New].
@@ -140,6 +153,35 @@ var allowedAlgorithms = []string{
 	string(jose.PS256), string(jose.PS384), string(jose.PS512),
 	string(jose.ES256), string(jose.ES384), string(jose.ES512),
 	string(jose.EdDSA),
+}
+
+// Validate reports, all at once, what in c [New] would refuse, naming
+// the issuer and the setting. c is not changed.
+func (c Config) Validate() error {
+	c.Issuers = slices.Clone(c.Issuers)
+	return c.validate()
+}
+
+// MaxConfigBytes bounds a configuration file of issuers (an issuers file,
+// an AuthenticationConfiguration): hundreds of issuers with their CA
+// bundles fit.
+const MaxConfigBytes = 4 << 20
+
+// ReadConfigFile reads a configuration file of at most MaxConfigBytes.
+func ReadConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("oidc: %s: over %d bytes; a configuration of issuers is at most that", path, MaxConfigBytes)
+	}
+	return b, nil
 }
 
 func (c *Config) validate() error {

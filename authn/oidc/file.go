@@ -3,8 +3,6 @@ package oidc
 import (
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"time"
 
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
@@ -56,9 +54,9 @@ func ParseLeeway(s string) (time.Duration, error) {
 // value of its type — and checked as [New] would check it, so a file that
 // cannot be honoured is an error at start-up naming the key.
 func LoadConfigFile(path string) (Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadConfigFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("oidc: %w", err)
+		return Config{}, err
 	}
 	var f file
 	if err := ijson.Decode(b, &f); err != nil {
@@ -73,9 +71,7 @@ func LoadConfigFile(path string) (Config, error) {
 			Algorithms: i.Algorithms, Tenant: i.Tenant, TenantClaim: i.TenantClaim, RolesClaim: i.RolesClaim, GroupsClaim: i.GroupsClaim,
 			CAFile: i.CAFile, BearerTokenFile: i.BearerTokenFile})
 	}
-	check := cfg
-	check.Issuers = slices.Clone(cfg.Issuers)
-	if err := check.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return Config{}, fmt.Errorf("%w (in %s)", err, path)
 	}
 	if len(cfg.Issuers) == 0 {

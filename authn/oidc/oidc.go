@@ -251,7 +251,7 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 	if len(matched) == 0 {
 		return nil, authn.Fail(authn.TokenInvalid, "token audiences %q include none of %q", []string(c.Audience), iss.cfg.Audiences)
 	}
-	if r := iss.cfg.rules; r != nil {
+	if m := iss.cfg.Mapping; m != nil {
 		// An AuthenticationConfiguration's issuer: its mappings alone say
 		// who the caller is, as on the API server.
 		if err := idTokenShape(c); err != nil {
@@ -261,7 +261,10 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 		if c.ID != "" {
 			caller.CredentialID = "JTI=" + c.ID
 		}
-		if err := r.identity(ctx, payload, caller); err != nil {
+		if err := m.Identity(ctx, payload, caller); err != nil {
+			if e := (*authn.Error)(nil); !errors.As(err, &e) {
+				err = authn.Fail(authn.TokenInvalid, "%v", err)
+			}
 			return nil, err
 		}
 		return caller, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -22,8 +23,12 @@ const DefaultReloadInterval = 10 * time.Second
 
 // ReloadingConfig configures [NewReloading].
 type ReloadingConfig struct {
-	// Path of the AuthenticationConfiguration file. Required.
+	// Path of the file. Required.
 	Path string
+	// Parse reads the file's contents (at most MaxConfigBytes) into the
+	// issuers. Required: authconfig.Parse reads an
+	// AuthenticationConfiguration (authconfig.NewReloading sets it).
+	Parse func(doc []byte) (Config, error)
 	// Interval between two looks at the file. Default
 	// DefaultReloadInterval.
 	Interval time.Duration
@@ -38,8 +43,9 @@ type ReloadingConfig struct {
 	Logger *slog.Logger
 }
 
-// Reloading is an [Authenticator] over an AuthenticationConfiguration
-// file that follows the file: a changed file is read, validated and
+// Reloading is an [Authenticator] over a file of issuers (an
+// AuthenticationConfiguration, package authn/authconfig) that follows the
+// file: a changed file is read, validated and
 // compiled like the first, and takes over from the next verification once
 // every issuer in it is ready (its discovery document and keys fetched);
 // a file that does not load, or one with an issuer not ready, is refused,
@@ -76,6 +82,9 @@ var (
 // NewReloading loads the file: one that cannot be honoured is an error,
 // for the service to stop on at start-up.
 func NewReloading(cfg ReloadingConfig) (*Reloading, error) {
+	if cfg.Path == "" || cfg.Parse == nil {
+		return nil, errors.New("oidc: a reloading authenticator needs the file's Path and its Parse")
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultReloadInterval
 	}
@@ -114,12 +123,12 @@ func NewReloading(cfg ReloadingConfig) (*Reloading, error) {
 // it is ready (its discovery document and keys fetched), as the API server
 // waits for all before a new configuration takes over.
 func (r *Reloading) load() (*loaded, error) {
-	b, err := readConfigFile(r.cfg.Path)
+	b, err := ReadConfigFile(r.cfg.Path)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(b)
-	c, err := ParseAuthenticationConfiguration(b)
+	c, err := r.cfg.Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("oidc: %s: %w", r.cfg.Path, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/binding"
@@ -186,7 +187,7 @@ func (b *built) run(name string, r interface{ Start(context.Context) error }) {
 func (b *built) backend(o Options, spec Spec) error {
 	log := spec.Logger
 	if o.Backend == BackendOIDC {
-		r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: spec.CheckIssuers, Logger: log,
+		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: spec.CheckIssuers, Logger: log,
 			Base: oidc.Config{Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-authentication-config: %w", err)

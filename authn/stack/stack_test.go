@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/bearer"
@@ -92,7 +93,7 @@ func parse(args ...string) (stack.Options, error) {
 func TestGuardOnBothBackends(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{})
 	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
-	doc, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc"}}}})
+	doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
@@ -158,7 +159,7 @@ func startVmafx(dir string) (*vmafxWorld, error) {
 	}
 	// The tenants' identity providers as the API server's
 	// AuthenticationConfiguration: one constant tenant per issuer.
-	doc, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	doc, _, err := authconfig.Convert(issuers)
 	if err != nil {
 		w.stop()
 		return nil, err

@@ -1,6 +1,6 @@
 // Package authconfig_test gives one AuthenticationConfiguration to a real
 // kube-apiserver (--authentication-config) and to callerauth
-// (oidc.LoadAuthenticationConfiguration), and compares their verdicts on a
+// (authconfig.Load), and compares their verdicts on a
 // matrix of tokens from six issuers: three dev issuers in tenant mode, an
 // Ory Hydra, and two key servers of this test whose key sets hold what RFC
 // 7517 and 7518 say how to use.
@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -280,7 +281,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 	}
 
 	// callerauth, on the file.
-	cfg, err := oidc.LoadAuthenticationConfiguration(file)
+	cfg, err := authconfig.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/decision"
@@ -332,7 +333,7 @@ func TestMonitoringVmafx(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
 	dir := t.TempDir()
 	authnConfig := filepath.Join(dir, "authn.yaml")
-	doc, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(),
+	doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(),
 		Audiences: []string{"vmafx-controller"}, Tenant: "tenant-a", RolesClaim: "scp"}}})
 	if err != nil {
 		t.Fatal(err)

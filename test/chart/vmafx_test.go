@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
@@ -138,7 +138,7 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 // tenant.
 func checkAuthnConfig(t *testing.T, file string) {
 	t.Helper()
-	cfg, err := oidc.LoadAuthenticationConfiguration(file)
+	cfg, err := authconfig.Load(file)
 	if err != nil {
 		t.Fatalf("the controller refuses the chart's AuthenticationConfiguration: %v", err)
 	}
@@ -149,7 +149,7 @@ func checkAuthnConfig(t *testing.T, file string) {
 		t.Fatalf("%d issuers", len(cfg.Issuers))
 	}
 	for i, want := range []string{"tenant-a", "tenant-b"} {
-		if got, _ := cfg.Issuers[i].ConstantExtra(oidc.ExtraTenant); got != want {
+		if got, _ := authconfig.ConstantExtra(cfg.Issuers[i], authconfig.ExtraTenant); got != want {
 			t.Fatalf("issuer %d: tenant %q; want %q", i, got, want)
 		}
 	}

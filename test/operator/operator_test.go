@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -120,7 +121,7 @@ func TestOperator(t *testing.T) {
 		idp[name] = h
 		issuers.Issuers = append(issuers.Issuers, oidc.IssuerConfig{Issuer: h.Issuer, Audiences: []string{"vmafx-controller"}, CAFile: caFile, Tenant: name, RolesClaim: "scp"})
 	}
-	authnConfig, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	authnConfig, _, err := authconfig.Convert(issuers)
 	if err != nil {
 		t.Fatal(err)
 	}

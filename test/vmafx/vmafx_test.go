@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
@@ -79,7 +80,7 @@ func newWorldOn(t *testing.T, datastore string) *world {
 			t.Fatal(err)
 		}
 	}
-	doc, _, err := oidc.AuthenticationConfigurationOf(issuers)
+	doc, _, err := authconfig.Convert(issuers)
 	if err != nil {
 		t.Fatal(err)
 	}

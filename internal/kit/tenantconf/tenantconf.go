@@ -8,6 +8,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 )
 
@@ -30,7 +31,7 @@ func Write(t testing.TB, path string, tenants ...Tenant) string {
 		cfg.Issuers = append(cfg.Issuers, oidc.IssuerConfig{Issuer: tn.Issuer, DiscoveryURL: tn.DiscoveryURL, Audiences: []string{"vmafx-controller"},
 			Tenant: tn.Name, RolesClaim: "scp", CAFile: tn.CAFile})
 	}
-	doc, _, err := oidc.AuthenticationConfigurationOf(cfg)
+	doc, _, err := authconfig.Convert(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -41,7 +42,7 @@ the services read it before it is written.`,
 			if err != nil {
 				return err
 			}
-			doc, warnings, err := oidc.AuthenticationConfigurationOf(cfg)
+			doc, warnings, err := authconfig.Convert(cfg)
 			for _, w := range warnings {
 				fmt.Fprintln(o.Stderr, "callerauth: config convert: warning:", w)
 			}
@@ -66,7 +67,7 @@ func olderIssuers(path string) (oidc.Config, error) {
 	if err != nil {
 		return oidc.Config{}, fmt.Errorf("config convert: %w", err)
 	}
-	if oidc.IsAuthenticationConfiguration(b) {
+	if authconfig.Is(b) {
 		return oidc.Config{}, fmt.Errorf("config convert: %s is already an AuthenticationConfiguration", path)
 	}
 	j, err := ijson.FromYAML(b)
@@ -98,12 +99,12 @@ func newConfigCheckCmd(o *Options) *cobra.Command {
 		Short: "Read an AuthenticationConfiguration as the services read it, and say what each issuer gives",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := oidc.LoadAuthenticationConfiguration(args[0])
+			cfg, err := authconfig.Load(args[0])
 			if err != nil {
 				return fmt.Errorf("config check: %w", err)
 			}
 			for _, ic := range cfg.Issuers {
-				tenant, constant := ic.ConstantExtra(oidc.ExtraTenant)
+				tenant, constant := authconfig.ConstantExtra(ic, authconfig.ExtraTenant)
 				if !constant {
 					tenant = "(per token, or none)"
 				}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/cli"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
@@ -47,7 +47,7 @@ func TestConfigConvert(t *testing.T) {
 			t.Errorf("no warning of %q in %q", w, r.stderr.String())
 		}
 	}
-	cfg, err := oidc.LoadAuthenticationConfiguration(out)
+	cfg, err := authconfig.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}

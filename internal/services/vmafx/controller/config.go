@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
@@ -127,10 +128,10 @@ func CheckTenantPerIssuer(cfg oidc.Config) error {
 	byTenant := map[string]string{}
 	for i, ic := range cfg.Issuers {
 		where := fmt.Sprintf("controller: jwt[%d] (%s)", i, ic.Issuer)
-		tenant, ok := ic.ConstantExtra(oidc.ExtraTenant)
+		tenant, ok := authconfig.ConstantExtra(ic, authconfig.ExtraTenant)
 		switch {
 		case !ok:
-			errs = append(errs, fmt.Errorf("%s: claimMappings.extra needs key %s with a constant valueExpression such as '\"tenant-a\"': the issuer decides the tenant", where, oidc.ExtraTenant))
+			errs = append(errs, fmt.Errorf("%s: claimMappings.extra needs key %s with a constant valueExpression such as '\"tenant-a\"': the issuer decides the tenant", where, authconfig.ExtraTenant))
 			continue
 		case len(validation.IsDNS1123Label(tenant)) > 0:
 			errs = append(errs, fmt.Errorf("%s: tenant %q: want a DNS label (lowercase letters, digits, '-')", where, tenant))

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
-	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -117,7 +117,7 @@ func TestCheckTenantPerIssuer(t *testing.T) {
 		"two issuers, one tenant": {issuer("https://a.example", tenant(`"tenant-a"`)) + issuer("https://b.example", tenant(`"tenant-a"`)),
 			`tenant "tenant-a" is already the tenant of https://a.example`},
 	} {
-		cfg, err := oidc.ParseAuthenticationConfiguration([]byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n" + c.jwt))
+		cfg, err := authconfig.Parse([]byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n" + c.jwt))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -1,4 +1,4 @@
-package oidc
+package authconfig
 
 import (
 	"errors"
@@ -10,9 +10,11 @@ import (
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	k8scel "k8s.io/apiserver/pkg/cel"
 	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/authn/oidc"
 )
 
-// AuthenticationConfigurationOf writes issuers of the older form (an
+// Convert writes issuers of the older form (an
 // issuers file, the vmafx tenants file, or built in code) as a Kubernetes
 // AuthenticationConfiguration (apiserver.config.k8s.io/v1) that means the
 // same to callerauth — what `callerauth config convert` prints. Each
@@ -22,15 +24,15 @@ import (
 // claim, a list or a space-separated string). What the newer form cannot
 // say (a jwks_url, a bearer token file) is an error; what it says
 // differently (the algorithms, the leeway) comes back as warnings. The
-// result is read back with [ParseAuthenticationConfiguration] before it
+// result is read back with [Parse] before it
 // is returned.
-func AuthenticationConfigurationOf(cfg Config) (doc []byte, warnings []string, err error) {
+func Convert(cfg oidc.Config) (doc []byte, warnings []string, err error) {
 	out := apiserverv1.AuthenticationConfiguration{}
 	out.APIVersion, out.Kind = "apiserver.config.k8s.io/v1", "AuthenticationConfiguration"
 	var errs []error
 	empty := ""
-	if cfg.Leeway != 0 && cfg.Leeway != DefaultLeeway {
-		warnings = append(warnings, fmt.Sprintf("leeway %s: an AuthenticationConfiguration has no leeway; callerauth allows %s on nbf and iat", cfg.Leeway, DefaultLeeway))
+	if cfg.Leeway != 0 && cfg.Leeway != oidc.DefaultLeeway {
+		warnings = append(warnings, fmt.Sprintf("leeway %s: an AuthenticationConfiguration has no leeway; callerauth allows %s on nbf and iat", cfg.Leeway, oidc.DefaultLeeway))
 	}
 	for _, ic := range cfg.Issuers {
 		where := fmt.Sprintf("issuer %s", ic.Issuer)
@@ -96,7 +98,7 @@ func AuthenticationConfigurationOf(cfg Config) (doc []byte, warnings []string, e
 	if err != nil {
 		return nil, warnings, err
 	}
-	if _, err := ParseAuthenticationConfiguration(doc); err != nil {
+	if _, err := Parse(doc); err != nil {
 		return nil, warnings, fmt.Errorf("the converted configuration does not load: %w", err)
 	}
 	return doc, warnings, nil

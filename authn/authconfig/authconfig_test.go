@@ -1,4 +1,4 @@
-package oidc_test
+package authconfig_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
@@ -77,7 +78,7 @@ func TestAuthenticationConfiguration(t *testing.T) {
 	if err := os.WriteFile(p, []byte(tenantConfig(t, iss, srv.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := oidc.LoadAuthenticationConfiguration(p)
+	cfg, err := authconfig.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,19 +149,19 @@ func TestAuthenticationConfigurationRefusals(t *testing.T) {
 		if !strings.HasPrefix(doc, "apiVersion") {
 			doc = head + doc
 		}
-		if _, err := oidc.ParseAuthenticationConfiguration([]byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := authconfig.Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
 		}
 	}
 	big := filepath.Join(t.TempDir(), "big.yaml")
 	_ = os.WriteFile(big, []byte(head+ok+"# "+strings.Repeat("x", oidc.MaxConfigBytes)+"\n"), 0o600)
-	if _, err := oidc.LoadAuthenticationConfiguration(big); err == nil || !strings.Contains(err.Error(), "over 4194304 bytes") {
+	if _, err := authconfig.Load(big); err == nil || !strings.Contains(err.Error(), "over 4194304 bytes") {
 		t.Errorf("an oversize file: %v", err)
 	}
-	if !oidc.IsAuthenticationConfiguration([]byte(head+ok)) || oidc.IsAuthenticationConfiguration([]byte(`{"issuers": []}`)) {
-		t.Fatal("IsAuthenticationConfiguration")
+	if !authconfig.Is([]byte(head+ok)) || authconfig.Is([]byte(`{"issuers": []}`)) {
+		t.Fatal("authconfig.Is")
 	}
-	if _, err := oidc.ParseAuthenticationConfiguration([]byte(head + ok)); err != nil {
+	if _, err := authconfig.Parse([]byte(head + ok)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -185,7 +186,7 @@ func TestReloadKeepsTheLastGoodConfiguration(t *testing.T) {
 		}
 	}
 	write(good)
-	r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: p})
+	r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +253,14 @@ func TestConvertMeansTheSame(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
 	old := oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"vmafx-controller"},
 		Tenant: "tenant-a", TenantClaim: "tenant.id", RolesClaim: "scp"}}}
-	doc, warnings, err := oidc.AuthenticationConfigurationOf(old)
+	doc, warnings, err := authconfig.Convert(old)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "tenant_claim tenant.id") {
 		t.Fatalf("warnings %q", warnings)
 	}
-	converted, err := oidc.ParseAuthenticationConfiguration(doc)
+	converted, err := authconfig.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestConvertMeansTheSame(t *testing.T) {
 		t.Fatalf("after: %v", err)
 	}
 	// What the newer form cannot say.
-	if _, _, err := oidc.AuthenticationConfigurationOf(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://a.example", JWKSURL: "https://a.example/keys", Audiences: []string{"x"}}}}); err == nil || !strings.Contains(err.Error(), "jwks_url") {
+	if _, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: "https://a.example", JWKSURL: "https://a.example/keys", Audiences: []string{"x"}}}}); err == nil || !strings.Contains(err.Error(), "jwks_url") {
 		t.Fatalf("jwks_url: %v", err)
 	}
 }
@@ -328,7 +329,7 @@ func TestReloadWaitsForEveryIssuer(t *testing.T) {
 		}
 	}
 	write(tenantConfig(t, issA, srvA.URL))
-	r, err := oidc.NewReloading(oidc.ReloadingConfig{Path: p, Base: oidc.Config{Timeout: time.Second}})
+	r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: p, Base: oidc.Config{Timeout: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,4 +376,13 @@ func TestReloadWaitsForEveryIssuer(t *testing.T) {
 	if u := user(); u != "renamed:alice" || r.Hash() == first {
 		t.Fatalf("with issuer B up: %s (hash %s)", u, r.Hash())
 	}
+}
+
+func newAuth(t *testing.T, cfg oidc.Config) *oidc.Authenticator {
+	t.Helper()
+	a, err := oidc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -1,12 +1,26 @@
-package oidc
+// Package authconfig reads a Kubernetes structured authentication
+// configuration (an AuthenticationConfiguration, the file of the API
+// server's --authentication-config) into issuers for package authn/oidc:
+// decoded, defaulted and validated by the API server's own code, each
+// issuer's claim mappings and validation rules compiled by its CEL
+// compiler and applied as it applies them.
+//
+// It is apart from authn/oidc so that a program verifying tokens against
+// issuers it configures in code, or with TokenReview (authn/kube), links
+// neither k8s.io/apiserver nor cel-go.
+//
+//	cfg, err := authconfig.Load("/etc/callerauth/authentication.yaml")
+//	if err != nil { ... }                 // the file cannot be honoured: stop
+//	auth, err := oidc.New(cfg)
+//
+// [NewReloading] follows the file as the API server does.
+package authconfig
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 
 	celast "github.com/google/cel-go/common/ast"
@@ -18,6 +32,7 @@ import (
 	apiservervalidation "k8s.io/apiserver/pkg/apis/apiserver/validation"
 	authenticationcel "k8s.io/apiserver/pkg/authentication/cel"
 
+	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
 
@@ -40,10 +55,10 @@ var (
 
 func init() { install.Install(configScheme) }
 
-// IsAuthenticationConfiguration reports whether doc (YAML or JSON) says it
-// is a Kubernetes AuthenticationConfiguration, so that one flag can take
-// either that or the older issuers file.
-func IsAuthenticationConfiguration(doc []byte) bool {
+// Is reports whether doc (YAML or JSON) says it is a Kubernetes
+// AuthenticationConfiguration, so that one flag can take either that or
+// the older issuers file (oidc.LoadConfigFile).
+func Is(doc []byte) bool {
 	var meta struct {
 		Kind string `json:"kind"`
 	}
@@ -54,70 +69,54 @@ func IsAuthenticationConfiguration(doc []byte) bool {
 	return json.Unmarshal(j, &meta) == nil && meta.Kind == "AuthenticationConfiguration"
 }
 
-// LoadAuthenticationConfiguration reads the issuers from a Kubernetes
-// structured authentication configuration (apiserver.config.k8s.io/v1,
-// v1beta1 or v1alpha1 AuthenticationConfiguration), the file a platform
-// team gives its API server's --authentication-config: decoded strictly
-// with the API server's own scheme, defaulted and validated with its own
-// validation, every CEL expression compiled with its own compiler. What
-// the API server would accept but callerauth cannot honour is refused,
-// naming the field; nothing is ignored.
-func LoadAuthenticationConfiguration(path string) (Config, error) {
-	b, err := readConfigFile(path)
+// Load reads the issuers from a Kubernetes structured authentication
+// configuration (apiserver.config.k8s.io/v1, v1beta1 or v1alpha1
+// AuthenticationConfiguration) of at most oidc.MaxConfigBytes, the file a
+// platform team gives its API server's --authentication-config: decoded
+// strictly with the API server's own scheme, defaulted and validated with
+// its own validation, every CEL expression compiled with its own
+// compiler. What the API server would accept but callerauth cannot
+// honour is refused, naming the field; nothing is ignored.
+func Load(path string) (oidc.Config, error) {
+	b, err := oidc.ReadConfigFile(path)
 	if err != nil {
-		return Config{}, err
+		return oidc.Config{}, err
 	}
-	cfg, err := ParseAuthenticationConfiguration(b)
+	cfg, err := Parse(b)
 	if err != nil {
-		return Config{}, fmt.Errorf("oidc: %s: %w", path, err)
+		return oidc.Config{}, fmt.Errorf("authconfig: %s: %w", path, err)
 	}
 	return cfg, nil
 }
 
-// MaxConfigBytes bounds an AuthenticationConfiguration file: hundreds of
-// issuers with their CA bundles fit.
-const MaxConfigBytes = 4 << 20
-
-// readConfigFile reads an AuthenticationConfiguration file of at most
-// MaxConfigBytes.
-func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("oidc: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("oidc: %w", err)
-	}
-	if len(b) > MaxConfigBytes {
-		return nil, fmt.Errorf("oidc: %s: over %d bytes; an AuthenticationConfiguration is at most that", path, MaxConfigBytes)
-	}
-	return b, nil
+// NewReloading is oidc.NewReloading over an AuthenticationConfiguration
+// file: cfg.Parse is [Parse].
+func NewReloading(cfg oidc.ReloadingConfig) (*oidc.Reloading, error) {
+	cfg.Parse = Parse
+	return oidc.NewReloading(cfg)
 }
 
-// ParseAuthenticationConfiguration is [LoadAuthenticationConfiguration] of
-// the file's contents.
-func ParseAuthenticationConfiguration(doc []byte) (Config, error) {
+// Parse is [Load] of the file's contents.
+func Parse(doc []byte) (oidc.Config, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
-		return Config{}, errors.New("empty AuthenticationConfiguration")
+		return oidc.Config{}, errors.New("empty AuthenticationConfiguration")
 	}
 	// A key written twice is refused before the API server's decoder,
 	// which would keep the last.
 	if _, err := ijson.FromYAML(doc); err != nil {
-		return Config{}, err
+		return oidc.Config{}, err
 	}
 	obj, err := runtime.Decode(configCodecs.UniversalDecoder(), doc)
 	if err != nil {
-		return Config{}, err
+		return oidc.Config{}, err
 	}
 	ac, ok := obj.(*apiserver.AuthenticationConfiguration)
 	if !ok {
-		return Config{}, fmt.Errorf("want an AuthenticationConfiguration, got %T", obj)
+		return oidc.Config{}, fmt.Errorf("want an AuthenticationConfiguration, got %T", obj)
 	}
 	compiler := authenticationcel.NewDefaultCompiler()
 	if errs := apiservervalidation.ValidateAuthenticationConfiguration(compiler, ac, nil); len(errs) > 0 {
-		return Config{}, errs.ToAggregate()
+		return oidc.Config{}, errs.ToAggregate()
 	}
 	var refused field.ErrorList
 	if ac.Anonymous != nil {
@@ -126,7 +125,7 @@ func ParseAuthenticationConfiguration(doc []byte) (Config, error) {
 	if len(ac.JWT) == 0 {
 		refused = append(refused, field.Required(field.NewPath("jwt"), "callerauth needs at least one issuer"))
 	}
-	cfg := Config{}
+	cfg := oidc.Config{}
 	for i, jwt := range ac.JWT {
 		path := field.NewPath("jwt").Index(i)
 		if jwt.Issuer.EgressSelectorType != "" {
@@ -138,34 +137,33 @@ func ParseAuthenticationConfiguration(doc []byte) (Config, error) {
 			refused = append(refused, errs...)
 			continue
 		}
-		cfg.Issuers = append(cfg.Issuers, IssuerConfig{
+		cfg.Issuers = append(cfg.Issuers, oidc.IssuerConfig{
 			Issuer: jwt.Issuer.URL, DiscoveryDocumentURL: jwt.Issuer.DiscoveryURL, Audiences: slices.Clone(jwt.Issuer.Audiences),
 			Algorithms: slices.Clone(kubernetesSigningAlgorithms), CertificateAuthority: jwt.Issuer.CertificateAuthority,
-			rules: &rules{spec: jwt, cel: mapper},
+			Mapping: &rules{spec: jwt, cel: mapper},
 		})
 	}
 	if len(refused) > 0 {
-		return Config{}, refused.ToAggregate()
+		return oidc.Config{}, refused.ToAggregate()
 	}
-	check := cfg
-	check.Issuers = slices.Clone(cfg.Issuers)
-	if err := check.validate(); err != nil {
-		return Config{}, err
+	if err := cfg.Validate(); err != nil {
+		return oidc.Config{}, err
 	}
 	return cfg, nil
 }
 
 // ConstantExtra returns the value an AuthenticationConfiguration issuer
-// maps the extra key to when that mapping is one string literal (the
+// (one [Load] made) maps the extra key to when that mapping is one string literal (the
 // same for every token it signs), and false when the issuer has no such
 // mapping (none, or one that reads the claims). A service whose isolation
 // rests on the issuer alone (the vmafx controller: one tenant per issuer)
 // requires it.
-func (ic IssuerConfig) ConstantExtra(key string) (string, bool) {
-	if ic.rules == nil {
+func ConstantExtra(ic oidc.IssuerConfig, key string) (string, bool) {
+	r, ok := ic.Mapping.(*rules)
+	if !ok {
 		return "", false
 	}
-	for _, e := range ic.rules.spec.ClaimMappings.Extra {
+	for _, e := range r.spec.ClaimMappings.Extra {
 		if e.Key != key {
 			continue
 		}

@@ -1,4 +1,4 @@
-package oidc
+package authconfig
 
 import (
 	"strings"
@@ -31,7 +31,7 @@ func TestConfigurationDifferences(t *testing.T) {
 	if err := apiServerValidates(t, empty); err != nil {
 		t.Fatalf("the API server's validation refuses jwt: []: %v", err)
 	}
-	if _, err := ParseAuthenticationConfiguration([]byte(empty)); err == nil || !strings.Contains(err.Error(), "callerauth needs at least one issuer") {
+	if _, err := Parse([]byte(empty)); err == nil || !strings.Contains(err.Error(), "callerauth needs at least one issuer") {
 		t.Fatalf("callerauth on jwt: []: %v", err)
 	}
 	// An issuer equal to the API server's own service-account issuer: the
@@ -42,7 +42,7 @@ func TestConfigurationDifferences(t *testing.T) {
 	if err := apiServerValidates(t, own, sa); err == nil || !strings.Contains(err.Error(), "must not overlap with disallowed issuers") {
 		t.Fatalf("the API server's validation on its own issuer: %v", err)
 	}
-	if _, err := ParseAuthenticationConfiguration([]byte(own)); err != nil {
+	if _, err := Parse([]byte(own)); err != nil {
 		t.Fatalf("callerauth on the API server's issuer: %v", err)
 	}
 }

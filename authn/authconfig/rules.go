@@ -1,4 +1,4 @@
-package oidc
+package authconfig
 
 import (
 	"context"
@@ -30,10 +30,10 @@ type rules struct {
 	cel  authenticationcel.CELMapper
 }
 
-// identity makes the caller's username, uid, groups and extra from the
+// Identity makes the caller's username, uid, groups and extra from the
 // verified payload, then applies the validation rules. Every failure is
 // token_invalid: the token says who it is, and that is not accepted.
-func (r *rules) identity(ctx context.Context, payload []byte, caller *authn.Caller) error {
+func (r *rules) Identity(ctx context.Context, payload []byte, caller *authn.Caller) error {
 	c := map[string]json.RawMessage{}
 	if err := ijson.Members(payload, func(name, v []byte) error {
 		c[string(name)] = v
