@@ -35,7 +35,8 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -94,7 +95,7 @@ type Config struct {
 
 // Authenticator verifies tokens with TokenReview. Create one with [New].
 type Authenticator struct {
-	client    kubernetes.Interface
+	client    Reviewer
 	audiences []string
 	timeout   time.Duration
 	leeway    time.Duration
@@ -131,11 +132,60 @@ func New(cfg Config) (*Authenticator, error) {
 		rc.Burst = DefaultBurst
 	}
 	rc.UserAgent = "callerauth"
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := NewReviewer(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return NewForClient(client, cfg), nil
+}
+
+// Reviewer creates TokenReviews. client-go's typed client satisfies it
+// (clientset.AuthenticationV1().TokenReviews()), for a program that has
+// a clientset already; [NewReviewer] makes one without the clientset's
+// hundreds of packages.
+type Reviewer interface {
+	Create(ctx context.Context, review *authv1.TokenReview, opts metav1.CreateOptions) (*authv1.TokenReview, error)
+}
+
+// reviewScheme knows the authentication.k8s.io/v1 types and the API
+// server's Status alone: what a TokenReview sends and gets back.
+var (
+	reviewScheme = runtime.NewScheme()
+	reviewCodecs = serializer.NewCodecFactory(reviewScheme)
+	reviewParams = runtime.NewParameterCodec(reviewScheme)
+)
+
+func init() {
+	if err := authv1.AddToScheme(reviewScheme); err != nil {
+		panic(err)
+	}
+	metav1.AddToGroupVersion(reviewScheme, authv1.SchemeGroupVersion)
+}
+
+// NewReviewer is a [Reviewer] over rc: a REST client of the
+// authentication.k8s.io/v1 group alone, the request client-go's typed
+// client makes. rc's rate limit (QPS, Burst) applies as it is.
+func NewReviewer(rc *rest.Config) (Reviewer, error) {
+	c := rest.CopyConfig(rc)
+	c.GroupVersion = &authv1.SchemeGroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = reviewCodecs.WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	client, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return restReviewer{client}, nil
+}
+
+type restReviewer struct{ c *rest.RESTClient }
+
+func (r restReviewer) Create(ctx context.Context, review *authv1.TokenReview, opts metav1.CreateOptions) (*authv1.TokenReview, error) {
+	out := &authv1.TokenReview{}
+	err := r.c.Post().Resource("tokenreviews").VersionedParams(&opts, reviewParams).Body(review).Do(ctx).Into(out)
+	return out, err
 }
 
 // restConfig is cfg.REST, the kubeconfig's or the in-cluster config, as a
@@ -245,9 +295,10 @@ func discoverIssuer(client *http.Client, base string, timeout time.Duration) (st
 	return doc.Issuer, nil
 }
 
-// NewForClient builds the authenticator on an existing clientset. It does
-// not check cfg.Audiences; [New] does.
-func NewForClient(client kubernetes.Interface, cfg Config) *Authenticator {
+// NewForClient builds the authenticator on an existing [Reviewer] (a
+// clientset's AuthenticationV1().TokenReviews()). It does not check
+// cfg.Audiences; [New] does.
+func NewForClient(client Reviewer, cfg Config) *Authenticator {
 	a := &Authenticator{client: client, audiences: slices.Clone(cfg.Audiences), timeout: cfg.Timeout, leeway: cfg.Leeway, tenant: cfg.Tenant, now: cfg.Now,
 		issuers: slices.Clone(cfg.Issuers)}
 	if a.timeout <= 0 {
@@ -357,7 +408,7 @@ func (a *Authenticator) review(ctx context.Context, token string) (*authv1.Token
 	backoff := 50 * time.Millisecond
 	var answered reason.Reason // the class of the validator's last own answer
 	for attempt := 1; ; attempt++ {
-		res, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, tr, metav1.CreateOptions{})
+		res, err := a.client.Create(ctx, tr, metav1.CreateOptions{})
 		if err == nil {
 			return &res.Status, nil
 		}
