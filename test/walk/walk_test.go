@@ -1,5 +1,5 @@
 // Package walk_test runs the local walks of the operator docs — every
-// fenced block marked "sh walk" in docs/pdp.md,
+// fenced block marked "sh walk" in docs/pdp.md, docs/embedding.md,
 // docs/platform-connector.md and docs/vmafx.md — with the real binaries, and checks that the
 // output the docs show is
 // the output the commands print ("# => " lines). A walk that rots fails
@@ -129,3 +129,5 @@ func TestPDPWalk(t *testing.T) { run(t, "pdp.md") }
 func TestPlatformConnectorWalk(t *testing.T) { run(t, "platform-connector.md") }
 
 func TestVmafxWalk(t *testing.T) { run(t, "vmafx.md") }
+
+func TestEmbeddingWalk(t *testing.T) { run(t, "embedding.md") }

@@ -1,0 +1,129 @@
+package layers_test
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// budgets bound what each library package links: its non-standard
+// packages, as `go list -deps` counts them (the standard library is not
+// counted: it moves with Go, not with us). A new library package needs a
+// budget here and a row in docs/embedding.md.
+var budgets = map[string]int{
+	"reason":           5,
+	"token":            10,
+	"bearer":           20,
+	"decision":         10,
+	"authn":            55,
+	"authn/oidc":       60,
+	"binding":          80,
+	"credentials":      130,
+	"devissuer":        140,
+	"guard":            165,
+	"authn/kube":       195,
+	"authn/authconfig": 265,
+	"authn/stack":      400,
+}
+
+// heavy are what only a program reading an AuthenticationConfiguration
+// (authn/authconfig, and authn/stack, which offers it) may link: the API
+// server's library, its CEL, client-go's typed clientset of every group.
+var heavy = []string{"k8s.io/apiserver/", "github.com/google/cel-go/", "k8s.io/client-go/kubernetes"}
+
+var mayLinkHeavy = []string{"authn/authconfig", "authn/stack"}
+
+// nonStandardDeps lists the non-standard packages pkgs link together.
+func nonStandardDeps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	args := []string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}
+	for _, p := range pkgs {
+		args = append(args, "../../"+p)
+	}
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", strings.Join(pkgs, " "), err)
+	}
+	return strings.Fields(string(out))
+}
+
+func heavyIn(deps []string) []string {
+	var found []string
+	for _, d := range deps {
+		for _, h := range heavy {
+			if strings.HasPrefix(d+"/", h) || d == strings.TrimSuffix(h, "/") {
+				found = append(found, d)
+			}
+		}
+	}
+	return found
+}
+
+// TestDependencyBudget holds every library package to its budget, keeps
+// the heavy packages out of all but the two that read an
+// AuthenticationConfiguration, and holds docs/embedding.md's table to
+// both figures.
+func TestDependencyBudget(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}", "../../...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var library []string
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		top, _, _ := strings.Cut(rel, "/")
+		if rel == "" || top == "internal" || top == "cmd" || top == "test" || top == "api" || top == "examples" || strings.HasSuffix(rel, "test") {
+			continue
+		}
+		library = append(library, rel)
+	}
+	doc, err := os.ReadFile("../../docs/embedding.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\| ([0-9]+) \\| ([0-9]+) \\|$")
+	stated := map[string][2]int{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		linked, _ := strconv.Atoi(m[2])
+		budget, _ := strconv.Atoi(m[3])
+		stated[m[1]] = [2]int{linked, budget}
+	}
+	for _, p := range library {
+		budget, ok := budgets[p]
+		if !ok {
+			t.Errorf("library package %s has no dependency budget (test/layers/deps_test.go)", p)
+			continue
+		}
+		deps := nonStandardDeps(t, p)
+		if len(deps) > budget {
+			t.Errorf("%s links %d non-standard packages; its budget is %d", p, len(deps), budget)
+		}
+		if h := heavyIn(deps); len(h) > 0 && !slices.Contains(mayLinkHeavy, p) {
+			t.Errorf("%s links %s; only %s may", p, strings.Join(h, ", "), strings.Join(mayLinkHeavy, " and "))
+		}
+		if got, ok := stated[p]; !ok || got != [2]int{len(deps), budget} {
+			t.Errorf("docs/embedding.md's row for %s: want | `%s` | %d | %d |, found %v", p, p, len(deps), budget, got)
+		}
+	}
+	for p := range budgets {
+		if !slices.Contains(library, p) {
+			t.Errorf("a budget for %s, which is not a library package", p)
+		}
+	}
+	if len(library) < 10 {
+		t.Fatalf("only %d library packages found", len(library))
+	}
+}
+
+// TestAGuardedServiceLinksNoAPIServer: a service built on authn,
+// authn/kube, authn/oidc and guard — TokenReview, offline keys, the
+// bound-object watch — links none of the heavy packages.
+func TestAGuardedServiceLinksNoAPIServer(t *testing.T) {
+	if h := heavyIn(nonStandardDeps(t, "authn", "authn/kube", "authn/oidc", "guard", "binding", "bearer", "credentials")); len(h) > 0 {
+		t.Errorf("a guarded service links %s", strings.Join(h, ", "))
+	}
+}
