@@ -58,7 +58,17 @@ type Caller struct {
 	IssuedAt, Expiry time.Time
 }
 
-// Authenticator verifies bearer tokens.
+// Authenticator verifies bearer tokens. The backends are authn/kube
+// (TokenReview) and authn/oidc (offline, against the issuers' keys); any
+// function is one with [AuthenticatorFunc]. Put one behind a [Cache]
+// before a guard:
+//
+//	review, err := kube.New(kube.Config{Audiences: []string{"my-service"}})
+//	auth := authn.NewCache(review, authn.CacheConfig{}) // verdicts kept 2 min
+//	caller, err := auth.Authenticate(ctx, token)
+//	if err != nil {
+//		why := authn.ReasonOf(err) // token_invalid, validator_unavailable, ...
+//	}
 //
 // Authenticate is called concurrently from many goroutines. It returns a
 // non-nil Caller, or an error for which [ReasonOf] gives the class. It must

@@ -54,7 +54,15 @@ func (k Kind) String() string {
 // ReasonMalformed is the refusal of a malformed credential.
 var ReasonMalformed = reason.New("malformed_credentials", reason.Unauthenticated, "the Authorization header is not exactly one Bearer credential")
 
-// Credential is what a request presented.
+// Credential is what a request presented: nothing, something malformed,
+// or one bearer token.
+//
+//	cred := bearer.FromHeader(r.Header) // or FromIncomingContext(ctx) in gRPC
+//	switch cred.Kind {
+//	case bearer.Absent:    // token_missing, unless the transport pins the caller
+//	case bearer.Malformed: // malformed_credentials; cred.Problem says why
+//	case bearer.Token:     // cred.Token, for an authn.Authenticator
+//	}
 type Credential struct {
 	Kind Kind
 	// Token is set when Kind is Token.

@@ -96,7 +96,17 @@ type Grant interface {
 	LogAttrs() []slog.Attr
 }
 
-// Rule judges one request, and says every reason it can refuse with.
+// Rule judges one request, and says every reason it can refuse with. The
+// rules are [SystemBinding], [NodeBinding] and [Roles]; [All] combines them;
+// [NewRule] and [Deny] make one of your own. A guard (package guard) asks
+// its rule after verifying the caller:
+//
+//	rule := binding.All(
+//		binding.SystemBinding(map[string]string{"secrets-engine": "system:serviceaccount:secrets-engine:secrets-engine"}),
+//		binding.Roles(binding.RoleConfig{
+//			Required: map[string]string{"Check": "reader"},
+//			Grants:   []binding.RoleGrant{{Role: "reader", Groups: []string{"system:serviceaccounts:demo"}}},
+//		}))
 type Rule interface {
 	// Check returns nil when the subject may make the request, and what it
 	// grants. A refusal may come with a grant too: the scope the request

@@ -17,6 +17,13 @@ import (
 
 // Config is a client's connection and credential settings. The zero value is
 // a plaintext connection with no token, which [Config.Validate] accepts.
+//
+//	cfg := credentials.Config{Address: "controller.vmafx.svc:9090", TLS: true,
+//		TokenFile: "/var/run/secrets/tokens/vmafx"} // re-read on every call
+//	conn, err := cfg.Dial()       // gRPC; Validate runs first
+//	rt, err := cfg.Transport()    // or HTTP
+//
+// [Load] reads the same settings from a YAML section and the environment.
 type Config struct {
 	// Address is the target, as grpc.NewClient takes it ("host:port",
 	// "dns:///host:port", "unix:///path/to.sock"). Optional for Validate

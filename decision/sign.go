@@ -63,6 +63,12 @@ func (s *Signed) JWS() string {
 // Signer signs records with the newest of its keys and publishes all of
 // them, so that keys can rotate without breaking consumers that hold the
 // previous JWKS.
+//
+//	profile := decision.Profile{Schema: "example.decision-record.v1", Type: "example-decision+jwt"}
+//	signer, err := decision.NewSigner(profile, key) // key: a crypto.Signer (ECDSA, RSA, Ed25519)
+//	signed, err := signer.Sign(&record)             // record.Bind(request) first
+//	// the consumer, with the published keys:
+//	got, err := decision.Verify(response, decision.VerifyOptions{Profile: profile, Keys: signer.JWKS(), Request: request})
 type Signer struct {
 	profile Profile
 	keys    []jose.JSONWebKey // private, oldest first

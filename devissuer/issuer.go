@@ -79,7 +79,15 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Issuer mints and reviews service-account tokens. It is safe for
+// Issuer mints and reviews service-account tokens, with no cluster.
+//
+//	iss, err := devissuer.Open(dir, devissuer.Config{})
+//	srv, err := iss.Serve("127.0.0.1:0", nil) // TokenReview, discovery, JWKS; writes iss.KubeconfigFile()
+//	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "demo", ServiceAccount: "client",
+//		Audiences: []string{"my-service"}})
+//	// kube.New(kube.Config{Kubeconfig: iss.KubeconfigFile(), ...}) reviews tok.Token
+//
+// devissuertest.Serve does the first two for a test. It is safe for
 // concurrent use.
 type Issuer struct {
 	dir          string

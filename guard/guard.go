@@ -69,7 +69,25 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Guard is the enforcement pipeline. It is safe for concurrent use.
+// Guard is the enforcement pipeline: it reads the credential, verifies it
+// with its Authenticator, asks its Rule, and refuses with a stable reason.
+// It is safe for concurrent use.
+//
+//	g, err := guard.New(guard.Config{
+//		Authenticator: authn.NewCache(review, authn.CacheConfig{}), // review: kube.New(...)
+//		Rule: binding.Roles(binding.RoleConfig{
+//			Required: map[string]string{"Check": "reader"},
+//			Grants:   []binding.RoleGrant{{Role: "reader", ServiceAccounts: []string{"demo:client"}}},
+//		}),
+//	})
+//	// gRPC: every call, and every stream at its start.
+//	srv := grpc.NewServer(grpc.Creds(tlsCreds),
+//		grpc.UnaryInterceptor(g.UnaryServerInterceptor(nil)),
+//		grpc.StreamInterceptor(g.StreamServerInterceptor()))
+//	// HTTP: the method and path judged ("GET /hello").
+//	mux.Handle("GET /hello", g.Middleware(nil, guard.RequireIdentity())(hello))
+//
+// In the handler, [FromContext] gives the verdict and its verified caller.
 type Guard struct {
 	cfg Config
 	log *slog.Logger

@@ -60,6 +60,10 @@ func (c Code) String() string {
 // Reason is one stable refusal. The zero Reason is "no reason" (an allowed
 // request); every other one is made by [New]. Reasons compare with ==:
 // two are equal when word, code and sentence are.
+//
+//	var ReasonQuotaExceeded = reason.New("quota_exceeded", reason.ResourceExhausted,
+//		"the caller's tenant is over its quota") // declared once, by the package that refuses
+//	ReasonQuotaExceeded.String() // "quota_exceeded": the metric label, the log field, what the caller sees
 type Reason struct {
 	word     string
 	code     Code

@@ -15,6 +15,9 @@ import (
 
 // Source supplies the bearer token for one outgoing call.
 //
+//	src := token.CheckExpiry(token.File("/var/run/secrets/tokens/my-service"))
+//	tok, err := src.Token(ctx) // read now; an expired JWT is an *ExpiredError naming the file
+//
 // Token is called once per call (per RPC, per HTTP request), so it must be
 // cheap and safe for concurrent use by many goroutines. It returns a token
 // without the "Bearer " prefix, or an error that says why there is none.

@@ -93,7 +93,17 @@ type Config struct {
 	Logger                  *slog.Logger
 }
 
-// Authenticator verifies tokens with TokenReview. Create one with [New].
+// Authenticator verifies tokens with TokenReview. Create one with [New]:
+//
+//	review, err := kube.New(kube.Config{
+//		Kubeconfig: "",                     // in-cluster: the pod's service account
+//		Audiences:  []string{"my-service"}, // required
+//	})
+//	auth := authn.NewCache(review, authn.CacheConfig{}) // one review per token per TTL
+//
+// The service account needs create on tokenreviews. [Offline] verifies
+// the same tokens against the API server's keys instead, and [NewBound]
+// adds the watch that refuses a deleted pod's token without a review.
 type Authenticator struct {
 	client    Reviewer
 	audiences []string

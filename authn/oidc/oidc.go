@@ -18,6 +18,16 @@ import (
 
 // Authenticator verifies tokens offline against its issuers' keys. Create
 // one with [New]; it is safe for concurrent use.
+//
+//	verify, err := oidc.New(oidc.Config{Issuers: []oidc.IssuerConfig{{
+//		Issuer:    "https://idp.tenant-a.example", // discovery and keys fetched from it
+//		Audiences: []string{"my-service"},
+//		Tenant:    "tenant-a", // every caller of this issuer
+//	}}})
+//	auth := authn.NewCache(verify, authn.CacheConfig{})
+//
+// An AuthenticationConfiguration gives the issuers instead:
+// authconfig.Load (package authn/authconfig).
 type Authenticator struct {
 	cfg     Config
 	issuers map[string]*issuer

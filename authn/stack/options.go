@@ -56,6 +56,14 @@ const (
 // off (CacheTTL, NegativeCacheTTL, ReviewInterval), and it is refused by
 // [Options.Validate] where it cannot be (ReviewTimeout, WatchMaxBreak,
 // KeysMaxStale). A zero count is refused. A negative value always is.
+//
+//	o := stack.NewOptions()
+//	o.AddFlags(cmd.Flags()) // --caller-backend, --kubeconfig, --caller-cache-ttl, ...
+//	// after parsing:
+//	cfg, err := o.Complete() // every problem at once; a flag the backend never reads refused
+//	st, err := stack.Build(cfg, stack.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule,
+//		Registry: prometheus.DefaultRegisterer, MetricsPrefix: "my_service"})
+//	// st.Guard guards; run st.Runnables for as long as it serves.
 type Options struct {
 	// Backend is BackendTokenReview or BackendOIDC.
 	Backend string
