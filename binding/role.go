@@ -47,8 +47,9 @@ type RoleGrant struct {
 	Extra           map[string][]string
 }
 
-// grants says whether g names c.
-func (g RoleGrant) grants(c *authn.Caller) bool {
+// Names reports whether g names the caller: by username, group, service
+// account or extra value.
+func (g RoleGrant) Names(c *authn.Caller) bool {
 	if slices.Contains(g.Usernames, c.Username) || slices.ContainsFunc(c.Groups, func(gr string) bool { return slices.Contains(g.Groups, gr) }) {
 		return true
 	}
@@ -119,7 +120,7 @@ func Roles(cfg RoleConfig) Rule {
 		case !ok:
 			return &Violation{Reason: ReasonRoleMissing,
 				Detail: fmt.Sprintf("no role grants method %q", r.Method)}
-		case !slices.Contains(c.Roles, role) && !slices.ContainsFunc(grants, func(g RoleGrant) bool { return g.Role == role && g.grants(c) }):
+		case !slices.Contains(c.Roles, role) && !slices.ContainsFunc(grants, func(g RoleGrant) bool { return g.Role == role && g.Names(c) }):
 			return &Violation{Reason: ReasonRoleMissing, Metadata: map[string]string{"required_role": role},
 				Detail: fmt.Sprintf("%s lacks role %q needed for %s", c.Username, role, r.Method)}
 		case cfg.RequireTenant && c.Tenant == "":

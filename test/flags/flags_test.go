@@ -29,7 +29,7 @@ const module = "github.com/callerauth/callerauth"
 // service, the serving skeleton and the caller-authentication stack.
 var packages = []string{
 	"internal/services/pdp", "internal/services/connector", "internal/services/vmafx/controller",
-	"internal/services/vmafx/node", "internal/services/vmafx/operator", "internal/serve", "authn/stack",
+	"internal/services/vmafx/node", "internal/services/vmafx/operator", "internal/services/proxy", "internal/serve", "authn/stack",
 }
 
 // values are the pflag.Value types a flag may be registered with by

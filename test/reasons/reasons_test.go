@@ -23,6 +23,7 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/typecheck"
 	"github.com/callerauth/callerauth/internal/services/connector"
 	"github.com/callerauth/callerauth/internal/services/pdp"
+	"github.com/callerauth/callerauth/internal/services/proxy"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/reason"
 )
@@ -45,6 +46,7 @@ var services = []struct {
 	{"pdp", []string{"internal/services/pdp", "internal/services/pdp/policy"}, pdp.Reasons(), "pdp.md"},
 	{"platform-connector", []string{"internal/services/connector"}, connector.Reasons(), "platform-connector.md"},
 	{"vmafx-controller", []string{"internal/services/vmafx/controller"}, controller.Reasons(), "vmafx.md"},
+	{"callerauth-proxy", []string{"internal/services/proxy"}, proxy.Reasons(), "proxy.md"},
 	{"vmafx-node", []string{"internal/services/vmafx/node", "internal/services/vmafx/measure"}, nil, ""},
 	{"vmafx-operator", []string{"internal/services/vmafx/operator"}, nil, ""},
 }

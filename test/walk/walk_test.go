@@ -1,5 +1,5 @@
 // Package walk_test runs the local walks of the operator docs — every
-// fenced block marked "sh walk" in docs/pdp.md, docs/embedding.md,
+// fenced block marked "sh walk" in docs/pdp.md, docs/embedding.md, docs/proxy.md,
 // docs/platform-connector.md and docs/vmafx.md — with the real binaries, and checks that the
 // output the docs show is
 // the output the commands print ("# => " lines). A walk that rots fails
@@ -27,7 +27,7 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	var bins map[string]string
-	e2e.Main(m, &bins, []string{"cmd/callerauth", "cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller", "cmd/vmafx-node"}, func() (func(), error) {
+	e2e.Main(m, &bins, []string{"cmd/callerauth", "cmd/callerauth-proxy", "cmd/empty-server", "cmd/pdp", "cmd/platform-connector", "cmd/vmafx-controller", "cmd/vmafx-node"}, func() (func(), error) {
 		binDir = filepath.Dir(bins["pdp"])
 		return nil, nil
 	})
@@ -131,3 +131,5 @@ func TestPlatformConnectorWalk(t *testing.T) { run(t, "platform-connector.md") }
 func TestVmafxWalk(t *testing.T) { run(t, "vmafx.md") }
 
 func TestEmbeddingWalk(t *testing.T) { run(t, "embedding.md") }
+
+func TestProxyWalk(t *testing.T) { run(t, "proxy.md") }

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// NewCommand is the callerauth-proxy command line.
+func NewCommand(stderr io.Writer) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "callerauth-proxy",
+		Short: "The callerauth guard in front of one upstream service of any language",
+		Long: `callerauth-proxy verifies each request's bearer token for --caller-audience
+(TokenReview with the verdict cache, an AuthenticationConfiguration, or the
+bound-object watch), lets through the callers --allow-service-account,
+--allow-group and --allow-user name, and passes the request to --upstream
+(HTTP/1.1 or HTTP/2; gRPC and streams pass through) with the caller's
+identity in X-Remote-User, X-Remote-Group and X-Remote-Extra-* and its
+token removed. See docs/proxy.md.`,
+	}
+	serve.Command(cmd, &o.Serve, stderr, serve.Complete(&o, New))
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// AddFlags registers the proxy's flags, with o's values as their defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	o.Serve.AddFlags(f)
+	serve.AddCallerFlags(f, &o.Callers)
+	f.StringVar(&o.Upstream, "upstream", o.Upstream, "where allowed requests go: http://HOST:PORT[/PATH], https://HOST:PORT[/PATH] or unix:///PATH")
+	f.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA bundle (PEM) an https:// upstream's certificate is checked against (default: the system roots)")
+	f.BoolVar(&o.UpstreamHTTP2, "upstream-http2", o.UpstreamHTTP2, "speak HTTP/2 to the upstream (prior knowledge over plain TCP or a Unix socket, ALPN over TLS); a gRPC upstream needs it")
+	f.DurationVar(&o.UpstreamHeaderTimeout, "upstream-header-timeout", o.UpstreamHeaderTimeout, "how long the upstream may take to send its response headers (the body then streams)")
+	f.StringVar(&o.CallerAudience, "caller-audience", o.CallerAudience, "the audience callers' tokens must be minted for (required)")
+	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", o.CallerAuthMode, "enforce, or audit: refusals are logged and counted but let through")
+	f.StringArrayVar(&o.AllowServiceAccounts, "allow-service-account", o.AllowServiceAccounts, "NAMESPACE:NAME or NAMESPACE:*: a service account let through (repeatable)")
+	f.StringArrayVar(&o.AllowGroups, "allow-group", o.AllowGroups, "a group whose members are let through (repeatable)")
+	f.StringArrayVar(&o.AllowUsers, "allow-user", o.AllowUsers, "a username let through (repeatable)")
+	f.StringSliceVar(&o.AllowPaths, "allow-paths", o.AllowPaths, "the only paths served (path.Match patterns, comma-separated); any other is 404")
+	f.StringSliceVar(&o.IgnorePaths, "ignore-paths", o.IgnorePaths, "paths passed to the upstream without authentication (path.Match patterns, comma-separated)")
+	f.StringVar(&o.UserHeader, "user-header", o.UserHeader, "the header carrying the caller's username to the upstream")
+	f.StringVar(&o.GroupHeader, "group-header", o.GroupHeader, "the header carrying each of the caller's groups (one per group)")
+	f.StringVar(&o.ExtraHeaderPrefix, "extra-header-prefix", o.ExtraHeaderPrefix, "the prefix of the headers carrying the caller's extra values (the key percent-encoded)")
+	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
+}
+
+// Main runs the command and returns the exit code.
+func Main(ctx context.Context, args []string) int {
+	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
+}

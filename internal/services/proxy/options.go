@@ -1,0 +1,219 @@
+package proxy
+
+// The proxy's options: its flags, what Complete refuses, and the
+// configuration New reads.
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/textproto"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/serve"
+)
+
+// Options are the proxy's flags. Start from [NewOptions], which holds
+// every default; [Options.Complete] validates them and returns the
+// [Config] that [New] reads.
+type Options struct {
+	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
+	// --log-level, --shutdown-timeout and the --http-* limits.
+	Serve serve.Options
+	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl and the
+	// rest of the caller authentication.
+	Callers stack.Options
+	// Upstream is where allowed requests go (--upstream): http://,
+	// https:// or unix:///path.
+	Upstream string
+	// UpstreamCAFile verifies an https:// upstream (--upstream-ca-file);
+	// empty: the system roots.
+	UpstreamCAFile string
+	// UpstreamHTTP2 speaks HTTP/2 to the upstream (--upstream-http2): with
+	// prior knowledge over plain TCP or a Unix socket, by ALPN over TLS.
+	// A gRPC upstream needs it.
+	UpstreamHTTP2 bool
+	// UpstreamHeaderTimeout bounds the wait for the upstream's response
+	// headers (--upstream-header-timeout); the body then streams.
+	UpstreamHeaderTimeout time.Duration
+	// CallerAudience is the audience callers' tokens must be minted for
+	// (--caller-audience). Required: a token for another service is
+	// refused.
+	CallerAudience string
+	// CallerAuthMode is enforce or audit (--caller-auth-mode).
+	CallerAuthMode string
+	// AllowServiceAccounts, AllowGroups and AllowUsers name the callers
+	// let through (--allow-service-account, --allow-group, --allow-user);
+	// at least one is required.
+	AllowServiceAccounts, AllowGroups, AllowUsers []string
+	// AllowPaths, when set, are the only paths served (path.Match
+	// patterns, --allow-paths); any other is 404 before authentication.
+	AllowPaths []string
+	// IgnorePaths are passed to the upstream without authentication
+	// (--ignore-paths): a health probe's. Exclusive with AllowPaths.
+	IgnorePaths []string
+	// UserHeader, GroupHeader and ExtraHeaderPrefix carry the caller's
+	// identity to the upstream (--user-header, --group-header,
+	// --extra-header-prefix); whatever a client sent under them is
+	// removed first.
+	UserHeader, GroupHeader, ExtraHeaderPrefix string
+	// PassBearerToken keeps the caller's Authorization header on the way
+	// to the upstream (--pass-bearer-token). Off: it is removed.
+	PassBearerToken bool
+}
+
+// Defaults.
+const (
+	DefaultUserHeader        = "X-Remote-User"
+	DefaultGroupHeader       = "X-Remote-Group"
+	DefaultExtraHeaderPrefix = "X-Remote-Extra-"
+	// DefaultStreamTimeout is the proxy's --http-read-timeout and
+	// --http-write-timeout: a proxied stream (a gRPC watch, a download)
+	// lasts at most this long.
+	DefaultStreamTimeout         = time.Hour
+	DefaultUpstreamHeaderTimeout = 30 * time.Second
+)
+
+// NewOptions returns the proxy's defaults: the one place they are written.
+func NewOptions() Options {
+	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
+		CallerAuthMode: string(guard.Enforce), UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
+		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix}
+	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
+	return o
+}
+
+// Config is the proxy's completed configuration, as [New] reads it.
+type Config struct {
+	Serve   serve.Options
+	Callers stack.Config
+	// Upstream is the parsed --upstream; UnixSocket its path when it is a
+	// Unix socket (Upstream is then http://unix, or https:// never).
+	Upstream              *url.URL
+	UnixSocket            string
+	UpstreamCAs           *x509.CertPool
+	UpstreamHTTP2         bool
+	UpstreamHeaderTimeout time.Duration
+	Audience              string
+	Mode                  guard.Mode
+	Allowed               binding.RoleGrant
+	AllowPaths            []string
+	IgnorePaths           []string
+	UserHeader            string
+	GroupHeader           string
+	ExtraHeaderPrefix     string
+	PassBearerToken       bool
+}
+
+// Complete validates the options — refusing every one that cannot be
+// honoured, naming its flag — and returns the configuration New reads.
+func (o Options) Complete() (Config, error) {
+	var errs []error
+	if err := o.Serve.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	callers, err := o.Callers.Complete()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if !o.Serve.HasTLS() {
+		errs = append(errs, errors.New("proxy: --tls-cert-file and --tls-key-file are required: callers' bearer tokens must not cross the network in clear"))
+	}
+	c := Config{Serve: o.Serve, Callers: callers, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
+		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken,
+		UserHeader: textproto.CanonicalMIMEHeaderKey(o.UserHeader), GroupHeader: textproto.CanonicalMIMEHeaderKey(o.GroupHeader),
+		ExtraHeaderPrefix: textproto.CanonicalMIMEHeaderKey(o.ExtraHeaderPrefix)}
+	c.Upstream, c.UnixSocket, err = parseUpstream(o.Upstream)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if o.UpstreamCAFile != "" {
+		if c.Upstream != nil && c.Upstream.Scheme != "https" {
+			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file verifies an https:// upstream; --upstream %q is not one", o.Upstream))
+		}
+		pem, err := os.ReadFile(o.UpstreamCAFile)
+		c.UpstreamCAs = x509.NewCertPool()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file: %w", err))
+		} else if !c.UpstreamCAs.AppendCertsFromPEM(pem) {
+			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file %s holds no PEM certificate", o.UpstreamCAFile))
+		}
+	}
+	if o.UpstreamHeaderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("proxy: --upstream-header-timeout %s: want a positive duration", o.UpstreamHeaderTimeout))
+	}
+	if o.CallerAudience == "" {
+		errs = append(errs, errors.New("proxy: --caller-audience is required: a token minted for another service must not be accepted"))
+	}
+	if c.Mode, err = guard.ParseMode(o.CallerAuthMode); err != nil {
+		errs = append(errs, fmt.Errorf("proxy: --caller-auth-mode: %w", err))
+	}
+	c.Allowed = binding.RoleGrant{Role: allowedRole, ServiceAccounts: o.AllowServiceAccounts, Groups: o.AllowGroups, Usernames: o.AllowUsers}
+	if len(o.AllowServiceAccounts)+len(o.AllowGroups)+len(o.AllowUsers) == 0 {
+		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user"))
+	} else if err := (binding.RoleConfig{Grants: []binding.RoleGrant{c.Allowed}}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("proxy: --allow-service-account: %w", err))
+	}
+	if len(o.AllowPaths) > 0 && len(o.IgnorePaths) > 0 {
+		errs = append(errs, errors.New("proxy: --allow-paths and --ignore-paths: give one (as kube-rbac-proxy)"))
+	}
+	for _, p := range append(append([]string{}, o.AllowPaths...), o.IgnorePaths...) {
+		if _, err := path.Match(p, "/"); err != nil || !strings.HasPrefix(p, "/") {
+			errs = append(errs, fmt.Errorf("proxy: path pattern %q: want a path.Match pattern beginning with /", p))
+		}
+	}
+	c.AllowPaths, c.IgnorePaths = o.AllowPaths, o.IgnorePaths
+	for _, h := range []struct{ flag, v string }{{"--user-header", o.UserHeader}, {"--group-header", o.GroupHeader}, {"--extra-header-prefix", o.ExtraHeaderPrefix}} {
+		if h.v == "" || strings.ContainsAny(h.v, " \t:") || strings.EqualFold(h.v, "Authorization") {
+			errs = append(errs, fmt.Errorf("proxy: %s %q: want a header name (not Authorization)", h.flag, h.v))
+		}
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Validate refuses options that cannot be honoured, naming the flags:
+// what [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
+}
+
+// parseUpstream reads --upstream.
+func parseUpstream(s string) (*url.URL, string, error) {
+	if s == "" {
+		return nil, "", errors.New("proxy: --upstream is required: http://HOST:PORT, https://HOST:PORT or unix:///PATH")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, "", fmt.Errorf("proxy: --upstream %q: %w", s, err)
+	}
+	switch {
+	case u.Scheme == "unix" && u.Host == "" && u.Path != "" && u.RawQuery == "":
+		return &url.URL{Scheme: "http", Host: "unix"}, u.Path, nil
+	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil && u.RawQuery == "" && u.Fragment == "":
+		return u, "", nil
+	}
+	return nil, "", fmt.Errorf("proxy: --upstream %q: want http://HOST:PORT[/PATH], https://HOST:PORT[/PATH] or unix:///PATH", s)
+}
+
+// allowedRole is the one role the proxy's rule requires: the callers
+// the --allow-* flags name hold it.
+const allowedRole = "proxy:allowed"
+
+// stripped reports whether a request header is one the proxy sets for
+// the upstream (a client's is never passed on).
+func (c Config) stripped(name string) bool {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix)
+}
+

@@ -1,0 +1,268 @@
+// Package proxy is callerauth-proxy: the guard in front of a service of
+// any language. Each request's bearer token is verified (TokenReview, an
+// AuthenticationConfiguration, or the bound-object watch, as every
+// callerauth service), the caller checked against the callers let
+// through, and an allowed request passed to the one upstream — HTTP/1.1
+// or HTTP/2, gRPC with its trailers, streams flushed as they come — with
+// the caller's identity in headers and its token removed. See
+// docs/proxy.md.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/version"
+	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/reason"
+)
+
+// ReasonNotAllowed refuses a verified caller the --allow-* flags do not
+// name.
+var ReasonNotAllowed = reason.New("caller_not_allowed", reason.PermissionDenied, "the caller is not among those this proxy lets through")
+
+// ReasonUpstreamUnavailable answers a request the upstream could not
+// take (unreachable, or no response headers within
+// --upstream-header-timeout).
+var ReasonUpstreamUnavailable = reason.New("upstream_unavailable", reason.Unavailable, "the service behind the proxy did not answer")
+
+// Reasons are every reason the proxy can send: the authentication
+// failures, its rule's, and its own. docs/proxy.md lists each;
+// test/reasons holds the code to this list.
+func Reasons() []reason.Reason {
+	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), ReasonUpstreamUnavailable)
+}
+
+// Server is a running proxy.
+type Server struct {
+	c      Config
+	m      *serve.Manager
+	log    *slog.Logger
+	guard  *guard.Guard
+	proxy  *httputil.ReverseProxy
+	health *serve.Health
+
+	upstreamErrors prometheus.Counter
+	ignored        prometheus.Counter
+}
+
+// New builds the proxy: the caller authentication, the rule, the
+// upstream transport.
+func New(c Config) (*Server, error) {
+	m, err := serve.New("callerauth-proxy", c.Serve, nil)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	m.Health().Registry.MustRegister(version.Collector("proxy"))
+	s := &Server{c: c, m: m, log: m.Logger(), health: m.Health()}
+	s.upstreamErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_upstream_errors_total",
+		Help: "Allowed requests the upstream did not answer (unreachable, or no response headers in time): answered 503 upstream_unavailable."})
+	s.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_ignored_path_requests_total",
+		Help: "Requests to an --ignore-paths path, passed to the upstream without authentication."})
+	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored)
+	s.guard, err = m.Guard(c.Callers, stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
+	}
+	tr, err := transport(c)
+	if err != nil {
+		return nil, err
+	}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:       s.rewrite,
+		Transport:     tr,
+		FlushInterval: -1, // streams (gRPC, server-sent events) pass as they come
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler:  s.upstreamError,
+	}
+	return s, nil
+}
+
+// allowRule lets through the callers allowed names.
+func allowRule(allowed binding.RoleGrant) binding.Rule {
+	return binding.Deny([]reason.Reason{binding.ReasonTokenMissing, ReasonNotAllowed}, func(s binding.Subject, _ binding.Request) *binding.Violation {
+		switch {
+		case s.Caller == nil:
+			return &binding.Violation{Reason: binding.ReasonTokenMissing, Detail: "the proxy lets no caller through without a token"}
+		case !allowed.Names(s.Caller):
+			return &binding.Violation{Reason: ReasonNotAllowed, Detail: fmt.Sprintf("%s is not named by --allow-service-account, --allow-group or --allow-user", s.Caller.Username)}
+		}
+		return nil
+	})
+}
+
+// transport reaches the upstream: over TCP or its Unix socket, TLS
+// verified against --upstream-ca-file, HTTP/2 when asked.
+func transport(c Config) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // the upstream is reached directly, never through $HTTPS_PROXY
+	tr.ResponseHeaderTimeout = c.UpstreamHeaderTimeout
+	tr.MaxIdleConnsPerHost = 64
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.UpstreamCAs}
+	if c.UnixSocket != "" {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		sock := c.UnixSocket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) }
+	}
+	if c.UpstreamHTTP2 {
+		var p http.Protocols
+		if c.Upstream.Scheme == "https" {
+			p.SetHTTP2(true)
+		} else {
+			p.SetUnencryptedHTTP2(true)
+		}
+		tr.Protocols = &p
+	}
+	return tr, nil
+}
+
+// Handler is the proxy's API: the path filters, the guard, the upstream.
+func (s *Server) Handler() http.Handler {
+	guarded := s.guard.Middleware(nil, guard.RequireIdentity(), guard.WithRefusal(s.refuse))(s.proxy)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		clean := path.Clean("/" + r.URL.Path)
+		if len(s.c.AllowPaths) > 0 && !matches(s.c.AllowPaths, clean) {
+			http.NotFound(w, r)
+			return
+		}
+		if matches(s.c.IgnorePaths, clean) {
+			s.ignored.Inc()
+			s.proxy.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
+}
+
+func matches(patterns []string, p string) bool {
+	return slices.ContainsFunc(patterns, func(pat string) bool {
+		ok, _ := path.Match(pat, p)
+		return ok
+	})
+}
+
+// rewrite makes the upstream's request: its URL, the client's identity
+// headers removed, the verified caller's set, the token removed unless
+// asked for.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(s.c.Upstream)
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+	for name := range pr.Out.Header {
+		if s.c.stripped(name) {
+			pr.Out.Header.Del(name)
+		}
+	}
+	if !s.c.PassBearerToken {
+		pr.Out.Header.Del("Authorization")
+	}
+	v, ok := guard.FromContext(pr.In.Context())
+	if !ok || v.Caller == nil {
+		return // an ignored path, or a refusal audit let through: no identity
+	}
+	setIdentity(pr.Out.Header, s.c, v.Caller)
+}
+
+// setIdentity writes the caller into the upstream's headers as the
+// Kubernetes API server's front proxy does: the user, one header per
+// group, one per extra value under the prefix with the key
+// percent-encoded.
+func setIdentity(h http.Header, c Config, caller *authn.Caller) {
+	h.Set(c.UserHeader, caller.Username)
+	for _, g := range caller.Groups {
+		h.Add(c.GroupHeader, g)
+	}
+	for k, vs := range caller.Extra {
+		name := c.ExtraHeaderPrefix + url.PathEscape(k)
+		for _, v := range vs {
+			h.Add(name, v)
+		}
+	}
+}
+
+// refuse answers a refusal in the caller's protocol: gRPC status headers
+// with the reason in an ErrorInfo for a gRPC call, the guard's JSON
+// otherwise.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, v *guard.Verdict) {
+	if !isGRPC(r) {
+		guard.WriteRefusal(w, v)
+		return
+	}
+	st := v.Status()
+	h := w.Header()
+	h.Set("Content-Type", "application/grpc")
+	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
+	h.Set("Grpc-Message", url.PathEscape(st.Message()))
+	if b, err := proto.Marshal(st.Proto()); err == nil {
+		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(b))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func isGRPC(r *http.Request) bool {
+	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// upstreamError answers a request the upstream did not take.
+func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the caller went away
+	}
+	s.upstreamErrors.Inc()
+	s.log.Warn("proxy: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+	if isGRPC(r) {
+		h := w.Header()
+		h.Set("Content-Type", "application/grpc")
+		h.Set("Grpc-Status", strconv.Itoa(14)) // codes.Unavailable
+		h.Set("Grpc-Message", url.PathEscape(ReasonUpstreamUnavailable.Sentence()))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	guard.WriteHTTPError(w, ReasonUpstreamUnavailable, "")
+}
+
+// Registry is the proxy's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := serve.ListenTCP("--listen", s.c.Serve.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	cfg := s.m.TLSConfig()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	lis = tls.NewListener(lis, cfg)
+	s.m.ServeHTTP("proxy", lis, s.Handler())
+	upstream := s.c.Upstream.String()
+	if s.c.UnixSocket != "" {
+		upstream = "unix://" + s.c.UnixSocket
+	}
+	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
+		"caller_auth_mode", string(s.c.Mode), "pass_bearer_token", s.c.PassBearerToken)
+	if err := s.m.Run(ctx); err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,416 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/scrape"
+	"github.com/callerauth/callerauth/internal/kit/servicetest"
+	"github.com/callerauth/callerauth/internal/services/proxy"
+)
+
+const audience = "upstream-svc"
+
+type env struct {
+	iss    *devissuer.Issuer
+	roots  *x509.CertPool
+	tokens map[string]string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	pem, err := os.ReadFile(iss.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	e := &env{iss: iss, roots: roots, tokens: map[string]string{}}
+	for name, req := range map[string]devissuer.TokenRequest{
+		"client":         {Namespace: "demo", ServiceAccount: "client", Audiences: []string{audience}},
+		"intruder":       {Namespace: "demo", ServiceAccount: "intruder", Audiences: []string{audience}},
+		"other-audience": {Namespace: "demo", ServiceAccount: "client", Audiences: []string{"another-service"}},
+	} {
+		tok, err := iss.Mint(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tokens[name] = tok.Token
+	}
+	return e
+}
+
+// options are the proxy's defaults in front of upstream, on a loopback
+// port with a certificate from the dev issuer's CA, reviewing tokens
+// through the dev issuer, letting demo:client through.
+func (e *env) options(t *testing.T, upstream string) proxy.Options {
+	t.Helper()
+	addr, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := e.iss.IssueServingCert(t.TempDir(), "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := proxy.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = addr, "", io.Discard
+	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
+	o.Callers.Kubeconfig = e.iss.KubeconfigFile()
+	o.Upstream, o.CallerAudience, o.AllowServiceAccounts = upstream, audience, []string{"demo:client"}
+	return o
+}
+
+// run starts the proxy until the test ends and returns it and its address.
+func run(t *testing.T, o proxy.Options) (*proxy.Server, string) {
+	t.Helper()
+	s := servicetest.New(t, o, nil, proxy.New)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	for i := 0; ; i++ {
+		c, err := tls.Dial("tcp", o.Serve.Listen, &tls.Config{RootCAs: roots(t, o), MinVersion: tls.VersionTLS12})
+		if err == nil {
+			_ = c.Close()
+			return s, o.Serve.Listen
+		}
+		if i == 300 {
+			t.Fatalf("the proxy did not listen on %s: %v", o.Serve.Listen, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// roots trusts the proxy's serving certificate: the dev issuer's CA, the
+// CA file beside the kubeconfig.
+func roots(t *testing.T, o proxy.Options) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(o.Callers.Kubeconfig), devissuer.FileCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return pool
+}
+
+// seen is what the upstream received.
+type seen struct {
+	User, Authorization string
+	Users               int
+	Groups, Extra       []string
+	Path                string
+}
+
+func echoUpstream(reached *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		s := seen{User: r.Header.Get("X-Remote-User"), Users: len(r.Header.Values("X-Remote-User")), Groups: r.Header.Values("X-Remote-Group"),
+			Authorization: r.Header.Get("Authorization"), Path: r.URL.Path}
+		for name := range r.Header {
+			if strings.HasPrefix(name, "X-Remote-Extra-") {
+				s.Extra = append(s.Extra, name)
+			}
+		}
+		_ = json.NewEncoder(w).Encode(s)
+	})
+}
+
+func (e *env) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.roots, MinVersion: tls.VersionTLS12}}}
+}
+
+func (e *env) get(t *testing.T, url, token string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := e.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestHTTP(t *testing.T) {
+	e := newEnv(t)
+	var reached atomic.Int64
+	up := httptest.NewServer(echoUpstream(&reached))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
+	o.IgnorePaths = []string{"/healthz"}
+	s, addr := run(t, o)
+	base := "https://" + addr
+
+	// Allowed: the identity the proxy verified, never the one the client
+	// claims; no token upstream.
+	code, body := e.get(t, base+"/hello", e.tokens["client"], "X-Remote-User", "system:masters", "X-Remote-Group", "system:masters", "X-Remote-Extra-Scopes", "all")
+	var got seen
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+		t.Fatalf("allowed caller: %d %s", code, body)
+	}
+	if got.User != "system:serviceaccount:demo:client" || got.Users != 1 || got.Authorization != "" || got.Path != "/hello" {
+		t.Errorf("upstream saw %+v: want the verified user alone, no Authorization", got)
+	}
+	if !containsAll(got.Groups, "system:serviceaccounts", "system:serviceaccounts:demo", "system:authenticated") || containsAll(got.Groups, "system:masters") {
+		t.Errorf("upstream saw groups %q: want the verified ones and not the client's", got.Groups)
+	}
+	for _, x := range got.Extra {
+		if x == "X-Remote-Extra-Scopes" {
+			t.Errorf("a client's X-Remote-Extra-Scopes reached the upstream")
+		}
+	}
+
+	before := reached.Load()
+	for _, c := range []struct {
+		name, token string
+		code        int
+		reason      string
+	}{
+		{"a service account not allowed", e.tokens["intruder"], http.StatusForbidden, "caller_not_allowed"},
+		{"a token for another service", e.tokens["other-audience"], http.StatusUnauthorized, "token_invalid"},
+		{"no token", "", http.StatusUnauthorized, "token_missing"},
+		{"not a token", "garbage", http.StatusUnauthorized, "token_invalid"},
+	} {
+		code, body := e.get(t, base+"/hello", c.token)
+		var r struct{ Reason string }
+		_ = json.Unmarshal([]byte(body), &r)
+		if code != c.code || r.Reason != c.reason {
+			t.Errorf("%s: %d %s, want %d %s", c.name, code, body, c.code, c.reason)
+		}
+	}
+	if n := reached.Load() - before; n != 0 {
+		t.Errorf("%d refused requests reached the upstream", n)
+	}
+
+	// An ignored path needs no token, and still gets no forged identity.
+	code, body = e.get(t, base+"/healthz", "", "X-Remote-User", "system:masters")
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil || got.User != "" {
+		t.Errorf("ignored path: %d %s: want the upstream's answer with no X-Remote-User", code, body)
+	}
+
+	m, err := scrape.Values(s.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["proxy_auth_violations_total{caller_not_allowed}"] != 1 || m["proxy_ignored_path_requests_total"] != 1 {
+		t.Errorf("metrics: violations %v, ignored %v", m["proxy_auth_violations_total{caller_not_allowed}"], m["proxy_ignored_path_requests_total"])
+	}
+}
+
+func containsAll(have []string, want ...string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			found = found || h == w
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAuditLetsARefusalThroughAndCountsIt(t *testing.T) {
+	e := newEnv(t)
+	var reached atomic.Int64
+	up := httptest.NewServer(echoUpstream(&reached))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
+	o.CallerAuthMode = "audit"
+	s, addr := run(t, o)
+	code, body := e.get(t, "https://"+addr+"/hello", e.tokens["intruder"])
+	if code != http.StatusOK || reached.Load() != 1 {
+		t.Fatalf("audit: %d %s, upstream reached %d times: want the refusal let through", code, body, reached.Load())
+	}
+	m, err := scrape.Values(s.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["proxy_auth_violations_total{caller_not_allowed}"] != 1 {
+		t.Errorf("audit: the refusal let through was not counted: %v", m["proxy_auth_violations_total{caller_not_allowed}"])
+	}
+}
+
+func TestAllowPathsAndUnixUpstream(t *testing.T) {
+	e := newEnv(t)
+	var reached atomic.Int64
+	sock := filepath.Join(t.TempDir(), "up.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &http.Server{Handler: echoUpstream(&reached), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = up.Serve(lis) }()
+	t.Cleanup(func() { _ = up.Close() })
+	o := e.options(t, "unix://"+sock)
+	o.AllowPaths = []string{"/metrics"}
+	_, addr := run(t, o)
+	if code, body := e.get(t, "https://"+addr+"/metrics", e.tokens["client"]); code != http.StatusOK || !strings.Contains(body, "system:serviceaccount:demo:client") {
+		t.Errorf("over a Unix socket: %d %s", code, body)
+	}
+	if code, _ := e.get(t, "https://"+addr+"/other", e.tokens["client"]); code != http.StatusNotFound {
+		t.Errorf("a path outside --allow-paths: %d, want 404", code)
+	}
+	if code, _ := e.get(t, "https://"+addr+"/metrics/../other", e.tokens["client"]); code != http.StatusNotFound {
+		t.Errorf("a path that cleans to one outside --allow-paths: %d, want 404", code)
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	e := newEnv(t)
+	dead, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, addr := run(t, e.options(t, "http://"+dead))
+	code, body := e.get(t, "https://"+addr+"/hello", e.tokens["client"])
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "upstream_unavailable") {
+		t.Errorf("upstream down: %d %s", code, body)
+	}
+	m, _ := scrape.Values(s.Registry())
+	if m["proxy_upstream_errors_total"] != 1 {
+		t.Errorf("proxy_upstream_errors_total %v, want 1", m["proxy_upstream_errors_total"])
+	}
+}
+
+// TestGRPC: a gRPC upstream behind the proxy — unary calls and a stream
+// pass with their trailers, the identity arrives as metadata, a refusal
+// is a gRPC status with the reason in its ErrorInfo.
+func TestGRPC(t *testing.T) {
+	e := newEnv(t)
+	var user atomic.Value
+	up := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		user.Store(strings.Join(md.Get("x-remote-user"), ","))
+		return h(ctx, req)
+	}))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(up, hs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = up.Serve(lis) }()
+	t.Cleanup(up.Stop)
+	o := e.options(t, "http://"+lis.Addr().String())
+	o.UpstreamHTTP2 = true
+	_, addr := run(t, o)
+
+	conn, err := loopback.DialTLS(addr, e.roots, e.tokens["client"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Check through the proxy: %v %v", resp, err)
+	}
+	if u, _ := user.Load().(string); u != "system:serviceaccount:demo:client" {
+		t.Errorf("the upstream saw x-remote-user %q", u)
+	}
+	// A stream: the first status, then a change, as they happen.
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Watch, first message: %v %v", m, err)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("Watch, the change streamed: %v %v", m, err)
+	}
+	// A status the upstream answers with passes in its trailers.
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "unknown"}); status.Code(err) != codes.NotFound {
+		t.Errorf("the upstream's NotFound through the proxy: %v", err)
+	}
+
+	intruder, err := loopback.DialTLS(addr, e.roots, e.tokens["intruder"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	_, err = healthpb.NewHealthClient(intruder).Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if st.Code() != codes.PermissionDenied || info == nil || info.GetReason() != "caller_not_allowed" {
+		t.Errorf("an intruder's call: %v (ErrorInfo %v), want PermissionDenied caller_not_allowed", err, info)
+	}
+}
+
+func TestCompleteRefuses(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		name string
+		edit func(*proxy.Options)
+		want string
+	}{
+		{"no upstream", func(o *proxy.Options) { o.Upstream = "" }, "--upstream is required"},
+		{"an upstream of another scheme", func(o *proxy.Options) { o.Upstream = "ftp://x" }, "--upstream \"ftp://x\""},
+		{"no audience", func(o *proxy.Options) { o.CallerAudience = "" }, "--caller-audience is required"},
+		{"nobody allowed", func(o *proxy.Options) { o.AllowServiceAccounts = nil }, "name the callers let through"},
+		{"a service account without its namespace", func(o *proxy.Options) { o.AllowServiceAccounts = []string{"client"} }, "want namespace:name"},
+		{"no TLS", func(o *proxy.Options) { o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "", "" }, "--tls-cert-file and --tls-key-file are required"},
+		{"both path lists", func(o *proxy.Options) { o.AllowPaths, o.IgnorePaths = []string{"/a"}, []string{"/b"} }, "give one"},
+		{"a bad pattern", func(o *proxy.Options) { o.IgnorePaths = []string{"healthz"} }, "beginning with /"},
+		{"a mode", func(o *proxy.Options) { o.CallerAuthMode = "warn" }, "--caller-auth-mode"},
+		{"Authorization as the user header", func(o *proxy.Options) { o.UserHeader = "authorization" }, "--user-header"},
+		{"a CA for a plain upstream", func(o *proxy.Options) { o.UpstreamCAFile = e.iss.CAFile() }, "--upstream-ca-file verifies an https:// upstream"},
+	} {
+		o := e.options(t, "http://127.0.0.1:1")
+		c.edit(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	if err := e.options(t, "http://127.0.0.1:1").Validate(); err != nil {
+		t.Errorf("the test's own options: %v", err)
+	}
+}
