@@ -216,4 +216,3 @@ func (c Config) stripped(name string) bool {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix)
 }
-
