@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/callerauth/callerauth/authn"
@@ -84,13 +85,9 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
 	}
-	tr, err := transport(c)
-	if err != nil {
-		return nil, err
-	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       s.rewrite,
-		Transport:     tr,
+		Transport:     transport(c),
 		FlushInterval: -1, // streams (gRPC, server-sent events) pass as they come
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ErrorHandler:  s.upstreamError,
@@ -113,7 +110,7 @@ func allowRule(allowed binding.RoleGrant) binding.Rule {
 
 // transport reaches the upstream: over TCP or its Unix socket, TLS
 // verified against --upstream-ca-file, HTTP/2 when asked.
-func transport(c Config) (*http.Transport, error) {
+func transport(c Config) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // the upstream is reached directly, never through $HTTPS_PROXY
 	tr.ResponseHeaderTimeout = c.UpstreamHeaderTimeout
@@ -133,7 +130,7 @@ func transport(c Config) (*http.Transport, error) {
 		}
 		tr.Protocols = &p
 	}
-	return tr, nil
+	return tr
 }
 
 // Handler is the proxy's API: the path filters, the guard, the upstream.
@@ -208,7 +205,13 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, v *guard.Verdict
 		guard.WriteRefusal(w, v)
 		return
 	}
-	st := v.Status()
+	writeGRPCStatus(w, v.Status())
+}
+
+// writeGRPCStatus answers a gRPC call with st alone, in a trailers-only
+// response: the status, its message and its details (the ErrorInfo) as
+// gRPC over HTTP/2 carries them.
+func writeGRPCStatus(w http.ResponseWriter, st *status.Status) {
 	h := w.Header()
 	h.Set("Content-Type", "application/grpc")
 	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
@@ -231,11 +234,7 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 	s.upstreamErrors.Inc()
 	s.log.Warn("proxy: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
 	if isGRPC(r) {
-		h := w.Header()
-		h.Set("Content-Type", "application/grpc")
-		h.Set("Grpc-Status", strconv.Itoa(14)) // codes.Unavailable
-		h.Set("Grpc-Message", url.PathEscape(ReasonUpstreamUnavailable.Sentence()))
-		w.WriteHeader(http.StatusOK)
+		writeGRPCStatus(w, status.Convert(guard.Refuse(ReasonUpstreamUnavailable, "")))
 		return
 	}
 	guard.WriteHTTPError(w, ReasonUpstreamUnavailable, "")

@@ -414,3 +414,34 @@ func TestCompleteRefuses(t *testing.T) {
 		t.Errorf("the test's own options: %v", err)
 	}
 }
+
+// TestGRPCUpstreamDown: a gRPC call the upstream cannot take is
+// Unavailable with the reason in its ErrorInfo.
+func TestGRPCUpstreamDown(t *testing.T) {
+	e := newEnv(t)
+	dead, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.options(t, "http://"+dead)
+	o.UpstreamHTTP2 = true
+	_, addr := run(t, o)
+	conn, err := loopback.DialTLS(addr, e.roots, e.tokens["client"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	var reasonWord string
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			reasonWord = i.GetReason()
+		}
+	}
+	if st.Code() != codes.Unavailable || reasonWord != "upstream_unavailable" {
+		t.Errorf("upstream down, over gRPC: %v (reason %q)", err, reasonWord)
+	}
+}
