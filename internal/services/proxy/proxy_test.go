@@ -335,14 +335,7 @@ func TestGRPC(t *testing.T) {
 	o := e.options(t, "http://"+lis.Addr().String())
 	o.UpstreamHTTP2 = true
 	_, addr := run(t, o)
-
-	conn, err := loopback.DialTLS(addr, e.roots, e.tokens["client"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	conn, ctx := e.dial(t, addr, "client")
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Check through the proxy: %v %v", resp, err)
@@ -367,21 +360,10 @@ func TestGRPC(t *testing.T) {
 		t.Errorf("the upstream's NotFound through the proxy: %v", err)
 	}
 
-	intruder, err := loopback.DialTLS(addr, e.roots, e.tokens["intruder"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer intruder.Close()
+	intruder, _ := e.dial(t, addr, "intruder")
 	_, err = healthpb.NewHealthClient(intruder).Check(ctx, &healthpb.HealthCheckRequest{})
-	st := status.Convert(err)
-	var info *errdetails.ErrorInfo
-	for _, d := range st.Details() {
-		if i, ok := d.(*errdetails.ErrorInfo); ok {
-			info = i
-		}
-	}
-	if st.Code() != codes.PermissionDenied || info == nil || info.GetReason() != "caller_not_allowed" {
-		t.Errorf("an intruder's call: %v (ErrorInfo %v), want PermissionDenied caller_not_allowed", err, info)
+	if code, why := refusal(err); code != codes.PermissionDenied || why != "caller_not_allowed" {
+		t.Errorf("an intruder's call: %v, want PermissionDenied caller_not_allowed", err)
 	}
 }
 
@@ -426,22 +408,34 @@ func TestGRPCUpstreamDown(t *testing.T) {
 	o := e.options(t, "http://"+dead)
 	o.UpstreamHTTP2 = true
 	_, addr := run(t, o)
-	conn, err := loopback.DialTLS(addr, e.roots, e.tokens["client"])
+	conn, ctx := e.dial(t, addr, "client")
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if code, why := refusal(err); code != codes.Unavailable || why != "upstream_unavailable" {
+		t.Errorf("upstream down, over gRPC: %v, want Unavailable upstream_unavailable", err)
+	}
+}
+
+// dial is a gRPC client of the proxy sending the caller's token, and a
+// context bounding the test's calls; both end with the test.
+func (e *env) dial(t *testing.T, addr, caller string) (*grpc.ClientConn, context.Context) {
+	t.Helper()
+	conn, err := loopback.DialTLS(addr, e.roots, e.tokens[caller])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	t.Cleanup(cancel)
+	return conn, ctx
+}
+
+// refusal is a gRPC error's code and the reason its ErrorInfo carries.
+func refusal(err error) (codes.Code, string) {
 	st := status.Convert(err)
-	var reasonWord string
 	for _, d := range st.Details() {
 		if i, ok := d.(*errdetails.ErrorInfo); ok {
-			reasonWord = i.GetReason()
+			return st.Code(), i.GetReason()
 		}
 	}
-	if st.Code() != codes.Unavailable || reasonWord != "upstream_unavailable" {
-		t.Errorf("upstream down, over gRPC: %v (reason %q)", err, reasonWord)
-	}
+	return st.Code(), ""
 }
