@@ -35,13 +35,12 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/kubeclient"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/reason"
@@ -157,44 +156,22 @@ type Reviewer interface {
 	Create(ctx context.Context, review *authv1.TokenReview, opts metav1.CreateOptions) (*authv1.TokenReview, error)
 }
 
-// reviewScheme knows the authentication.k8s.io/v1 types and the API
-// server's Status alone: what a TokenReview sends and gets back.
-var (
-	reviewScheme = runtime.NewScheme()
-	reviewCodecs = serializer.NewCodecFactory(reviewScheme)
-	reviewParams = runtime.NewParameterCodec(reviewScheme)
-)
-
-func init() {
-	if err := authv1.AddToScheme(reviewScheme); err != nil {
-		panic(err)
-	}
-	metav1.AddToGroupVersion(reviewScheme, authv1.SchemeGroupVersion)
-}
-
 // NewReviewer is a [Reviewer] over rc: a REST client of the
 // authentication.k8s.io/v1 group alone, the request client-go's typed
 // client makes. rc's rate limit (QPS, Burst) applies as it is.
 func NewReviewer(rc *rest.Config) (Reviewer, error) {
-	c := rest.CopyConfig(rc)
-	c.GroupVersion = &authv1.SchemeGroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = reviewCodecs.WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	client, err := rest.RESTClientFor(c)
+	c, err := kubeclient.For(rc, authv1.SchemeGroupVersion, authv1.AddToScheme)
 	if err != nil {
 		return nil, err
 	}
-	return restReviewer{client}, nil
+	return restReviewer{c}, nil
 }
 
-type restReviewer struct{ c *rest.RESTClient }
+type restReviewer struct{ c *kubeclient.Client }
 
 func (r restReviewer) Create(ctx context.Context, review *authv1.TokenReview, opts metav1.CreateOptions) (*authv1.TokenReview, error) {
 	out := &authv1.TokenReview{}
-	err := r.c.Post().Resource("tokenreviews").VersionedParams(&opts, reviewParams).Body(review).Do(ctx).Into(out)
+	err := r.c.REST.Post().Resource("tokenreviews").VersionedParams(&opts, r.c.Params).Body(review).Do(ctx).Into(out)
 	return out, err
 }
 
