@@ -75,8 +75,7 @@ func TestDependencyBudget(t *testing.T) {
 	var library []string
 	for _, p := range strings.Fields(string(out)) {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
-		top, _, _ := strings.Cut(rel, "/")
-		if rel == "" || top == "internal" || top == "cmd" || top == "test" || top == "api" || top == "examples" || strings.HasSuffix(rel, "test") {
+		if rel == "" || !isLibrary(rel) {
 			continue
 		}
 		library = append(library, rel)
@@ -126,4 +125,11 @@ func TestAGuardedServiceLinksNoAPIServer(t *testing.T) {
 	if h := heavyIn(nonStandardDeps(t, "authn", "authn/kube", "authn/oidc", "guard", "binding", "bearer", "credentials")); len(h) > 0 {
 		t.Errorf("a guarded service links %s", strings.Join(h, ", "))
 	}
+}
+
+// isLibrary reports whether rel (a package path inside the module) is a
+// library package: public, and not a test helper (a ...test package).
+func isLibrary(rel string) bool {
+	top, _, _ := strings.Cut(rel, "/")
+	return top != "internal" && top != "cmd" && top != "test" && top != "api" && top != "examples" && !strings.HasSuffix(rel, "test")
 }

@@ -98,8 +98,9 @@ func run(t *testing.T, o proxy.Options) (*proxy.Server, string) {
 			t.Error(err)
 		}
 	})
+	trust := &tls.Config{RootCAs: roots(t, o), MinVersion: tls.VersionTLS12}
 	for i := 0; ; i++ {
-		c, err := tls.Dial("tcp", o.Serve.Listen, &tls.Config{RootCAs: roots(t, o), MinVersion: tls.VersionTLS12})
+		c, err := tls.Dial("tcp", o.Serve.Listen, trust)
 		if err == nil {
 			_ = c.Close()
 			return s, o.Serve.Listen
