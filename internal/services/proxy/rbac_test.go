@@ -100,6 +100,27 @@ func TestAccessReviews(t *testing.T) {
 		return ans
 	}
 
+	// The API server's RBAC authorizer learns of a binding through its own
+	// informer: serverSays waits until it answers want for the granted
+	// account, asked as the admin, outside the cache under test.
+	serverSays := func(want bool) {
+		t.Helper()
+		for i := 0; ; i++ {
+			res, err := api.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: spec("client", "/metrics")}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status.Allowed == want {
+				return
+			}
+			if i == 100 {
+				t.Fatalf("the API server does not answer allowed=%v after 10 s", want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	serverSays(true)
+
 	if ans := ask(spec("client", "/metrics")); !ans.Allowed || ans.Cached {
 		t.Fatalf("the granted account, first: %+v", ans)
 	}
@@ -121,6 +142,9 @@ func TestAccessReviews(t *testing.T) {
 	if err := rbac.ClusterRoleBindings().Delete(ctx, "metrics-reader", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The API server's RBAC authorizer learns of the deletion through its
+	// own informer: wait until it denies before reading the cache.
+	serverSays(false)
 	if ans := ask(spec("client", "/metrics")); !ans.Allowed || !ans.Cached {
 		t.Fatalf("within the allow TTL: %+v", ans)
 	}
