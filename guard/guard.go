@@ -63,10 +63,28 @@ type Config struct {
 	Authenticator authn.Authenticator
 	// Rule judges verified (or tokenless, or degraded) subjects. Required.
 	Rule binding.Rule
+	// Authorizer, optional, judges what Rule allowed, asking another
+	// service when it must (Kubernetes RBAC through SubjectAccessReview);
+	// its refusals are counted, logged and audited as the rule's.
+	Authorizer Authorizer
 	// Metrics, optional.
 	Metrics *Metrics
 	// Logger gets one line per decision. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Authorizer is a judgement made after the rule allowed a request, one
+// that may wait on another service: Kubernetes RBAC through
+// SubjectAccessReview (callerauth-proxy's --authorization rbac). It sees
+// every subject the rule let through — a degraded one, with no caller,
+// included — and must refuse what it cannot judge.
+type Authorizer interface {
+	// Authorize returns nil to allow, or the violation. ctx is the
+	// request's.
+	Authorize(ctx context.Context, s binding.Subject, req binding.Request) *binding.Violation
+	// Reasons are every reason Authorize returns, for the counters and
+	// the docs.
+	Reasons() []reason.Reason
 }
 
 // Guard is the enforcement pipeline: it reads the credential, verifies it
@@ -295,6 +313,9 @@ func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Reque
 	}
 	if viol == nil {
 		v.Grant, viol = g.cfg.Rule.Check(a.subject, req)
+		if viol == nil && g.cfg.Authorizer != nil {
+			viol = g.cfg.Authorizer.Authorize(ctx, a.subject, req)
+		}
 	} else if g.cfg.Mode == Audit {
 		// The credential failed before the rules could grant anything.
 		// Under audit the request goes through, with the grant a caller

@@ -36,7 +36,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
@@ -181,16 +180,9 @@ func restConfig(cfg Config) (*rest.Config, error) {
 	if cfg.REST != nil {
 		return rest.CopyConfig(cfg.REST), nil
 	}
-	if cfg.Kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kube: kubeconfig %s: %w", cfg.Kubeconfig, err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
+	rc, err := kubeclient.Load(cfg.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kube: no kubeconfig given and not running in a cluster: %w", err)
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return rc, nil
 }

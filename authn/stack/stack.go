@@ -15,6 +15,7 @@ import (
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // Config is a completed configuration: what [Options.Complete] returns,
@@ -79,6 +80,8 @@ type Spec struct {
 	Mode                  guard.Mode
 	FailOpenOnUnavailable bool
 	Rule                  binding.Rule
+	// Authorizer, optional, is the guard's: a judgement after the rule's.
+	Authorizer guard.Authorizer
 	// Registry, when set, registers every collector of the stack (the
 	// guard's, the cache's, the backend's layers'); nil: the caller
 	// registers Stack.Collectors itself. MetricsPrefix names them.
@@ -93,6 +96,16 @@ type Spec struct {
 	// issuers, at start-up and at every reload (the vmafx controller: one
 	// constant tenant per issuer). Optional.
 	CheckIssuers func(oidc.Config) error
+}
+
+// Reasons are every reason the guard spec makes can give: the
+// authentication failures, the rule's and the authorizer's.
+func (spec Spec) Reasons() []reason.Reason {
+	rs := binding.Reasons(spec.Rule)
+	if spec.Authorizer != nil {
+		rs = reason.Union(rs, spec.Authorizer.Reasons()...)
+	}
+	return rs
 }
 
 // Runnable is what must run beside the service for as long as it does
@@ -134,7 +147,7 @@ func Build(c Config, spec Spec) (*Stack, error) {
 	o := c.o
 	cache := authn.NewCache(b.auth, authn.CacheConfig{TTL: off(o.CacheTTL), NegativeTTL: off(o.NegativeCacheTTL), MaxInFlight: o.MaxInFlight, MaxEntries: o.CacheMaxEntries})
 	reg := prometheus.NewRegistry() // the guard's metrics, gathered here to be returned
-	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: binding.Reasons(spec.Rule), Mode: spec.Mode})
+	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons(), Mode: spec.Mode})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +164,7 @@ func Build(c Config, spec Spec) (*Stack, error) {
 	}
 	g, err := guard.New(guard.Config{
 		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
-		Authenticator: cache, Rule: spec.Rule, Metrics: m, Logger: spec.Logger,
+		Authenticator: cache, Rule: spec.Rule, Authorizer: spec.Authorizer, Metrics: m, Logger: spec.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -5,11 +5,14 @@
 package kubeclient
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Client is a REST client of one group version and the parameter codec
@@ -43,4 +46,21 @@ func For(rc *rest.Config, gv schema.GroupVersion, addToScheme func(*runtime.Sche
 		return nil, err
 	}
 	return &Client{REST: client, Params: runtime.NewParameterCodec(scheme)}, nil
+}
+
+// Load is the client configuration of a kubeconfig file, or, with none
+// given, the in-cluster one (the pod's service account).
+func Load(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no kubeconfig given and not running in a cluster: %w", err)
+	}
+	return rc, nil
 }

@@ -48,6 +48,13 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.UserHeader, "user-header", o.UserHeader, "the header carrying the caller's username to the upstream")
 	f.StringVar(&o.GroupHeader, "group-header", o.GroupHeader, "the header carrying each of the caller's groups (one per group)")
 	f.StringVar(&o.ExtraHeaderPrefix, "extra-header-prefix", o.ExtraHeaderPrefix, "the prefix of the headers carrying the caller's extra values (the key percent-encoded)")
+	f.StringVar(&o.Authorization, "authorization", o.Authorization, "how identified callers are authorized: allow (the --allow-* flags) or rbac (Kubernetes RBAC through SubjectAccessReview, after the --allow-* flags when given)")
+	f.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rbac: kube-rbac-proxy's configuration file (authorization.resourceAttributes, rewrites, static), read as it is (default: the path as a non-resource URL)")
+	f.StringVar(&o.AuthorizationKubeconfig, "authorization-kubeconfig", o.AuthorizationKubeconfig, "rbac: kubeconfig of the API server asked (default: --kubeconfig, else in-cluster)")
+	f.DurationVar(&o.AuthorizationAllowTTL, "authorization-allow-ttl", o.AuthorizationAllowTTL, "rbac: how long an allowed answer is reused (a removed grant is refused at most this much later)")
+	f.DurationVar(&o.AuthorizationDenyTTL, "authorization-deny-ttl", o.AuthorizationDenyTTL, "rbac: how long a denied answer is reused (an added grant is honoured at most this much later)")
+	f.IntVar(&o.AuthorizationCacheMaxEntries, "authorization-cache-max-entries", o.AuthorizationCacheMaxEntries, "rbac: answers kept; beyond, the least recently used is dropped")
+	f.DurationVar(&o.AuthorizationTimeout, "authorization-timeout", o.AuthorizationTimeout, "rbac: how long one SubjectAccessReview may take (past it, rbac_unavailable)")
 	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
 }
 

@@ -4,6 +4,7 @@ package proxy
 // configuration New reads.
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -64,6 +65,28 @@ type Options struct {
 	// --extra-header-prefix); whatever a client sent under them is
 	// removed first.
 	UserHeader, GroupHeader, ExtraHeaderPrefix string
+	// Authorization is how an identified caller is authorized
+	// (--authorization): AuthorizationAllow, the --allow-* flags alone, or
+	// AuthorizationRBAC, Kubernetes RBAC through SubjectAccessReview
+	// (after the --allow-* flags, when given).
+	Authorization string
+	// ConfigFile is kube-rbac-proxy's configuration file (--config-file):
+	// what RBAC is asked about a request. Empty: the request's path as a
+	// non-resource URL, its method as the verb.
+	ConfigFile string
+	// AuthorizationKubeconfig is the API server asked
+	// (--authorization-kubeconfig); empty: --kubeconfig, else in-cluster.
+	AuthorizationKubeconfig string
+	// AuthorizationAllowTTL and AuthorizationDenyTTL are how long an
+	// allowed and a denied answer are reused
+	// (--authorization-allow-ttl, --authorization-deny-ttl).
+	AuthorizationAllowTTL, AuthorizationDenyTTL time.Duration
+	// AuthorizationCacheMaxEntries bounds the answers kept
+	// (--authorization-cache-max-entries).
+	AuthorizationCacheMaxEntries int
+	// AuthorizationTimeout bounds one SubjectAccessReview
+	// (--authorization-timeout).
+	AuthorizationTimeout time.Duration
 	// PassBearerToken keeps the caller's Authorization header on the way
 	// to the upstream (--pass-bearer-token). Off: it is removed.
 	PassBearerToken bool
@@ -79,13 +102,27 @@ const (
 	// lasts at most this long.
 	DefaultStreamTimeout         = time.Hour
 	DefaultUpstreamHeaderTimeout = 30 * time.Second
+	// The --authorization rbac defaults: kube-rbac-proxy's TTLs (the
+	// kubelet's), a bounded cache, the review timeout of TokenReview.
+	DefaultAuthorizationAllowTTL        = 5 * time.Minute
+	DefaultAuthorizationDenyTTL         = 30 * time.Second
+	DefaultAuthorizationCacheMaxEntries = 10000
+	DefaultAuthorizationTimeout         = 5 * time.Second
+)
+
+// The --authorization values.
+const (
+	AuthorizationAllow = "allow"
+	AuthorizationRBAC  = "rbac"
 )
 
 // NewOptions returns the proxy's defaults: the one place they are written.
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
 		CallerAuthMode: string(guard.Enforce), UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
-		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix}
+		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
+		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
+		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
 }
@@ -110,6 +147,16 @@ type Config struct {
 	GroupHeader           string
 	ExtraHeaderPrefix     string
 	PassBearerToken       bool
+	// RBAC is set under --authorization rbac: the attributes policy, the
+	// API server asked and its cache.
+	RBAC *RBACConfig
+}
+
+// RBACConfig is --authorization rbac's completed configuration.
+type RBACConfig struct {
+	policy     attributesPolicy
+	Kubeconfig string
+	access     accessConfig
 }
 
 // Complete validates the options — refusing every one that cannot be
@@ -156,10 +203,27 @@ func (o Options) Complete() (Config, error) {
 		errs = append(errs, fmt.Errorf("proxy: --caller-auth-mode: %w", err))
 	}
 	c.Allowed = binding.RoleGrant{Role: allowedRole, ServiceAccounts: o.AllowServiceAccounts, Groups: o.AllowGroups, Usernames: o.AllowUsers}
-	if len(o.AllowServiceAccounts)+len(o.AllowGroups)+len(o.AllowUsers) == 0 {
-		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user"))
-	} else if err := (binding.RoleConfig{Grants: []binding.RoleGrant{c.Allowed}}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("proxy: --allow-service-account: %w", err))
+	named := len(o.AllowServiceAccounts)+len(o.AllowGroups)+len(o.AllowUsers) > 0
+	switch o.Authorization {
+	case AuthorizationAllow:
+		if o.ConfigFile != "" || o.AuthorizationKubeconfig != "" {
+			errs = append(errs, errors.New("proxy: --config-file and --authorization-kubeconfig belong to --authorization rbac"))
+		}
+	case AuthorizationRBAC:
+		r, err := o.completeRBAC()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.RBAC = r
+	default:
+		errs = append(errs, fmt.Errorf("proxy: --authorization %q: want %s (the --allow-* flags) or %s (Kubernetes RBAC through SubjectAccessReview)", o.Authorization, AuthorizationAllow, AuthorizationRBAC))
+	}
+	if !named && o.Authorization != AuthorizationRBAC {
+		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user (or ask Kubernetes RBAC: --authorization rbac)"))
+	} else if named {
+		if err := (binding.RoleConfig{Grants: []binding.RoleGrant{c.Allowed}}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("proxy: --allow-service-account: %w", err))
+		}
 	}
 	if len(o.AllowPaths) > 0 && len(o.IgnorePaths) > 0 {
 		errs = append(errs, errors.New("proxy: --allow-paths and --ignore-paths: give one (as kube-rbac-proxy)"))
@@ -179,6 +243,32 @@ func (o Options) Complete() (Config, error) {
 		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// completeRBAC reads --authorization rbac's flags and --config-file.
+func (o Options) completeRBAC() (*RBACConfig, error) {
+	var errs []error
+	r := &RBACConfig{Kubeconfig: cmp.Or(o.AuthorizationKubeconfig, o.Callers.Kubeconfig),
+		access: accessConfig{AllowTTL: o.AuthorizationAllowTTL, DenyTTL: o.AuthorizationDenyTTL, MaxEntries: o.AuthorizationCacheMaxEntries, Timeout: o.AuthorizationTimeout}}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--authorization-allow-ttl", o.AuthorizationAllowTTL}, {"--authorization-deny-ttl", o.AuthorizationDenyTTL}, {"--authorization-timeout", o.AuthorizationTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("proxy: %s %s: want a positive duration", d.flag, d.v))
+		}
+	}
+	if o.AuthorizationCacheMaxEntries <= 0 {
+		errs = append(errs, fmt.Errorf("proxy: --authorization-cache-max-entries %d: want a positive number", o.AuthorizationCacheMaxEntries))
+	}
+	if o.ConfigFile != "" {
+		p, err := readAuthzFile(o.ConfigFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		r.policy = p
+	}
+	return r, errors.Join(errs...)
 }
 
 // Validate refuses options that cannot be honoured, naming the flags:

@@ -51,7 +51,7 @@ var ReasonUpstreamUnavailable = reason.New("upstream_unavailable", reason.Unavai
 // failures, its rule's, and its own. docs/proxy.md lists each;
 // test/reasons holds the code to this list.
 func Reasons() []reason.Reason {
-	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), ReasonUpstreamUnavailable)
+	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append((&rbac{}).Reasons(), ReasonUpstreamUnavailable)...)
 }
 
 // Server is a running proxy.
@@ -63,6 +63,7 @@ type Server struct {
 	proxy  *httputil.ReverseProxy
 	health *serve.Health
 
+	rbac           *rbac
 	upstreamErrors prometheus.Counter
 	ignored        prometheus.Counter
 }
@@ -81,7 +82,16 @@ func New(c Config) (*Server, error) {
 	s.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_ignored_path_requests_total",
 		Help: "Requests to an --ignore-paths path, passed to the upstream without authentication."})
 	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored)
-	s.guard, err = m.Guard(c.Callers, stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"})
+	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"}
+	if c.RBAC != nil {
+		z, err := newRBAC(*c.RBAC)
+		if err != nil {
+			return nil, err
+		}
+		s.rbac, spec.Authorizer = z, z
+		s.health.Registry.MustRegister(z.Collectors()...)
+	}
+	s.guard, err = m.Guard(c.Callers, spec)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
 	}
@@ -95,13 +105,16 @@ func New(c Config) (*Server, error) {
 	return s, nil
 }
 
-// allowRule lets through the callers allowed names.
+// allowRule lets through the callers allowed names; with none named
+// (--authorization rbac alone), every identified caller, for RBAC to
+// judge.
 func allowRule(allowed binding.RoleGrant) binding.Rule {
+	any := len(allowed.ServiceAccounts)+len(allowed.Groups)+len(allowed.Usernames) == 0
 	return binding.Deny([]reason.Reason{binding.ReasonTokenMissing, ReasonNotAllowed}, func(s binding.Subject, _ binding.Request) *binding.Violation {
 		switch {
 		case s.Caller == nil:
 			return &binding.Violation{Reason: binding.ReasonTokenMissing, Detail: "the proxy lets no caller through without a token"}
-		case !allowed.Names(s.Caller):
+		case !any && !allowed.Names(s.Caller):
 			return &binding.Violation{Reason: ReasonNotAllowed, Detail: fmt.Sprintf("%s is not named by --allow-service-account, --allow-group or --allow-user", s.Caller.Username)}
 		}
 		return nil
@@ -135,7 +148,11 @@ func transport(c Config) *http.Transport {
 
 // Handler is the proxy's API: the path filters, the guard, the upstream.
 func (s *Server) Handler() http.Handler {
-	guarded := s.guard.Middleware(nil, guard.RequireIdentity(), guard.WithRefusal(s.refuse))(s.proxy)
+	var extract guard.HTTPRequest
+	if s.rbac != nil && s.rbac.policy.rewrites() {
+		extract = s.rbac.request
+	}
+	guarded := s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithRefusal(s.refuse))(s.proxy)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		clean := path.Clean("/" + r.URL.Path)
 		if len(s.c.AllowPaths) > 0 && !matches(s.c.AllowPaths, clean) {

@@ -1,8 +1,9 @@
 package proxy
 
-// Kubernetes RBAC for the proxy: SubjectAccessReviews with an allow cache
-// and a deny cache. (Not yet wired to a flag: the next step of issue 43
-// gives the guard an asynchronous authorization stage for it.)
+// Kubernetes RBAC for the proxy (--authorization rbac): the attributes
+// --config-file makes of a request, its static entries, and
+// SubjectAccessReviews with an allow cache and a deny cache — the guard's
+// authorizer.
 
 import (
 	"container/list"
@@ -10,16 +11,21 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/internal/foundation/kubeclient"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // accessConfig configures newAccessReviews.
@@ -164,4 +170,109 @@ func (a *accessReviews) len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.lru.Len()
+}
+
+// The reasons of --authorization rbac.
+var (
+	// ReasonRBACDenied: the API server's authorizer does not allow the
+	// caller the request's attributes.
+	ReasonRBACDenied = reason.New("rbac_denied", reason.PermissionDenied, "Kubernetes RBAC does not allow the caller this request")
+	// ReasonRBACUnavailable: the SubjectAccessReview failed (unreachable,
+	// timed out, or the authorizer could not decide); nothing is kept.
+	ReasonRBACUnavailable = reason.New("rbac_unavailable", reason.Unavailable, "Kubernetes RBAC could not be asked about this request")
+	// ReasonRBACAttributesInvalid: the request cannot be turned into the
+	// attributes --config-file describes (no value, or too many, for its
+	// rewrite); kube-rbac-proxy answers it 400.
+	ReasonRBACAttributesInvalid = reason.New("rbac_attributes_invalid", reason.InvalidArgument, "the request does not carry what the proxy's authorization configuration needs")
+)
+
+// rewriteAttribute is the request attribute carrying the rewrite's
+// values (the proxy's extractor reads them after authentication).
+const rewriteAttribute = "rewrite"
+
+// rbac is the guard's authorizer for --authorization rbac: every
+// attribute a request makes must be allowed, by a static entry or by
+// the API server.
+type rbac struct {
+	policy  attributesPolicy
+	reviews *accessReviews
+	static  atomic.Uint64
+}
+
+func (z *rbac) Reasons() []reason.Reason {
+	return []reason.Reason{ReasonRBACDenied, ReasonRBACUnavailable, ReasonRBACAttributesInvalid}
+}
+
+func (z *rbac) Authorize(ctx context.Context, s binding.Subject, req binding.Request) *binding.Violation {
+	c := s.Caller
+	if c == nil {
+		return &binding.Violation{Reason: ReasonRBACDenied, Detail: "no verified caller to ask RBAC about"}
+	}
+	method, urlPath, _ := strings.Cut(req.Method, " ")
+	values, _ := req.Attribute(rewriteAttribute)
+	specs, err := z.policy.attributes(method, urlPath, values)
+	if err != nil {
+		return &binding.Violation{Reason: ReasonRBACAttributesInvalid, Detail: err.Error()}
+	}
+	var extra map[string]authzv1.ExtraValue
+	if len(c.Extra) > 0 {
+		extra = make(map[string]authzv1.ExtraValue, len(c.Extra))
+		for k, v := range c.Extra {
+			extra[k] = v
+		}
+	}
+	for _, spec := range specs {
+		if z.policy.staticAllows(c.Username, spec) {
+			z.static.Add(1)
+			continue
+		}
+		spec.User, spec.UID, spec.Groups, spec.Extra = c.Username, c.UID, c.Groups, extra
+		ans, err := z.reviews.review(ctx, spec)
+		if err != nil {
+			return &binding.Violation{Reason: ReasonRBACUnavailable, Detail: fmt.Sprintf("asking whether %s may %s: %v", c.Username, describe(spec), err)}
+		}
+		if !ans.Allowed {
+			return &binding.Violation{Reason: ReasonRBACDenied, Detail: fmt.Sprintf("RBAC does not allow %s to %s (cached: %t): %s", c.Username, describe(spec), ans.Cached, ans.Reason)}
+		}
+	}
+	return nil
+}
+
+// Collectors are the authorizer's metrics.
+func (z *rbac) Collectors() []prometheus.Collector {
+	a := z.reviews
+	counter := func(name, help string, f func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "proxy_authorization_" + name, Help: help}, func() float64 { return float64(f()) })
+	}
+	return []prometheus.Collector{
+		counter("reviews_total", "SubjectAccessReviews sent to the API server (a cached answer sends none; concurrent asks of one review share one).", a.reviews.Load),
+		counter("cache_hits_total", "Attributes answered from the allow or the deny cache.", a.hits.Load),
+		counter("review_errors_total", "SubjectAccessReviews that failed or could not be decided (never cached): refused rbac_unavailable.", a.failures.Load),
+		counter("static_allows_total", "Attributes a static entry of --config-file allowed, with no SubjectAccessReview.", z.static.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "proxy_authorization_cache_entries", Help: "Answers the allow and deny caches hold (at most --authorization-cache-max-entries)."},
+			func() float64 { return float64(a.len()) }),
+	}
+}
+
+func newRBAC(c RBACConfig) (*rbac, error) {
+	rc, err := kubeclient.Load(c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: --authorization rbac: %w", err)
+	}
+	a, err := newAccessReviews(rc, c.access)
+	if err != nil {
+		return nil, err
+	}
+	return &rbac{policy: c.policy, reviews: a}, nil
+}
+
+// request is what the guard judges of an HTTP request under a rewrite:
+// its method and path, and the rewrite's values — read only once the
+// caller is identified.
+func (z *rbac) request(r *http.Request) (binding.Request, error) {
+	req := binding.Request{Method: r.Method + " " + r.URL.Path}
+	if vs := z.policy.rewriteValues(r); len(vs) > 0 {
+		req.Attributes = []binding.Attribute{{Key: rewriteAttribute, Values: vs}}
+	}
+	return req, nil
 }
