@@ -147,14 +147,16 @@ type Config struct {
 	GroupHeader           string
 	ExtraHeaderPrefix     string
 	PassBearerToken       bool
-	// RBAC is set under --authorization rbac: the attributes policy, the
-	// API server asked and its cache.
-	RBAC *RBACConfig
+	// Authorization is --authorization; under AuthorizationRBAC, RBAC is
+	// the attributes policy, the API server asked and its cache.
+	Authorization string
+	RBAC          *RBACConfig
 }
 
 // RBACConfig is --authorization rbac's completed configuration.
 type RBACConfig struct {
 	policy     attributesPolicy
+	ConfigFile string
 	Kubeconfig string
 	access     accessConfig
 }
@@ -174,7 +176,7 @@ func (o Options) Complete() (Config, error) {
 		errs = append(errs, errors.New("proxy: --tls-cert-file and --tls-key-file are required: callers' bearer tokens must not cross the network in clear"))
 	}
 	c := Config{Serve: o.Serve, Callers: callers, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
-		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken,
+		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken, Authorization: o.Authorization,
 		UserHeader: textproto.CanonicalMIMEHeaderKey(o.UserHeader), GroupHeader: textproto.CanonicalMIMEHeaderKey(o.GroupHeader),
 		ExtraHeaderPrefix: textproto.CanonicalMIMEHeaderKey(o.ExtraHeaderPrefix)}
 	c.Upstream, c.UnixSocket, err = parseUpstream(o.Upstream)
@@ -248,7 +250,7 @@ func (o Options) Complete() (Config, error) {
 // completeRBAC reads --authorization rbac's flags and --config-file.
 func (o Options) completeRBAC() (*RBACConfig, error) {
 	var errs []error
-	r := &RBACConfig{Kubeconfig: cmp.Or(o.AuthorizationKubeconfig, o.Callers.Kubeconfig),
+	r := &RBACConfig{ConfigFile: o.ConfigFile, Kubeconfig: cmp.Or(o.AuthorizationKubeconfig, o.Callers.Kubeconfig),
 		access: accessConfig{AllowTTL: o.AuthorizationAllowTTL, DenyTTL: o.AuthorizationDenyTTL, MaxEntries: o.AuthorizationCacheMaxEntries, Timeout: o.AuthorizationTimeout}}
 	for _, d := range []struct {
 		flag string

@@ -51,7 +51,7 @@ var ReasonUpstreamUnavailable = reason.New("upstream_unavailable", reason.Unavai
 // failures, its rule's, and its own. docs/proxy.md lists each;
 // test/reasons holds the code to this list.
 func Reasons() []reason.Reason {
-	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append((&rbac{}).Reasons(), ReasonUpstreamUnavailable)...)
+	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append((&rbac{}).Reasons(), ReasonUpstreamUnavailable, guard.ReasonBadRequest)...)
 }
 
 // Server is a running proxy.
@@ -66,6 +66,7 @@ type Server struct {
 	rbac           *rbac
 	upstreamErrors prometheus.Counter
 	ignored        prometheus.Counter
+	badPaths       prometheus.Counter
 }
 
 // New builds the proxy: the caller authentication, the rule, the
@@ -81,9 +82,11 @@ func New(c Config) (*Server, error) {
 		Help: "Allowed requests the upstream did not answer (unreachable, or no response headers in time): answered 503 upstream_unavailable."})
 	s.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_ignored_path_requests_total",
 		Help: "Requests to an --ignore-paths path, passed to the upstream without authentication."})
-	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored)
+	s.badPaths = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_bad_path_requests_total",
+		Help: "Requests whose path is not in canonical form (a . or .. segment, a repeated /): answered 400 bad_request before authentication, never passed on."})
+	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths)
 	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"}
-	if c.RBAC != nil {
+	if c.Authorization == AuthorizationRBAC {
 		z, err := newRBAC(*c.RBAC)
 		if err != nil {
 			return nil, err
@@ -154,7 +157,16 @@ func (s *Server) Handler() http.Handler {
 	}
 	guarded := s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithRefusal(s.refuse))(s.proxy)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		clean := path.Clean("/" + r.URL.Path)
+		clean, ok := canonical(r.URL.Path)
+		if !ok {
+			// What the path filters and RBAC judge must be what the
+			// upstream serves: /metrics/../admin is not /metrics.
+			s.badPaths.Inc()
+			s.refuse(w, r, &guard.Verdict{Reason: guard.ReasonBadRequest})
+			s.log.Warn("refused", "reason", guard.ReasonBadRequest.String(), "detail", "the path is not in canonical form (a . or .. segment, or a repeated /)",
+				"method", r.Method, "path", guard.LogValue(r.URL.Path))
+			return
+		}
 		if len(s.c.AllowPaths) > 0 && !matches(s.c.AllowPaths, clean) {
 			http.NotFound(w, r)
 			return
@@ -166,6 +178,17 @@ func (s *Server) Handler() http.Handler {
 		}
 		guarded.ServeHTTP(w, r)
 	})
+}
+
+// canonical reports whether p is a clean absolute path (a trailing slash
+// kept), and the path the filters match: p without its trailing slash.
+func canonical(p string) (string, bool) {
+	clean := path.Clean("/" + p)
+	want := clean
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		want += "/"
+	}
+	return clean, want == p
 }
 
 func matches(patterns []string, p string) bool {
@@ -275,7 +298,11 @@ func (s *Server) Run(ctx context.Context) error {
 		upstream = "unix://" + s.c.UnixSocket
 	}
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
-		"caller_auth_mode", string(s.c.Mode), "pass_bearer_token", s.c.PassBearerToken)
+		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "pass_bearer_token", s.c.PassBearerToken)
+	if r := s.c.RBAC; r != nil {
+		s.m.Set("authorization_allow_ttl", r.access.AllowTTL.String(), "authorization_deny_ttl", r.access.DenyTTL.String(),
+			"authorization_cache_max_entries", r.access.MaxEntries, "config_file", r.ConfigFile)
+	}
 	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("proxy: %w", err)

@@ -219,6 +219,14 @@ func TestHTTP(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d %s", c.name, code, body, c.code, c.reason)
 		}
 	}
+	// A path not in canonical form is refused before anything: the path
+	// filters and RBAC must judge the path the upstream serves.
+	for _, p := range []string{"/healthz/../hello", "/healthz/./x", "//hello", "/a//b"} {
+		code, body := e.get(t, base+p, e.tokens["client"])
+		if code != http.StatusBadRequest || !strings.Contains(body, `"bad_request"`) {
+			t.Errorf("%s: %d %s, want 400 bad_request", p, code, body)
+		}
+	}
 	if n := reached.Load() - before; n != 0 {
 		t.Errorf("%d refused requests reached the upstream", n)
 	}
@@ -232,6 +240,9 @@ func TestHTTP(t *testing.T) {
 	m, err := scrape.Values(s.Registry())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m["proxy_bad_path_requests_total"] != 4 {
+		t.Errorf("proxy_bad_path_requests_total %v, want 4", m["proxy_bad_path_requests_total"])
 	}
 	if m["proxy_auth_violations_total{caller_not_allowed}"] != 1 || m["proxy_ignored_path_requests_total"] != 1 {
 		t.Errorf("metrics: violations %v, ignored %v", m["proxy_auth_violations_total{caller_not_allowed}"], m["proxy_ignored_path_requests_total"])
@@ -292,8 +303,8 @@ func TestAllowPathsAndUnixUpstream(t *testing.T) {
 	if code, _ := e.get(t, "https://"+addr+"/other", e.tokens["client"]); code != http.StatusNotFound {
 		t.Errorf("a path outside --allow-paths: %d, want 404", code)
 	}
-	if code, _ := e.get(t, "https://"+addr+"/metrics/../other", e.tokens["client"]); code != http.StatusNotFound {
-		t.Errorf("a path that cleans to one outside --allow-paths: %d, want 404", code)
+	if code, _ := e.get(t, "https://"+addr+"/metrics/../other", e.tokens["client"]); code != http.StatusBadRequest {
+		t.Errorf("a path that cleans to one outside --allow-paths: %d, want 400 (not in canonical form)", code)
 	}
 }
 
