@@ -439,6 +439,25 @@ func (i *Issuer) IssueServingCert(dir string, hosts ...string) (certFile, keyFil
 	if err != nil {
 		return "", "", err
 	}
+	return writePair(dir, certPEM, keyPEM)
+}
+
+// IssueClientCert writes dir/tls.crt and dir/tls.key: a client
+// certificate from the issuer's CA naming user (its common name) and
+// groups (its organizations), as Kubernetes reads one — for a caller of
+// callerauth-proxy --client-ca-file without a token.
+func (i *Issuer) IssueClientCert(dir, user string, groups ...string) (certFile, keyFile string, err error) {
+	if user == "" {
+		return "", "", errors.New("devissuer: a client certificate needs a user")
+	}
+	certPEM, keyPEM, err := i.ca.IssueClient(user, groups...)
+	if err != nil {
+		return "", "", err
+	}
+	return writePair(dir, certPEM, keyPEM)
+}
+
+func writePair(dir string, certPEM, keyPEM []byte) (certFile, keyFile string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", fmt.Errorf("devissuer: %w", err)
 	}

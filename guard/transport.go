@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/reason"
@@ -130,6 +131,7 @@ type MiddlewareOption func(*middleware)
 
 type middleware struct {
 	requireIdentity bool
+	peer            func(*http.Request) (*authn.Caller, error)
 	refuse          func(http.ResponseWriter, *http.Request, *Verdict)
 	badRequest      func(http.ResponseWriter, *http.Request, error)
 }
@@ -141,6 +143,15 @@ type middleware struct {
 // is never read and an unauthenticated client learns nothing about the
 // request format.
 func RequireIdentity() MiddlewareOption { return func(m *middleware) { m.requireIdentity = true } }
+
+// WithPeerIdentity identifies a request that presents no bearer token
+// by its transport: peer returns the caller a verified client
+// certificate names (callerauth-proxy's --client-ca-file), nil when the
+// request proves none, or an error (reason from [authn.ReasonOf]) for one
+// that cannot be accepted. A request with a token is judged by its token.
+func WithPeerIdentity(peer func(*http.Request) (*authn.Caller, error)) MiddlewareOption {
+	return func(m *middleware) { m.peer = peer }
+}
 
 // WithRefusal answers refused requests instead of [WriteRefusal] (which it
 // may call after adding what the service needs).
@@ -173,6 +184,14 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 			d := new(decided) // the authentication and the verdict, one allocation
 			a := &d.a
 			g.authenticate(r.Context(), bearer.FromHeader(r.Header), a)
+			if a.absent && m.peer != nil {
+				if c, err := m.peer(r); err != nil {
+					a.absent, a.err = false, err
+					a.viol = &binding.Violation{Reason: authn.ReasonOf(err), Detail: err.Error()}
+				} else if c != nil {
+					a.absent, a.subject.Caller = false, c
+				}
+			}
 			if m.requireIdentity && a.absent {
 				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Detail: "no token; this handler requires one"}
 			}

@@ -61,19 +61,7 @@ func NewCA(commonName string) (*CA, error) {
 // Issue signs a serving certificate for hosts (DNS names or IP addresses),
 // valid for one year, and returns it with its key in PEM form.
 func (ca *CA) Issue(commonName string, hosts ...string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: generating serving key: %w", err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(1, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: commonName}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -81,13 +69,34 @@ func (ca *CA) Issue(commonName string, hosts ...string) (certPEM, keyPEM []byte,
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
+	return ca.sign(tmpl, "serving")
+}
+
+// IssueClient signs a client certificate, valid for one year, naming a
+// user as Kubernetes reads one: the common name is the username, each
+// organization a group.
+func (ca *CA) IssueClient(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.sign(&x509.Certificate{Subject: pkix.Name{CommonName: user, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, "client")
+}
+
+// sign completes tmpl (serial, validity, key usage), signs it with a new
+// P-256 key and returns both in PEM form.
+func (ca *CA) sign(tmpl *x509.Certificate, what string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: generating %s key: %w", what, err)
+	}
+	now := time.Now()
+	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial(), now.Add(-time.Hour), now.AddDate(1, 0, 0)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pki: signing serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("pki: signing %s certificate: %w", what, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pki: encoding serving key: %w", err)
+		return nil, nil, fmt.Errorf("pki: encoding %s key: %w", what, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil

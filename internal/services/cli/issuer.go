@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -116,21 +117,40 @@ func checkLoopback(addr string) error {
 
 func newIssuerCertCmd(o *Options) *cobra.Command {
 	var f issuerFlags
-	var hosts []string
-	var outDir string
+	var hosts, clientGroups []string
+	var outDir, clientUser string
 	cmd := &cobra.Command{
-		Use:   "cert --out-dir DIR [--host NAME]...",
-		Short: "Write a serving certificate signed by the dev issuer's CA (tls.crt, tls.key)",
+		Use:   "cert --out-dir DIR [--host NAME]... | --client-user NAME [--client-group G]...",
+		Short: "Write a serving or client certificate signed by the dev issuer's CA (tls.crt, tls.key)",
 		Long: `cert signs a serving certificate for the hosts with the dev issuer's CA and
 writes DIR/tls.crt and DIR/tls.key, for a pdp or platform-connector serving
 TLS on loopback in a local walk. Clients trust it through the CA file in the
-state directory (ca.crt), the same CA the dev issuer serves with.`,
+state directory (ca.crt), the same CA the dev issuer serves with.
+
+With --client-user it writes a client certificate instead, naming the user
+(its common name) and --client-group groups (its organizations), as
+Kubernetes reads one: a caller of callerauth-proxy --client-ca-file
+without a token.`,
 		Example: `  callerauth issuer cert --state-dir /tmp/walk/issuer --out-dir /tmp/walk/pdp-tls --host 127.0.0.1 --host localhost`,
 		Args:    cobra.NoArgs,
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			iss, err := f.open(o)
 			if err != nil {
 				return err
+			}
+			if clientUser != "" {
+				if cmd.Flags().Changed("host") {
+					return errors.New("--host names a serving certificate's hosts; a client certificate (--client-user) has none")
+				}
+				certFile, keyFile, err := iss.IssueClientCert(outDir, clientUser, clientGroups...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.Stdout, "wrote %s and %s for the client %s (CA: %s)\n", certFile, keyFile, clientUser, iss.CAFile())
+				return nil
+			}
+			if len(clientGroups) > 0 {
+				return errors.New("--client-group belongs to a client certificate: give --client-user")
 			}
 			certFile, keyFile, err := iss.IssueServingCert(outDir, hosts...)
 			if err != nil {
@@ -143,6 +163,8 @@ state directory (ca.crt), the same CA the dev issuer serves with.`,
 	f.register(cmd, o)
 	cmd.Flags().StringArrayVar(&hosts, "host", []string{"127.0.0.1", "localhost"}, "DNS name or IP address the certificate is for (repeatable)")
 	cmd.Flags().StringVar(&outDir, "out-dir", "", "directory to write tls.crt and tls.key to (required)")
+	cmd.Flags().StringVar(&clientUser, "client-user", "", "write a client certificate for this username (its common name) instead of a serving one")
+	cmd.Flags().StringArrayVar(&clientGroups, "client-group", nil, "with --client-user: a group of the client (an organization of the certificate; repeatable)")
 	_ = cmd.MarkFlagRequired("out-dir")
 	return cmd
 }

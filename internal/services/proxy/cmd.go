@@ -55,6 +55,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.AuthorizationDenyTTL, "authorization-deny-ttl", o.AuthorizationDenyTTL, "rbac: how long a denied answer is reused (an added grant is honoured at most this much later)")
 	f.IntVar(&o.AuthorizationCacheMaxEntries, "authorization-cache-max-entries", o.AuthorizationCacheMaxEntries, "rbac: answers kept; beyond, the least recently used is dropped")
 	f.DurationVar(&o.AuthorizationTimeout, "authorization-timeout", o.AuthorizationTimeout, "rbac: how long one SubjectAccessReview may take (past it, rbac_unavailable)")
+	f.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle (PEM): a caller without a token may present a client certificate it signed (common name: the user, organizations: the groups)")
 	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
 }
 

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/textproto"
 	"net/url"
 	"os"
@@ -87,6 +88,11 @@ type Options struct {
 	// AuthorizationTimeout bounds one SubjectAccessReview
 	// (--authorization-timeout).
 	AuthorizationTimeout time.Duration
+	// ClientCAFile lets callers without a token present a client
+	// certificate signed by one of its CAs (--client-ca-file): its common
+	// name is the username, its organizations the groups, as Kubernetes
+	// reads one. Empty: tokens only.
+	ClientCAFile string
 	// PassBearerToken keeps the caller's Authorization header on the way
 	// to the upstream (--pass-bearer-token). Off: it is removed.
 	PassBearerToken bool
@@ -147,6 +153,9 @@ type Config struct {
 	GroupHeader           string
 	ExtraHeaderPrefix     string
 	PassBearerToken       bool
+	// ClientCAs verify callers' client certificates (--client-ca-file);
+	// nil: none is asked for.
+	ClientCAs *x509.CertPool
 	// Authorization is --authorization; under AuthorizationRBAC, RBAC is
 	// the attributes policy, the API server asked and its cache.
 	Authorization string
@@ -187,12 +196,13 @@ func (o Options) Complete() (Config, error) {
 		if c.Upstream != nil && c.Upstream.Scheme != "https" {
 			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file verifies an https:// upstream; --upstream %q is not one", o.Upstream))
 		}
-		pem, err := os.ReadFile(o.UpstreamCAFile)
-		c.UpstreamCAs = x509.NewCertPool()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file: %w", err))
-		} else if !c.UpstreamCAs.AppendCertsFromPEM(pem) {
-			errs = append(errs, fmt.Errorf("proxy: --upstream-ca-file %s holds no PEM certificate", o.UpstreamCAFile))
+		if c.UpstreamCAs, err = readCAs("--upstream-ca-file", o.UpstreamCAFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.ClientCAFile != "" {
+		if c.ClientCAs, err = readCAs("--client-ca-file", o.ClientCAFile); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.UpstreamHeaderTimeout <= 0 {
@@ -278,6 +288,30 @@ func (o Options) completeRBAC() (*RBACConfig, error) {
 func (o Options) Validate() error {
 	_, err := o.Complete()
 	return err
+}
+
+// maxCAFileBytes bounds a CA bundle.
+const maxCAFileBytes = 1 << 20
+
+// readCAs reads a CA bundle flag's file.
+func readCAs(flag, name string) (*x509.CertPool, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %s: %w", flag, err)
+	}
+	defer f.Close()
+	pem, err := io.ReadAll(io.LimitReader(f, maxCAFileBytes+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("proxy: %s %s: %w", flag, name, err)
+	case len(pem) > maxCAFileBytes:
+		return nil, fmt.Errorf("proxy: %s %s: larger than %d bytes", flag, name, maxCAFileBytes)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("proxy: %s %s holds no PEM certificate", flag, name)
+	}
+	return pool, nil
 }
 
 // parseUpstream reads --upstream.

@@ -67,6 +67,7 @@ type Server struct {
 	upstreamErrors prometheus.Counter
 	ignored        prometheus.Counter
 	badPaths       prometheus.Counter
+	certCallers    prometheus.Counter
 }
 
 // New builds the proxy: the caller authentication, the rule, the
@@ -84,7 +85,9 @@ func New(c Config) (*Server, error) {
 		Help: "Requests to an --ignore-paths path, passed to the upstream without authentication."})
 	s.badPaths = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_bad_path_requests_total",
 		Help: "Requests whose path is not in canonical form (a . or .. segment, a repeated /): answered 400 bad_request before authentication, never passed on."})
-	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths)
+	s.certCallers = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_client_certificate_callers_total",
+		Help: "Requests without a token identified by a client certificate --client-ca-file verified."})
+	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers)
 	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"}
 	if c.Authorization == AuthorizationRBAC {
 		z, err := newRBAC(*c.RBAC)
@@ -155,7 +158,11 @@ func (s *Server) Handler() http.Handler {
 	if s.rbac != nil && s.rbac.policy.rewrites() {
 		extract = s.rbac.request
 	}
-	guarded := s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithRefusal(s.refuse))(s.proxy)
+	opts := []guard.MiddlewareOption{guard.RequireIdentity(), guard.WithRefusal(s.refuse)}
+	if s.c.ClientCAs != nil {
+		opts = append(opts, guard.WithPeerIdentity(s.certificateCaller))
+	}
+	guarded := s.guard.Middleware(extract, opts...)(s.proxy)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		clean, ok := canonical(r.URL.Path)
 		if !ok {
@@ -280,6 +287,24 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 	guard.WriteHTTPError(w, ReasonUpstreamUnavailable, "")
 }
 
+// certificateCaller is the caller a request's verified client
+// certificate names, as Kubernetes' x509 authenticator reads it: the
+// common name is the username, each organization a group, and every
+// such caller is in system:authenticated. Nil for a request that
+// presents none.
+func (s *Server) certificateCaller(r *http.Request) (*authn.Caller, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil, nil
+	}
+	cert := r.TLS.VerifiedChains[0][0]
+	if cert.Subject.CommonName == "" {
+		return nil, authn.Fail(authn.TokenInvalid, "the client certificate (serial %s) names no user: its common name is empty", cert.SerialNumber)
+	}
+	s.certCallers.Inc()
+	groups := append(slices.Clone(cert.Subject.Organization), "system:authenticated")
+	return &authn.Caller{Username: cert.Subject.CommonName, Groups: groups}, nil
+}
+
 // Registry is the proxy's metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.health.Registry }
 
@@ -291,6 +316,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	cfg := s.m.TLSConfig()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
+	if s.c.ClientCAs != nil {
+		// Asked for, never required: a caller with a token presents none.
+		// One presented must chain to --client-ca-file for client use, or
+		// the handshake fails.
+		cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, s.c.ClientCAs
+	}
 	lis = tls.NewListener(lis, cfg)
 	s.m.ServeHTTP("proxy", lis, s.Handler())
 	upstream := s.c.Upstream.String()
@@ -298,7 +329,7 @@ func (s *Server) Run(ctx context.Context) error {
 		upstream = "unix://" + s.c.UnixSocket
 	}
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
-		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "pass_bearer_token", s.c.PassBearerToken)
+		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil, "pass_bearer_token", s.c.PassBearerToken)
 	if r := s.c.RBAC; r != nil {
 		s.m.Set("authorization_allow_ttl", r.access.AllowTTL.String(), "authorization_deny_ttl", r.access.DenyTTL.String(),
 			"authorization_cache_max_entries", r.access.MaxEntries, "config_file", r.ConfigFile)

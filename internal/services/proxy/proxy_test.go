@@ -26,6 +26,7 @@ import (
 
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/kit/servicetest"
@@ -450,4 +451,100 @@ func refusal(err error) (codes.Code, string) {
 		}
 	}
 	return st.Code(), ""
+}
+
+// TestClientCertificates: with --client-ca-file a caller without a token
+// may present a client certificate; its common name is the user, its
+// organizations the groups. A token, when sent, is what is judged.
+func TestClientCertificates(t *testing.T) {
+	e := newEnv(t)
+	var reached atomic.Int64
+	up := httptest.NewServer(echoUpstream(&reached))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
+	o.ClientCAFile, o.AllowUsers = e.iss.CAFile(), []string{"alice"}
+	s, addr := run(t, o)
+	pair := func(user string, groups ...string) tls.Certificate {
+		t.Helper()
+		certFile, keyFile, err := e.iss.IssueClientCert(t.TempDir(), user, groups...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	servingCert, servingKey, err := e.iss.IssueServingCert(t.TempDir(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tls.LoadX509KeyPair(servingCert, servingKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignPEM, foreignKey, err := other.IssueClient("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := tls.X509KeyPair(foreignPEM, foreignKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(cert *tls.Certificate, token string) (int, string, error) {
+		cfg := &tls.Config{RootCAs: e.roots, MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			// Sent whatever CAs the proxy names (a client would not send a
+			// foreign one on its own).
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+		}
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/hello", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}).Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	alice := pair("alice", "ops")
+	code, body, err := get(&alice, "")
+	var got seen
+	if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+		t.Fatalf("alice's certificate: %d %s %v", code, body, err)
+	}
+	if got.User != "alice" || !containsAll(got.Groups, "ops", "system:authenticated") {
+		t.Errorf("upstream saw %+v: want alice in ops and system:authenticated", got)
+	}
+	bob := pair("bob")
+	if code, body, err := get(&bob, ""); err != nil || code != http.StatusForbidden || !strings.Contains(body, "caller_not_allowed") {
+		t.Errorf("bob's certificate: %d %s %v, want 403 caller_not_allowed", code, body, err)
+	}
+	// A token is judged when sent, a certificate beside it notwithstanding.
+	if code, body, err := get(&alice, e.tokens["intruder"]); err != nil || code != http.StatusForbidden || !strings.Contains(body, "caller_not_allowed") {
+		t.Errorf("alice's certificate with the intruder's token: %d %s %v, want the token judged", code, body, err)
+	}
+	if code, body, err := get(nil, ""); err != nil || code != http.StatusUnauthorized || !strings.Contains(body, "token_missing") {
+		t.Errorf("neither: %d %s %v, want 401 token_missing", code, body, err)
+	}
+	for name, c := range map[string]tls.Certificate{"a certificate of another CA": foreign, "a serving certificate": serving} {
+		if code, body, err := get(&c, ""); err == nil {
+			t.Errorf("%s: %d %s, want the handshake refused", name, code, body)
+		}
+	}
+	m, err := scrape.Values(s.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["proxy_client_certificate_callers_total"] != 2 {
+		t.Errorf("proxy_client_certificate_callers_total %v, want 2 (alice, bob)", m["proxy_client_certificate_callers_total"])
+	}
 }
