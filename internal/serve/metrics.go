@@ -19,6 +19,21 @@ type Health struct {
 	mu       sync.Mutex
 	checks   []check
 	also     []prometheus.Gatherer
+	extra    []route
+}
+
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// Handle serves h on the metrics listener beside /metrics, /healthz and
+// /readyz: what a co-located consumer reads (callerauth-proxy's JWKS).
+// Call it before the service runs.
+func (h *Health) Handle(pattern string, handler http.Handler) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.extra = append(h.extra, route{pattern, handler})
 }
 
 type check struct {
@@ -72,6 +87,9 @@ func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
 	h.mu.Lock()
 	gatherers := append(prometheus.Gatherers{h.Registry}, h.also...)
+	for _, r := range h.extra {
+		mux.Handle(r.pattern, r.h)
+	}
 	h.mu.Unlock()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", h.Healthz)

@@ -93,6 +93,15 @@ type Options struct {
 	// name is the username, its organizations the groups, as Kubernetes
 	// reads one. Empty: tokens only.
 	ClientCAFile string
+	// IdentityAssertionAudience turns on the signed identity assertion
+	// (--identity-assertion-audience): a JWT of the caller for this
+	// audience (the upstream) in X-Callerauth-Identity, signed with
+	// IdentityAssertionKeyFile's key (--identity-assertion-key-file; empty:
+	// a key made at start-up), valid IdentityAssertionTTL
+	// (--identity-assertion-ttl), its keys on the metrics listener.
+	IdentityAssertionAudience string
+	IdentityAssertionKeyFile  string
+	IdentityAssertionTTL      time.Duration
 	// PassBearerToken keeps the caller's Authorization header on the way
 	// to the upstream (--pass-bearer-token). Off: it is removed.
 	PassBearerToken bool
@@ -128,7 +137,8 @@ func NewOptions() Options {
 		CallerAuthMode: string(guard.Enforce), UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
 		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
-		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout}
+		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout,
+		IdentityAssertionTTL: DefaultAssertionTTL}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
 }
@@ -153,6 +163,8 @@ type Config struct {
 	GroupHeader           string
 	ExtraHeaderPrefix     string
 	PassBearerToken       bool
+	// Assertion is set under --identity-assertion-audience.
+	Assertion *AssertionConfig
 	// ClientCAs verify callers' client certificates (--client-ca-file);
 	// nil: none is asked for.
 	ClientCAs *x509.CertPool
@@ -160,6 +172,12 @@ type Config struct {
 	// the attributes policy, the API server asked and its cache.
 	Authorization string
 	RBAC          *RBACConfig
+}
+
+// AssertionConfig is the signed identity assertion's.
+type AssertionConfig struct {
+	Audience, KeyFile string
+	TTL               time.Duration
 }
 
 // RBACConfig is --authorization rbac's completed configuration.
@@ -204,6 +222,15 @@ func (o Options) Complete() (Config, error) {
 		if c.ClientCAs, err = readCAs("--client-ca-file", o.ClientCAFile); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	switch {
+	case o.IdentityAssertionAudience != "":
+		if o.IdentityAssertionTTL <= 0 || o.IdentityAssertionTTL > MaxAssertionTTL {
+			errs = append(errs, fmt.Errorf("proxy: --identity-assertion-ttl %s: want a positive duration of at most %s (an assertion is for one request)", o.IdentityAssertionTTL, MaxAssertionTTL))
+		}
+		c.Assertion = &AssertionConfig{Audience: o.IdentityAssertionAudience, KeyFile: o.IdentityAssertionKeyFile, TTL: o.IdentityAssertionTTL}
+	case o.IdentityAssertionKeyFile != "":
+		errs = append(errs, errors.New("proxy: --identity-assertion-key-file signs the identity assertion: give --identity-assertion-audience (the upstream's name) to send one"))
 	}
 	if o.UpstreamHeaderTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("proxy: --upstream-header-timeout %s: want a positive duration", o.UpstreamHeaderTimeout))
@@ -340,5 +367,5 @@ const allowedRole = "proxy:allowed"
 // the upstream (a client's is never passed on).
 func (c Config) stripped(name string) bool {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix)
+	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix) || name == AssertionHeader
 }

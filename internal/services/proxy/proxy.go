@@ -64,6 +64,7 @@ type Server struct {
 	health *serve.Health
 
 	rbac           *rbac
+	asserter       *asserter
 	upstreamErrors prometheus.Counter
 	ignored        prometheus.Counter
 	badPaths       prometheus.Counter
@@ -96,6 +97,12 @@ func New(c Config) (*Server, error) {
 		}
 		s.rbac, spec.Authorizer = z, z
 		s.health.Registry.MustRegister(z.Collectors()...)
+	}
+	if a := c.Assertion; a != nil {
+		if s.asserter, err = newAsserter(a.Audience, a.KeyFile, a.TTL); err != nil {
+			return nil, err
+		}
+		s.health.Handle("GET "+PathJWKS, http.HandlerFunc(s.asserter.serveJWKS))
 	}
 	s.guard, err = m.Guard(c.Callers, spec)
 	if err != nil {
@@ -225,6 +232,16 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		return // an ignored path, or a refusal audit let through: no identity
 	}
 	setIdentity(pr.Out.Header, s.c, v.Caller)
+	if s.asserter != nil {
+		jws, err := s.asserter.assert(v.Caller, pr.In)
+		if err != nil {
+			// Not reached with the keys New accepted; the upstream then
+			// gets no assertion, which it must refuse.
+			s.log.Error("proxy: signing the identity assertion", "err", err)
+			return
+		}
+		pr.Out.Header.Set(AssertionHeader, jws)
+	}
 }
 
 // setIdentity writes the caller into the upstream's headers as the
@@ -329,7 +346,8 @@ func (s *Server) Run(ctx context.Context) error {
 		upstream = "unix://" + s.c.UnixSocket
 	}
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
-		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil, "pass_bearer_token", s.c.PassBearerToken)
+		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil,
+		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken)
 	if r := s.c.RBAC; r != nil {
 		s.m.Set("authorization_allow_ttl", r.access.AllowTTL.String(), "authorization_deny_ttl", r.access.DenyTTL.String(),
 			"authorization_cache_max_entries", r.access.MaxEntries, "config_file", r.ConfigFile)

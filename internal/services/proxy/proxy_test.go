@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
@@ -398,6 +400,14 @@ func TestCompleteRefuses(t *testing.T) {
 		{"a mode", func(o *proxy.Options) { o.CallerAuthMode = "warn" }, "--caller-auth-mode"},
 		{"Authorization as the user header", func(o *proxy.Options) { o.UserHeader = "authorization" }, "--user-header"},
 		{"a CA for a plain upstream", func(o *proxy.Options) { o.UpstreamCAFile = e.iss.CAFile() }, "--upstream-ca-file verifies an https:// upstream"},
+		{"a client CA file of no certificate", func(o *proxy.Options) { o.ClientCAFile = o.Callers.Kubeconfig }, "--client-ca-file"},
+		{"an authorization", func(o *proxy.Options) { o.Authorization = "abac" }, "--authorization \"abac\""},
+		{"a config file without rbac", func(o *proxy.Options) { o.ConfigFile = "x.yaml" }, "belong to --authorization rbac"},
+		{"rbac with a missing config file", func(o *proxy.Options) { o.Authorization, o.ConfigFile = "rbac", "/nonexistent.yaml" }, "--config-file"},
+		{"rbac with no allow TTL", func(o *proxy.Options) { o.Authorization, o.AuthorizationAllowTTL = "rbac", 0 }, "--authorization-allow-ttl"},
+		{"rbac with no cache", func(o *proxy.Options) { o.Authorization, o.AuthorizationCacheMaxEntries = "rbac", 0 }, "--authorization-cache-max-entries"},
+		{"an assertion key without an audience", func(o *proxy.Options) { o.IdentityAssertionKeyFile = "k.pem" }, "give --identity-assertion-audience"},
+		{"a long assertion", func(o *proxy.Options) { o.IdentityAssertionAudience, o.IdentityAssertionTTL = "up", time.Hour }, "--identity-assertion-ttl 1h0m0s"},
 	} {
 		o := e.options(t, "http://127.0.0.1:1")
 		c.edit(&o)
@@ -407,6 +417,11 @@ func TestCompleteRefuses(t *testing.T) {
 	}
 	if err := e.options(t, "http://127.0.0.1:1").Validate(); err != nil {
 		t.Errorf("the test's own options: %v", err)
+	}
+	rbacAlone := e.options(t, "http://127.0.0.1:1")
+	rbacAlone.Authorization, rbacAlone.AllowServiceAccounts = proxy.AuthorizationRBAC, nil
+	if err := rbacAlone.Validate(); err != nil {
+		t.Errorf("--authorization rbac with no --allow-*: %v", err)
 	}
 }
 
@@ -546,5 +561,78 @@ func TestClientCertificates(t *testing.T) {
 	}
 	if m["proxy_client_certificate_callers_total"] != 2 {
 		t.Errorf("proxy_client_certificate_callers_total %v, want 2 (alice, bob)", m["proxy_client_certificate_callers_total"])
+	}
+}
+
+// TestIdentityAssertion: the upstream gets a JWT of the verified caller,
+// for its audience, bound to the request's method and path, signed with
+// a key the proxy publishes on its metrics listener; a client's forged
+// one never reaches it.
+func TestIdentityAssertion(t *testing.T) {
+	e := newEnv(t)
+	got := make(chan http.Header, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(up.Close)
+	keyFile := filepath.Join(t.TempDir(), "assertion.pem")
+	if err := decision.GenerateKeyFile(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.options(t, up.URL)
+	o.Serve.MetricsListen, o.IgnorePaths = metrics, []string{"/healthz"}
+	o.IdentityAssertionAudience, o.IdentityAssertionKeyFile, o.IdentityAssertionTTL = "upstream.example", keyFile, time.Minute
+	_, addr := run(t, o)
+
+	code, _ := e.get(t, "https://"+addr+"/v1/things", e.tokens["client"], proxy.AssertionHeader, "forged")
+	if code != http.StatusOK {
+		t.Fatalf("allowed caller: %d", code)
+	}
+	h := <-got
+	if vs := h.Values(proxy.AssertionHeader); len(vs) != 1 || vs[0] == "forged" {
+		t.Fatalf("the upstream got %q: want the proxy's assertion alone", vs)
+	}
+	var keys jose.JSONWebKeySet
+	resp, err := http.Get("http://" + metrics + proxy.PathJWKS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&keys)
+	resp.Body.Close()
+	if err != nil || len(keys.Keys) != 1 || !keys.Keys[0].IsPublic() {
+		t.Fatalf("JWKS: %+v %v: want the one public key", keys, err)
+	}
+	jws, err := jose.ParseSigned(h.Get(proxy.AssertionHeader), []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ := jws.Signatures[0].Protected.ExtraHeaders["typ"]; typ != proxy.AssertionProfile.Type || jws.Signatures[0].Protected.KeyID != keys.Keys[0].KeyID {
+		t.Errorf("header: typ %v kid %q; want %q and the published kid %q", typ, jws.Signatures[0].Protected.KeyID, proxy.AssertionProfile.Type, keys.Keys[0].KeyID)
+	}
+	payload, err := jws.Verify(keys.Keys[0].Key)
+	if err != nil {
+		t.Fatalf("the assertion does not verify with the published key: %v", err)
+	}
+	var claims struct {
+		Iss, Aud, Sub, Htm, Htu, Jti string
+		Iat, Exp                      int64
+		Groups                        []string
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims.Iss != proxy.AssertionIssuer || claims.Aud != "upstream.example" || claims.Sub != "system:serviceaccount:demo:client" ||
+		claims.Htm != "GET" || claims.Htu != "/v1/things" || claims.Jti == "" || claims.Exp-claims.Iat != 60 ||
+		!containsAll(claims.Groups, "system:serviceaccounts:demo") {
+		t.Errorf("claims %s", payload)
+	}
+	// An ignored path: no caller, so no assertion, and the client's gone.
+	if code, _ := e.get(t, "https://"+addr+"/healthz", "", proxy.AssertionHeader, "forged"); code != http.StatusOK {
+		t.Fatalf("ignored path: %d", code)
+	}
+	if h := <-got; h.Get(proxy.AssertionHeader) != "" {
+		t.Errorf("ignored path: the upstream got %q", h.Get(proxy.AssertionHeader))
 	}
 }
