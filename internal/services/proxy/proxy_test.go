@@ -617,8 +617,8 @@ func TestIdentityAssertion(t *testing.T) {
 	}
 	var claims struct {
 		Iss, Aud, Sub, Htm, Htu, Jti string
-		Iat, Exp                      int64
-		Groups                        []string
+		Iat, Exp                     int64
+		Groups                       []string
 	}
 	if err := json.Unmarshal(payload, &claims); err != nil {
 		t.Fatal(err)
