@@ -13,7 +13,7 @@ PKGS      ?= ./...
 FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
 # One test binary's limit. go test's own default, 10 minutes, is too short
-# for test/chart on a cold Go build cache: it builds every image (six
+# for test/chart on a cold Go build cache: it builds every image (seven
 # static binaries) before the first container runs.
 TEST_TIMEOUT ?= 30m
 # Caches that make test may fill live here; the folder is ignored by git.

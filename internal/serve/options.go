@@ -239,3 +239,19 @@ func Complete[C any, S Service](o interface{ Complete() (C, error) }, newService
 		return s, nil
 	}
 }
+
+// ParseArgs parses a service's command line as its binary would, with
+// the flags add registers, without running it: what a chart renders, read
+// by the service's own parser (test/chart).
+func ParseArgs(name string, add func(*pflag.FlagSet), args []string) error {
+	f := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	add(f)
+	if err := f.Parse(args); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", name, f.Args())
+	}
+	return nil
+}

@@ -252,7 +252,7 @@ func TestChartsNameTheVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	version := strings.TrimSpace(string(v))
-	for _, dir := range []string{chartDir, pdpChart, vmafxChart} {
+	for _, dir := range []string{chartDir, pdpChart, vmafxChart, proxyChart} {
 		var c struct {
 			Version    string `json:"version"`
 			AppVersion string `json:"appVersion"`

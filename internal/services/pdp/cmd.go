@@ -2,7 +2,6 @@ package pdp
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -54,14 +53,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 // binary would refuse.
 func ParseArgs(args []string) (Options, error) {
 	o := NewOptions()
-	f := pflag.NewFlagSet("pdp", pflag.ContinueOnError)
-	f.SetOutput(io.Discard)
-	o.AddFlags(f)
-	if err := f.Parse(args); err != nil {
-		return Options{}, fmt.Errorf("pdp: %w", err)
-	}
-	if f.NArg() > 0 {
-		return Options{}, fmt.Errorf("pdp: unexpected arguments %q", f.Args())
+	if err := serve.ParseArgs("pdp", o.AddFlags, args); err != nil {
+		return Options{}, err
 	}
 	return o, nil
 }

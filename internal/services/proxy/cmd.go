@@ -62,6 +62,16 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
 }
 
+// ParseArgs reads a command line as callerauth-proxy does, without
+// running it (what a chart renders).
+func ParseArgs(args []string) (Options, error) {
+	o := NewOptions()
+	if err := serve.ParseArgs("callerauth-proxy", o.AddFlags, args); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
 // Main runs the command and returns the exit code.
 func Main(ctx context.Context, args []string) int {
 	return serve.Execute(ctx, NewCommand(os.Stderr), args, os.Stderr)
