@@ -116,6 +116,8 @@ type Issuer struct {
 	mu sync.Mutex // the OAuth2 client registry
 
 	reviews atomic.Int64 // TokenReviews received
+	// accessReviews: SubjectAccessReviews received.
+	accessReviews atomic.Int64
 }
 
 // Reviews is how many TokenReviews the served API has received: what a

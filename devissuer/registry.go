@@ -23,9 +23,10 @@ type registry struct {
 	// Revision counts the changes made: the resource version of the
 	// metadata the issuer serves (watch.go).
 	Revision        uint64            `json:"revision"`
-	ServiceAccounts map[string]string `json:"serviceAccounts"` // "ns/name" -> uid
-	Nodes           map[string]string `json:"nodes"`           // name -> uid
-	Pods            map[string]pod    `json:"pods"`            // "ns/name" -> pod
+	ServiceAccounts map[string]string `json:"serviceAccounts"`  // "ns/name" -> uid
+	Nodes           map[string]string `json:"nodes"`            // name -> uid
+	Pods            map[string]pod    `json:"pods"`             // "ns/name" -> pod
+	Grants          []AccessGrant     `json:"grants,omitempty"` // SubjectAccessReview's (access.go)
 }
 
 type pod struct {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -38,6 +39,9 @@ var codecs = func() serializer.CodecFactory {
 	if err := authv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := authzv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 	return serializer.NewCodecFactory(scheme)
 }()
 
@@ -49,6 +53,7 @@ func (i *Issuer) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathJWKS, i.serveJWKS)
 	mux.HandleFunc("POST "+PathTokenReviews, i.serveTokenReview)
 	mux.HandleFunc("POST "+PathToken, i.serveToken)
+	mux.HandleFunc("POST "+PathSubjectAccessReviews, i.serveSubjectAccessReview)
 	mux.HandleFunc("DELETE /api/v1/namespaces/{namespace}/pods/{name}", i.serveDeletePod)
 	mux.HandleFunc("GET /api/v1/pods", i.servePods)
 	mux.HandleFunc("GET /api/v1/serviceaccounts", i.serveServiceAccounts)

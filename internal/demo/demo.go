@@ -89,6 +89,7 @@ func Run(ctx context.Context) ([]Result, error) {
 	scenarios = append(scenarios, connectorSocket, connectorRevocation, connectorDeployment, connectorConfigRefused)
 	scenarios = append(scenarios, pdpScenarios...)
 	scenarios = append(scenarios, vmafxScenarios...)
+	scenarios = append(scenarios, proxyRBAC)
 	results := make([]Result, 0, len(scenarios))
 	for _, s := range scenarios {
 		results = append(results, s(ctx, e))

@@ -54,7 +54,7 @@ func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
 
 func newIssuerCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "issuer", Short: "The embedded dev issuer"}
-	cmd.AddCommand(newIssuerServeCmd(o), newIssuerCertCmd(o), newIssuerClientCmd(o), newIssuerDeletePodCmd(o))
+	cmd.AddCommand(newIssuerServeCmd(o), newIssuerCertCmd(o), newIssuerClientCmd(o), newIssuerDeletePodCmd(o), newIssuerGrantCmd(o, false), newIssuerGrantCmd(o, true))
 	return cmd
 }
 
@@ -192,5 +192,63 @@ func newIssuerDeletePodCmd(o *Options) *cobra.Command {
 		},
 	}
 	f.register(cmd, o)
+	return cmd
+}
+
+// newIssuerGrantCmd is issuer grant, or with revoke issuer revoke: the
+// grants the dev issuer's SubjectAccessReview answers from.
+func newIssuerGrantCmd(o *Options, revoke bool) *cobra.Command {
+	var f issuerFlags
+	var g devissuer.AccessGrant
+	use, short, done := "grant", "Grant a user or a group a verb on a path or a resource, as the dev issuer's SubjectAccessReview answers", "granted"
+	if revoke {
+		use, short, done = "revoke", "Revoke a grant made with issuer grant (the same flags)", "revoked"
+	}
+	cmd := &cobra.Command{
+		Use:   use + " (--user NAME | --group NAME) [--verb VERB] (--path PATH | --resource RESOURCE ...)",
+		Short: short,
+		Long: `The dev issuer answers SubjectAccessReviews (callerauth-proxy --authorization
+rbac) from the grants its state directory holds: each gives one user or
+group one verb ("*": any) on a non-resource path (a prefix when it ends in
+*) or on a resource (--resource, with --subresource, --namespace,
+--api-group and --name; an empty --namespace or --name matches any).`,
+		Example: `  callerauth issuer grant --state-dir /tmp/walk/issuer --user system:serviceaccount:demo:client --path /hello`,
+		Args:    cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			iss, err := f.open(o)
+			if err != nil {
+				return err
+			}
+			if revoke {
+				err = iss.Revoke(g)
+			} else {
+				err = iss.Grant(g)
+			}
+			if err != nil {
+				return err
+			}
+			who := "user " + g.User
+			if g.Group != "" {
+				who = "group " + g.Group
+			}
+			what := g.NonResourceURL
+			if what == "" {
+				what = strings.Trim(g.Resource+"/"+g.Subresource, "/")
+			}
+			fmt.Fprintf(o.Stdout, "%s %s %s on %s\n", done, who, g.Verb, what)
+			return nil
+		},
+	}
+	f.register(cmd, o)
+	fl := cmd.Flags()
+	fl.StringVar(&g.User, "user", "", "the username granted (or --group)")
+	fl.StringVar(&g.Group, "group", "", "the group granted (or --user)")
+	fl.StringVar(&g.Verb, "verb", "get", `the verb granted: get, create, update, patch, delete, or "*"`)
+	fl.StringVar(&g.NonResourceURL, "path", "", "a non-resource URL (a prefix when it ends in *)")
+	fl.StringVar(&g.Resource, "resource", "", "a resource (instead of --path)")
+	fl.StringVar(&g.Subresource, "subresource", "", "the resource's subresource")
+	fl.StringVar(&g.Namespace, "namespace", "", "the resource's namespace (default: any)")
+	fl.StringVar(&g.APIGroup, "api-group", "", "the resource's API group (default: the core group)")
+	fl.StringVar(&g.Name, "name", "", "the resource's name (default: any)")
 	return cmd
 }
