@@ -18,7 +18,7 @@ var reasonRemoteDenied = reason.New("remote_denied", reason.PermissionDenied, "t
 type remote struct{ asked []binding.Subject }
 
 func (r *remote) Reasons() []reason.Reason { return []reason.Reason{reasonRemoteDenied} }
-func (r *remote) Authorize(ctx context.Context, s binding.Subject, req binding.Request) *binding.Violation {
+func (r *remote) Authorize(ctx context.Context, s binding.Subject, _ binding.Request) *binding.Violation {
 	r.asked = append(r.asked, s)
 	if ctx.Value(ctxKey{}) != "the request's" {
 		return &binding.Violation{Reason: reasonRemoteDenied, Detail: "not the request's context"}

@@ -31,7 +31,9 @@ func proxyRBAC(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, r.Header.Get("X-Remote-User"))
+		// Who the proxy says called, as JSON (a string, never markup).
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(r.Header.Get("X-Remote-User"))
 	}))
 	defer up.Close()
 	dir, err := os.MkdirTemp(e.dir, "proxy-")
@@ -82,6 +84,10 @@ func proxyRBAC(ctx context.Context, e *env) Result {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var who string
+		if json.Unmarshal(b, &who) == nil {
+			return resp.StatusCode, who, nil
+		}
 		return resp.StatusCode, string(b), nil
 	}
 	code, body, err := get("client")
@@ -107,7 +113,7 @@ func proxyRBAC(ctx context.Context, e *env) Result {
 		if err != nil {
 			return 0, err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode, nil
 	}
 	if _, err := again(); err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,7 +45,7 @@ func TestAuthzFileExamples(t *testing.T) {
 			specs[1].ResourceAttributes.Resource != "namespace" || specs[1].ResourceAttributes.Subresource != "metrics" || specs[1].ResourceAttributes.Verb != "get" {
 			t.Fatalf("%+v %v", specs, err)
 		}
-		if _, err := p.attributes("GET", "/metrics", nil); err != errNoRewriteValue {
+		if _, err := p.attributes("GET", "/metrics", nil); !errors.Is(err, errNoRewriteValue) {
 			t.Errorf("no value: %v, want %v", err, errNoRewriteValue)
 		}
 		many := strings.Split(strings.Repeat("x,", MaxRewriteValues+1), ",")[:MaxRewriteValues+1]

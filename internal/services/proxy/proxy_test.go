@@ -571,7 +571,7 @@ func TestClientCertificates(t *testing.T) {
 func TestIdentityAssertion(t *testing.T) {
 	e := newEnv(t)
 	got := make(chan http.Header, 4)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	up := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
 	t.Cleanup(up.Close)
 	keyFile := filepath.Join(t.TempDir(), "assertion.pem")
 	if err := decision.GenerateKeyFile(keyFile); err != nil {
@@ -604,7 +604,7 @@ func TestIdentityAssertion(t *testing.T) {
 	if err != nil || len(keys.Keys) != 1 || !keys.Keys[0].IsPublic() {
 		t.Fatalf("JWKS: %+v %v: want the one public key", keys, err)
 	}
-	jws, err := jose.ParseSigned(h.Get(proxy.AssertionHeader), []jose.SignatureAlgorithm{jose.ES256})
+	jws, err := jose.ParseSignedCompact(h.Get(proxy.AssertionHeader), []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		t.Fatal(err)
 	}
