@@ -77,6 +77,10 @@ func run() error {
 		return err
 	}
 	peers.Close()
+	proxyRows, err := compareProxies(ctx, dir, emptyBin, *duration, *count)
+	if err != nil {
+		return err
+	}
 	ffBin, err := exec.LookPath(*ffmpeg)
 	if err != nil {
 		return fmt.Errorf("--ffmpeg: %w (apt-get install ffmpeg)", err)
@@ -93,7 +97,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rows := append(append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), nodeRow), pairRows...)
+	rows := append(append(append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), proxyRows...), nodeRow), pairRows...)
 	host, _ := os.Hostname()
 	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency and CPU rows 1, 8 and 64; CPU is each server's own, user and system, from /proc) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n, *conns, rec1-rec0, sig1-sig0, (rec1-rec0)/max(1, sig1-sig0))
@@ -106,4 +110,26 @@ func run() error {
 		fmt.Println("written into", *write)
 	}
 	return nil
+}
+
+// compareProxies measures callerauth-proxy beside the bare ReverseProxy at
+// 1, 8 and 64 connections, both in front of the empty upstream.
+func compareProxies(ctx context.Context, dir, emptyBin string, d time.Duration, count int) ([]benchcompare.Row, error) {
+	bins := map[string]string{}
+	for _, name := range []string{"callerauth-proxy", "bare-proxy"} {
+		bins[name] = filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", bins[name], "./cmd/"+name).CombinedOutput(); err != nil { //nolint:gosec // the go command building this module's proxies into a temporary directory.
+			return nil, fmt.Errorf("building %s: %w\n%s", name, err, out)
+		}
+	}
+	p, err := benchcompare.StartProxies(ctx, dir, bins["callerauth-proxy"], bins["bare-proxy"], emptyBin)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	loads, err := benchcompare.ProxyLoads(ctx, p, []int{1, 8, 64}, d, count)
+	if err != nil {
+		return nil, err
+	}
+	return benchcompare.ProxyRows(loads), nil
 }

@@ -17,12 +17,12 @@ import (
 	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 )
 
-var pdpBin, opaBin string
+var pdpBin, opaBin, proxyBin, bareBin, emptyBin string
 
 func TestMain(m *testing.M) {
 	var bins map[string]string
-	e2e.Main(m, &bins, []string{"cmd/pdp"}, func() (func(), error) {
-		pdpBin = bins["pdp"]
+	e2e.Main(m, &bins, []string{"cmd/pdp", "cmd/callerauth-proxy", "cmd/bare-proxy", "cmd/empty-server"}, func() (func(), error) {
+		pdpBin, proxyBin, bareBin, emptyBin = bins["pdp"], bins["callerauth-proxy"], bins["bare-proxy"], bins["empty-server"]
 		opaBin = filepath.Join(os.Getenv("CALLERAUTH_OPA_BIN"), "opa")
 		if _, err := os.Stat(opaBin); err != nil {
 			return nil, fmt.Errorf("test/bench needs OPA (%w): run it through make test, or make opa-tools and set CALLERAUTH_OPA_BIN", err)
@@ -118,4 +118,30 @@ func TestNodeVsFFmpegMeasured(t *testing.T) {
 		t.Fatalf("row %+v", row)
 	}
 	t.Logf("%s: %s vs %s", row.Name, row.Ours, row.Base)
+}
+
+// TestProxiesAnswer: callerauth-proxy and the bare ReverseProxy each pass
+// a short load to the same upstream, every answer the upstream's, and the
+// rows compare them at each concurrency.
+func TestProxiesAnswer(t *testing.T) {
+	ctx := context.Background()
+	p, err := benchcompare.StartProxies(ctx, t.TempDir(), proxyBin, bareBin, emptyBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	loads, err := benchcompare.ProxyLoads(ctx, p, []int{1, 4}, 200*time.Millisecond, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loads {
+		if l.CPUPerRequest <= 0 || l.Result.Requests == 0 {
+			t.Errorf("%s: %d requests, CPU per request %v", l.Name, l.Result.Requests, l.CPUPerRequest)
+		}
+	}
+	rows := benchcompare.ProxyRows(loads)
+	if len(rows) != 6 {
+		t.Fatalf("%d rows for 2 concurrencies", len(rows))
+	}
+	t.Log("\n" + benchcompare.Markdown(rows, "smoke (not a measurement)"))
 }
