@@ -109,11 +109,12 @@ func New(c Config) (*Server, error) {
 		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
 	}
 	s.proxy = &httputil.ReverseProxy{
-		Rewrite:       s.rewrite,
-		Transport:     transport(c),
-		FlushInterval: -1, // streams (gRPC, server-sent events) pass as they come
-		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		ErrorHandler:  s.upstreamError,
+		Rewrite:        s.rewrite,
+		ModifyResponse: trailersOnly,
+		Transport:      transport(c),
+		FlushInterval:  -1, // streams (gRPC, server-sent events) pass as they come
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler:   s.upstreamError,
 	}
 	return s, nil
 }
@@ -242,6 +243,33 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		}
 		pr.Out.Header.Set(AssertionHeader, jws)
 	}
+}
+
+// trailersOnly makes a gRPC trailers-only response — the status in the
+// one HEADERS frame that ends the stream, as a server answers an error
+// before any message, which Go's transport hands over as headers — a
+// response whose status comes in trailers. Passed on as headers, the
+// status would reach the caller only if those headers also ended the
+// stream; the proxy flushes a response's headers as they come (streams
+// must not wait), and a flush before the empty body is read sends them
+// without ending it, which a gRPC client takes for a stream closed
+// without a status. As trailers, the status arrives at the end however
+// the frames fall. Every field but Content-Type moves: in a
+// trailers-only response all of them are trailing metadata.
+func trailersOnly(res *http.Response) error {
+	if res.Header.Get("Grpc-Status") == "" || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/grpc") {
+		return nil
+	}
+	if res.Trailer == nil {
+		res.Trailer = http.Header{}
+	}
+	for name, vs := range res.Header {
+		if name != "Content-Type" {
+			res.Trailer[name] = vs
+			delete(res.Header, name)
+		}
+	}
+	return nil
 }
 
 // setIdentity writes the caller into the upstream's headers as the
