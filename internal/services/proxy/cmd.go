@@ -55,6 +55,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.AuthorizationDenyTTL, "authorization-deny-ttl", o.AuthorizationDenyTTL, "rbac: how long a denied answer is reused (an added grant is honoured at most this much later)")
 	f.IntVar(&o.AuthorizationCacheMaxEntries, "authorization-cache-max-entries", o.AuthorizationCacheMaxEntries, "rbac: answers kept; beyond, the least recently used is dropped")
 	f.DurationVar(&o.AuthorizationTimeout, "authorization-timeout", o.AuthorizationTimeout, "rbac: how long one SubjectAccessReview may take (past it, rbac_unavailable)")
+	f.Float64Var(&o.AuthorizationQPS, "authorization-qps", o.AuthorizationQPS, "rbac: SubjectAccessReviews sent per second at most; one that would wait past --authorization-timeout fails as rbac_unavailable")
+	f.IntVar(&o.AuthorizationBurst, "authorization-burst", o.AuthorizationBurst, "rbac: SubjectAccessReviews that may be sent at once above --authorization-qps")
 	f.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle (PEM): a caller without a token may present a client certificate it signed (common name: the user, organizations: the groups)")
 	f.StringVar(&o.IdentityAssertionAudience, "identity-assertion-audience", o.IdentityAssertionAudience, "send the upstream a signed identity assertion (a JWT in X-Callerauth-Identity) for this audience, the upstream's name; its keys at /.well-known/jwks.json on --metrics-listen (default: none sent)")
 	f.StringVar(&o.IdentityAssertionKeyFile, "identity-assertion-key-file", o.IdentityAssertionKeyFile, "PEM private key(s) signing the assertion (ES256 or EdDSA; the last signs, all are published; callerauth decision keygen makes one) (default: a key made at start-up)")

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/textproto"
 	"net/url"
 	"os"
@@ -88,6 +89,13 @@ type Options struct {
 	// AuthorizationTimeout bounds one SubjectAccessReview
 	// (--authorization-timeout).
 	AuthorizationTimeout time.Duration
+	// AuthorizationQPS and AuthorizationBurst bound the
+	// SubjectAccessReviews sent per second (--authorization-qps,
+	// --authorization-burst): client-go's own 5 and 10 would hold a
+	// burst of new callers seconds behind its rate limiter. A review that
+	// would wait past AuthorizationTimeout fails rbac_unavailable.
+	AuthorizationQPS   float64
+	AuthorizationBurst int
 	// ClientCAFile lets callers without a token present a client
 	// certificate signed by one of its CAs (--client-ca-file): its common
 	// name is the username, its organizations the groups, as Kubernetes
@@ -123,6 +131,8 @@ const (
 	DefaultAuthorizationDenyTTL         = 30 * time.Second
 	DefaultAuthorizationCacheMaxEntries = 10000
 	DefaultAuthorizationTimeout         = 5 * time.Second
+	DefaultAuthorizationQPS             = 100
+	DefaultAuthorizationBurst           = 200
 )
 
 // The --authorization values.
@@ -138,6 +148,7 @@ func NewOptions() Options {
 		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
 		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout,
+		AuthorizationQPS: DefaultAuthorizationQPS, AuthorizationBurst: DefaultAuthorizationBurst,
 		IdentityAssertionTTL: DefaultAssertionTTL}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
@@ -288,7 +299,8 @@ func (o Options) Complete() (Config, error) {
 func (o Options) completeRBAC() (*RBACConfig, error) {
 	var errs []error
 	r := &RBACConfig{ConfigFile: o.ConfigFile, Kubeconfig: cmp.Or(o.AuthorizationKubeconfig, o.Callers.Kubeconfig),
-		access: accessConfig{AllowTTL: o.AuthorizationAllowTTL, DenyTTL: o.AuthorizationDenyTTL, MaxEntries: o.AuthorizationCacheMaxEntries, Timeout: o.AuthorizationTimeout}}
+		access: accessConfig{AllowTTL: o.AuthorizationAllowTTL, DenyTTL: o.AuthorizationDenyTTL, MaxEntries: o.AuthorizationCacheMaxEntries, Timeout: o.AuthorizationTimeout,
+			QPS: o.AuthorizationQPS, Burst: o.AuthorizationBurst}}
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -299,6 +311,12 @@ func (o Options) completeRBAC() (*RBACConfig, error) {
 	}
 	if o.AuthorizationCacheMaxEntries <= 0 {
 		errs = append(errs, fmt.Errorf("proxy: --authorization-cache-max-entries %d: want a positive number", o.AuthorizationCacheMaxEntries))
+	}
+	if !(o.AuthorizationQPS > 0) || math.IsInf(o.AuthorizationQPS, 0) {
+		errs = append(errs, fmt.Errorf("proxy: --authorization-qps %v: want a positive number", o.AuthorizationQPS))
+	}
+	if o.AuthorizationBurst < 1 {
+		errs = append(errs, fmt.Errorf("proxy: --authorization-burst %d: want 1 or more", o.AuthorizationBurst))
 	}
 	if o.ConfigFile != "" {
 		p, err := readAuthzFile(o.ConfigFile)

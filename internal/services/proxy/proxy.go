@@ -33,6 +33,7 @@ import (
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/copybuf"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/reason"
@@ -113,6 +114,7 @@ func New(c Config) (*Server, error) {
 		ModifyResponse: trailersOnly,
 		Transport:      transport(c),
 		FlushInterval:  -1, // streams (gRPC, server-sent events) pass as they come
+		BufferPool:     &copybuf.Pool{},
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ErrorHandler:   s.upstreamError,
 	}
@@ -378,7 +380,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken)
 	if r := s.c.RBAC; r != nil {
 		s.m.Set("authorization_allow_ttl", r.access.AllowTTL.String(), "authorization_deny_ttl", r.access.DenyTTL.String(),
-			"authorization_cache_max_entries", r.access.MaxEntries, "config_file", r.ConfigFile)
+			"authorization_cache_max_entries", r.access.MaxEntries, "authorization_qps", r.access.QPS, "authorization_burst", r.access.Burst, "config_file", r.ConfigFile)
 	}
 	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()

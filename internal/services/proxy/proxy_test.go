@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -119,7 +120,7 @@ func run(t *testing.T, o proxy.Options) (*proxy.Server, string) {
 // CA file beside the kubeconfig.
 func roots(t *testing.T, o proxy.Options) *x509.CertPool {
 	t.Helper()
-	pem, err := os.ReadFile(filepath.Join(filepath.Dir(o.Callers.Kubeconfig), devissuer.FileCA))
+	pem, err := os.ReadFile(filepath.Join(filepath.Dir(cmp.Or(o.Callers.Kubeconfig, o.AuthorizationKubeconfig)), devissuer.FileCA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,6 +411,8 @@ func TestCompleteRefuses(t *testing.T) {
 		{"both path lists", func(o *proxy.Options) { o.AllowPaths, o.IgnorePaths = []string{"/a"}, []string{"/b"} }, "give one"},
 		{"a bad pattern", func(o *proxy.Options) { o.IgnorePaths = []string{"healthz"} }, "beginning with /"},
 		{"a mode", func(o *proxy.Options) { o.CallerAuthMode = "warn" }, "--caller-auth-mode"},
+		{"no review rate", func(o *proxy.Options) { o.Authorization, o.AuthorizationQPS = proxy.AuthorizationRBAC, 0 }, "--authorization-qps 0"},
+		{"no review burst", func(o *proxy.Options) { o.Authorization, o.AuthorizationBurst = proxy.AuthorizationRBAC, 0 }, "--authorization-burst 0"},
 		{"Authorization as the user header", func(o *proxy.Options) { o.UserHeader = "authorization" }, "--user-header"},
 		{"a CA for a plain upstream", func(o *proxy.Options) { o.UpstreamCAFile = e.iss.CAFile() }, "--upstream-ca-file verifies an https:// upstream"},
 		{"a client CA file of no certificate", func(o *proxy.Options) { o.ClientCAFile = o.Callers.Kubeconfig }, "--client-ca-file"},

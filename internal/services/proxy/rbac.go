@@ -37,8 +37,12 @@ type accessConfig struct {
 	// MaxEntries bounds the answers kept; beyond, the least recently used
 	// is dropped. Required.
 	MaxEntries int
-	// Timeout bounds one review. Required.
+	// Timeout bounds one review, its wait for the rate limiter included.
+	// Required.
 	Timeout time.Duration
+	// QPS and Burst are the rate limit of the reviews sent. Required.
+	QPS   float64
+	Burst int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -77,12 +81,14 @@ type accessAnswer struct {
 }
 
 func newAccessReviews(rc *rest.Config, cfg accessConfig) (*accessReviews, error) {
-	if cfg.AllowTTL <= 0 || cfg.DenyTTL <= 0 || cfg.MaxEntries <= 0 || cfg.Timeout <= 0 {
-		return nil, fmt.Errorf("proxy: access reviews: the allow and deny TTLs, the entries and the timeout must be positive (%+v)", cfg)
+	if cfg.AllowTTL <= 0 || cfg.DenyTTL <= 0 || cfg.MaxEntries <= 0 || cfg.Timeout <= 0 || cfg.QPS <= 0 || cfg.Burst <= 0 {
+		return nil, fmt.Errorf("proxy: access reviews: the allow and deny TTLs, the entries, the timeout and the rate limit must be positive (%+v)", cfg)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = float32(cfg.QPS), cfg.Burst
 	c, err := kubeclient.For(rc, authzv1.SchemeGroupVersion, authzv1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: access reviews: %w", err)

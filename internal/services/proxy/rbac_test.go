@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,7 +62,7 @@ func TestAccessReviews(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	a, err := newAccessReviews(api.RESTAs(reviewerToken), accessConfig{AllowTTL: time.Minute, DenyTTL: 10 * time.Second, MaxEntries: 3, Timeout: 10 * time.Second, Now: clock})
+	a, err := newAccessReviews(api.RESTAs(reviewerToken), accessConfig{AllowTTL: time.Minute, DenyTTL: 10 * time.Second, MaxEntries: 3, Timeout: 10 * time.Second, QPS: 100, Burst: 200, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestAccessReviews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := newAccessReviews(api.RESTAs(clientToken), accessConfig{AllowTTL: time.Minute, DenyTTL: time.Second, MaxEntries: 3, Timeout: 10 * time.Second})
+	bad, err := newAccessReviews(api.RESTAs(clientToken), accessConfig{AllowTTL: time.Minute, DenyTTL: time.Second, MaxEntries: 3, Timeout: 10 * time.Second, QPS: 100, Burst: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,5 +193,23 @@ func TestAccessReviews(t *testing.T) {
 	}
 	if bad.len() != 0 || bad.reviews.Load() != 2 || bad.failures.Load() != 2 {
 		t.Errorf("errors: %d kept, %d reviews, %d failures; want 0 kept and each ask reviewed", bad.len(), bad.reviews.Load(), bad.failures.Load())
+	}
+
+	// The rate limit is the configured one, not client-go's 5 a second:
+	// with one review a second and a timeout of a tenth of that, the
+	// second distinct review cannot be sent in time and fails, kept
+	// nowhere; the first is answered.
+	slow, err := newAccessReviews(api.RESTAs(reviewerToken), accessConfig{AllowTTL: time.Minute, DenyTTL: time.Second, MaxEntries: 3, Timeout: 100 * time.Millisecond, QPS: 1, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slow.review(ctx, spec("client", "/metrics")); err != nil {
+		t.Fatalf("the first review under the rate limit: %v", err)
+	}
+	if _, err := slow.review(ctx, spec("client", "/other")); err == nil || !strings.Contains(err.Error(), "rate") {
+		t.Errorf("a review that would wait past the timeout for the rate limiter: %v, want a rate limit error", err)
+	}
+	if slow.len() != 1 || slow.failures.Load() != 1 {
+		t.Errorf("under the rate limit: %d kept, %d failures; want the first kept and the second failed", slow.len(), slow.failures.Load())
 	}
 }
