@@ -36,11 +36,7 @@ import (
 func TestKubeRBACProxyExamples(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	api, err := kubeapi.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer api.Stop()
+	api := sharedAPIServer(t)
 	// The examples' accounts: kube-rbac-proxy's own (allowed to create
 	// TokenReviews and SubjectAccessReviews, as in the examples'
 	// Deployment), their client (default/default) and one they do not grant.
