@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/callerauth/callerauth/internal/foundation/copybuf"
 )
 
 func main() {
@@ -37,7 +39,8 @@ func main() {
 			pr.SetXForwarded()
 		},
 		Transport:     tr,
-		FlushInterval: -1, // as callerauth-proxy: streams pass as they come
+		FlushInterval: -1,              // as callerauth-proxy: streams pass as they come
+		BufferPool:    &copybuf.Pool{}, // and its copy buffers are pooled
 	}
 	srv := &http.Server{Addr: *addr, Handler: rp, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}}
