@@ -1,7 +1,9 @@
 package binding
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/callerauth/callerauth/reason"
 )
@@ -37,4 +39,36 @@ func SystemBinding(table map[string]string) Rule {
 		}
 		return nil
 	})
+}
+
+// ParseSystemBindings reads SYSTEM=PRINCIPAL values (flag names them in
+// errors): the table [SystemBinding] takes. A principal in the
+// service-account form must be a well-formed one (it is compared by exact
+// string with what TokenReview returns); any other principal is allowed,
+// since a TokenReview backed by another authenticator can return other
+// usernames, but comes back in warnings: a ServiceAccount token never
+// matches it. A system bound twice is refused.
+func ParseSystemBindings(flag string, values []string) (map[string]string, []string, error) {
+	bindings := map[string]string{}
+	var errs []error
+	var warnings []string
+	for _, b := range values {
+		sys, principal, ok := strings.Cut(b, "=")
+		if !ok || sys == "" || principal == "" || strings.TrimSpace(b) != b {
+			errs = append(errs, fmt.Errorf("%s %q: want SYSTEM=PRINCIPAL", flag, b))
+			continue
+		}
+		if _, dup := bindings[sys]; dup {
+			errs = append(errs, fmt.Errorf("%s: system %q is bound twice", flag, sys))
+		}
+		bindings[sys] = principal
+		if strings.HasPrefix(principal, ServiceAccountPrefix) {
+			if err := ValidateServiceAccountUsername(principal); err != nil {
+				errs = append(errs, fmt.Errorf("%s %q: principal %q: %w", flag, b, principal, err))
+			}
+		} else {
+			warnings = append(warnings, fmt.Sprintf("%s %q: principal %q is not a service-account username (%s<namespace>:<name>); a ServiceAccount token will never match it", flag, b, principal, ServiceAccountPrefix))
+		}
+	}
+	return bindings, warnings, errors.Join(errs...)
 }

@@ -164,9 +164,9 @@ func (o Options) Complete() (Config, error) {
 	if o.CallerAudience == "" {
 		errs = append(errs, errors.New("pdp: --caller-audience may not be empty"))
 	}
-	bindings, warnings, err := parseBindings(o.CallerBindings)
+	bindings, warnings, err := binding.ParseSystemBindings("--caller-binding", o.CallerBindings)
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("pdp: %w", err))
 	}
 	if o.CallerAuthMode != ModeOff && len(bindings) == 0 {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
@@ -189,37 +189,6 @@ func (o Options) Complete() (Config, error) {
 func (o Options) Validate() error {
 	_, err := o.Complete()
 	return err
-}
-
-// parseBindings reads --caller-binding SYSTEM=PRINCIPAL values. A principal
-// in the service-account form must be a well-formed one (it is compared by
-// exact string with what TokenReview returns); any other principal is
-// allowed, since a TokenReview backed by another authenticator can return
-// other usernames, but comes back in warnings: a ServiceAccount token never
-// matches it.
-func parseBindings(values []string) (map[string]string, []string, error) {
-	bindings := map[string]string{}
-	var errs []error
-	var warnings []string
-	for _, b := range values {
-		sys, principal, ok := strings.Cut(b, "=")
-		if !ok || sys == "" || principal == "" || strings.TrimSpace(b) != b {
-			errs = append(errs, fmt.Errorf("pdp: --caller-binding %q: want SYSTEM=PRINCIPAL", b))
-			continue
-		}
-		if _, dup := bindings[sys]; dup {
-			errs = append(errs, fmt.Errorf("pdp: --caller-binding: system %q is bound twice", sys))
-		}
-		bindings[sys] = principal
-		if strings.HasPrefix(principal, binding.ServiceAccountPrefix) {
-			if err := binding.ValidateServiceAccountUsername(principal); err != nil {
-				errs = append(errs, fmt.Errorf("pdp: --caller-binding %q: principal %q: %w", b, principal, err))
-			}
-		} else {
-			warnings = append(warnings, fmt.Sprintf("--caller-binding %q: principal %q is not a service-account username (%s<namespace>:<name>); a ServiceAccount token will never match it", b, principal, binding.ServiceAccountPrefix))
-		}
-	}
-	return bindings, warnings, errors.Join(errs...)
 }
 
 // callerAuthMode reads --caller-auth-mode other than off: enforce, or warn

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,11 +114,20 @@ type Options struct {
 	// PassBearerToken keeps the caller's Authorization header on the way
 	// to the upstream (--pass-bearer-token). Off: it is removed.
 	PassBearerToken bool
+	// RoleFile names the role each request needs and the callers who
+	// have each (--role-file): callerauth's role rule, binding.Roles.
+	RoleFile string
+	// CallerBindings are SYSTEM=PRINCIPAL (--caller-binding): a request
+	// naming a system in SystemHeader (--system-header) is let through
+	// only from the one principal bound to it, binding.SystemBinding.
+	CallerBindings []string
+	SystemHeader   string
 }
 
 // Defaults.
 const (
 	DefaultUserHeader        = "X-Remote-User"
+	DefaultSystemHeader      = "X-Callerauth-System"
 	DefaultGroupHeader       = "X-Remote-Group"
 	DefaultExtraHeaderPrefix = "X-Remote-Extra-"
 	// DefaultStreamTimeout is the proxy's --http-read-timeout and
@@ -149,7 +159,7 @@ func NewOptions() Options {
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
 		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout,
 		AuthorizationQPS: DefaultAuthorizationQPS, AuthorizationBurst: DefaultAuthorizationBurst,
-		IdentityAssertionTTL: DefaultAssertionTTL}
+		IdentityAssertionTTL: DefaultAssertionTTL, SystemHeader: DefaultSystemHeader}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
 }
@@ -183,6 +193,13 @@ type Config struct {
 	// the attributes policy, the API server asked and its cache.
 	Authorization string
 	RBAC          *RBACConfig
+	// Roles is the read --role-file (nil: none); Bindings
+	// --caller-binding's system to principal, read from SystemHeader
+	// (nil: none); Warnings what start-up logs of them.
+	Roles        *Roles
+	Bindings     map[string]string
+	SystemHeader string
+	Warnings     []string
 }
 
 // AssertionConfig is the signed identity assertion's.
@@ -268,9 +285,31 @@ func (o Options) Complete() (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("proxy: --authorization %q: want %s (the --allow-* flags) or %s (Kubernetes RBAC through SubjectAccessReview)", o.Authorization, AuthorizationAllow, AuthorizationRBAC))
 	}
-	if !named && o.Authorization != AuthorizationRBAC {
-		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user (or ask Kubernetes RBAC: --authorization rbac)"))
-	} else if named {
+	if o.RoleFile != "" {
+		// An AuthenticationConfiguration's claim mappings may state
+		// roles; TokenReview and the watch never do.
+		if c.Roles, err = readRoleFile(o.RoleFile, o.Callers.Backend == stack.BackendOIDC); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(o.CallerBindings) > 0 {
+		if c.Bindings, c.Warnings, err = binding.ParseSystemBindings("--caller-binding", o.CallerBindings); err != nil {
+			errs = append(errs, fmt.Errorf("proxy: %w", err))
+		}
+		c.SystemHeader = textproto.CanonicalMIMEHeaderKey(o.SystemHeader)
+		if o.SystemHeader == "" || strings.ContainsAny(o.SystemHeader, " \t:") || slices.Contains([]string{"Authorization", c.UserHeader, c.GroupHeader}, c.SystemHeader) ||
+			strings.HasPrefix(c.SystemHeader, c.ExtraHeaderPrefix) {
+			errs = append(errs, fmt.Errorf("proxy: --system-header %q: want a header name other than Authorization and the identity headers", o.SystemHeader))
+		}
+	}
+	if len(o.CallerBindings) == 0 && o.SystemHeader != DefaultSystemHeader {
+		errs = append(errs, fmt.Errorf("proxy: --system-header %q names where a request's system is read for --caller-binding; give --caller-binding SYSTEM=PRINCIPAL", o.SystemHeader))
+	}
+	ruled := named || o.RoleFile != "" || len(o.CallerBindings) > 0
+	if !ruled && o.Authorization != AuthorizationRBAC {
+		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user, --role-file or --caller-binding (or ask Kubernetes RBAC: --authorization rbac)"))
+	}
+	if named {
 		if err := (binding.RoleConfig{Grants: []binding.RoleGrant{c.Allowed}}).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("proxy: --allow-service-account: %w", err))
 		}

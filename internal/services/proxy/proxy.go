@@ -52,7 +52,10 @@ var ReasonUpstreamUnavailable = reason.New("upstream_unavailable", reason.Unavai
 // failures, its rule's, and its own. docs/proxy.md lists each;
 // test/reasons holds the code to this list.
 func Reasons() []reason.Reason {
-	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append((&rbac{}).Reasons(), ReasonUpstreamUnavailable, guard.ReasonBadRequest)...)
+	// --role-file's roles refuse role_missing (they never require a
+	// tenant), --caller-binding's systems principal_cannot_represent_system.
+	rules := []reason.Reason{binding.ReasonRoleMissing, binding.ReasonPrincipalCannotRepresentSystem}
+	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append(append(rules, (&rbac{}).Reasons()...), ReasonUpstreamUnavailable, guard.ReasonBadRequest)...)
 }
 
 // Server is a running proxy.
@@ -90,7 +93,10 @@ func New(c Config) (*Server, error) {
 	s.certCallers = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_client_certificate_callers_total",
 		Help: "Requests without a token identified by a client certificate --client-ca-file verified."})
 	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers)
-	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: allowRule(c.Allowed), MetricsPrefix: "proxy"}
+	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: rule(c), MetricsPrefix: "proxy"}
+	for _, w := range c.Warnings {
+		s.log.Warn("proxy: " + w)
+	}
 	if c.Authorization == AuthorizationRBAC {
 		z, err := newRBAC(*c.RBAC)
 		if err != nil {
@@ -119,6 +125,23 @@ func New(c Config) (*Server, error) {
 		ErrorHandler:   s.upstreamError,
 	}
 	return s, nil
+}
+
+// rule is what the proxy checks of an identified caller, in order: the
+// --allow-* flags, --role-file's roles, --caller-binding's systems. RBAC,
+// when asked, comes after it (the guard's authorizer).
+func rule(c Config) binding.Rule {
+	rules := []binding.Rule{allowRule(c.Allowed)}
+	if c.Roles != nil {
+		rules = append(rules, c.Roles.rule())
+	}
+	if len(c.Bindings) > 0 {
+		rules = append(rules, binding.SystemBinding(c.Bindings))
+	}
+	if len(rules) == 1 {
+		return rules[0]
+	}
+	return binding.All(rules...)
 }
 
 // allowRule lets through the callers allowed names; with none named
@@ -165,8 +188,8 @@ func transport(c Config) *http.Transport {
 // Handler is the proxy's API: the path filters, the guard, the upstream.
 func (s *Server) Handler() http.Handler {
 	var extract guard.HTTPRequest
-	if s.rbac != nil && s.rbac.policy.rewrites() {
-		extract = s.rbac.request
+	if (s.rbac != nil && s.rbac.policy.rewrites()) || len(s.c.Bindings) > 0 {
+		extract = s.request
 	}
 	opts := []guard.MiddlewareOption{guard.RequireIdentity(), guard.WithRefusal(s.refuse)}
 	if s.c.ClientCAs != nil {
@@ -195,6 +218,24 @@ func (s *Server) Handler() http.Handler {
 		}
 		guarded.ServeHTTP(w, r)
 	})
+}
+
+// request is what the guard judges of an HTTP request when more than its
+// method and path are read: the system it names (--caller-binding) and
+// the RBAC rewrite's values — read only once the caller is identified.
+func (s *Server) request(r *http.Request) (binding.Request, error) {
+	req := binding.Request{Method: r.Method + " " + r.URL.Path}
+	if len(s.c.Bindings) > 0 {
+		sys, err := systemOf(r, s.c.SystemHeader)
+		if err != nil {
+			return req, err
+		}
+		req.System = sys
+	}
+	if s.rbac != nil {
+		req.Attributes = s.rbac.attributes(r)
+	}
+	return req, nil
 }
 
 // canonical reports whether p is a clean absolute path (a trailing slash
@@ -378,6 +419,12 @@ func (s *Server) Run(ctx context.Context) error {
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
 		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil,
 		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken)
+	if r := s.c.Roles; r != nil {
+		s.m.Set("role_file", r.File)
+	}
+	if len(s.c.Bindings) > 0 {
+		s.m.Set("caller_bindings", len(s.c.Bindings), "system_header", s.c.SystemHeader)
+	}
 	if r := s.c.RBAC; r != nil {
 		s.m.Set("authorization_allow_ttl", r.access.AllowTTL.String(), "authorization_deny_ttl", r.access.DenyTTL.String(),
 			"authorization_cache_max_entries", r.access.MaxEntries, "authorization_qps", r.access.QPS, "authorization_burst", r.access.Burst, "config_file", r.ConfigFile)

@@ -272,13 +272,11 @@ func newRBAC(c RBACConfig) (*rbac, error) {
 	return &rbac{policy: c.policy, reviews: a}, nil
 }
 
-// request is what the guard judges of an HTTP request under a rewrite:
-// its method and path, and the rewrite's values — read only once the
-// caller is identified.
-func (z *rbac) request(r *http.Request) (binding.Request, error) {
-	req := binding.Request{Method: r.Method + " " + r.URL.Path}
+// attributes are the rewrite's values of a request, for the guard to
+// pass to Authorize (none without a rewrite).
+func (z *rbac) attributes(r *http.Request) []binding.Attribute {
 	if vs := z.policy.rewriteValues(r); len(vs) > 0 {
-		req.Attributes = []binding.Attribute{{Key: rewriteAttribute, Values: vs}}
+		return []binding.Attribute{{Key: rewriteAttribute, Values: vs}}
 	}
-	return req, nil
+	return nil
 }
