@@ -56,7 +56,7 @@ grants:
 		{"client", "/admin/users", http.StatusOK, ""},
 		{"intruder", "/admin/users", http.StatusForbidden, "role_missing"},
 		{"client", "/other", http.StatusForbidden, "role_missing"}, // no entry names it
-		{"client", "/metrics/", http.StatusOK, ""}, // matched as /metrics, as --allow-paths matches
+		{"client", "/metrics/", http.StatusOK, ""},                 // matched as /metrics, as --allow-paths matches
 		{"client", "/admin", http.StatusForbidden, "role_missing"},
 		{"client", "/metrics/x", http.StatusForbidden, "role_missing"},
 	} {
