@@ -38,9 +38,8 @@ func main() {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport:     tr,
-		FlushInterval: -1,              // as callerauth-proxy: streams pass as they come
-		BufferPool:    &copybuf.Pool{}, // and its copy buffers are pooled
+		Transport:  tr,
+		BufferPool: &copybuf.Pool{}, // as callerauth-proxy's, its copy buffers are pooled
 	}
 	srv := &http.Server{Addr: *addr, Handler: rp, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}}

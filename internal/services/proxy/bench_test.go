@@ -55,7 +55,7 @@ func BenchmarkHandler(b *testing.B) {
 	s.proxy.Transport = answer{}
 	up, _ := url.Parse("http://127.0.0.1:1")
 	bare := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up); pr.Out.Host = pr.In.Host; pr.SetXForwarded() },
-		Transport: answer{}, FlushInterval: -1, BufferPool: &copybuf.Pool{}}
+		Transport: answer{}, BufferPool: &copybuf.Pool{}}
 	run := func(b *testing.B, h http.Handler, auth bool) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -105,7 +105,7 @@ func BenchmarkOverTLS(b *testing.B) {
 	}
 	up, _ := url.Parse(upstream.URL)
 	bare := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up); pr.Out.Host = pr.In.Host; pr.SetXForwarded() },
-		Transport: transport(c), FlushInterval: -1, BufferPool: &copybuf.Pool{}}
+		Transport: transport(c), BufferPool: &copybuf.Pool{}}
 	run := func(b *testing.B, h http.Handler, auth bool) {
 		srv := httptest.NewTLSServer(h)
 		defer srv.Close()

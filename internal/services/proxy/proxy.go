@@ -119,10 +119,13 @@ func New(c Config) (*Server, error) {
 		Rewrite:        s.rewrite,
 		ModifyResponse: trailersOnly,
 		Transport:      transport(c),
-		FlushInterval:  -1, // streams (gRPC, server-sent events) pass as they come
-		BufferPool:     &copybuf.Pool{},
-		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		ErrorHandler:   s.upstreamError,
+		// FlushInterval 0: a response of unknown length (gRPC, a chunked
+		// stream) or a text/event-stream is flushed as each write comes,
+		// by ReverseProxy itself; one whose length is known is written
+		// once, not its headers first in a record of their own.
+		BufferPool:   &copybuf.Pool{},
+		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler: s.upstreamError,
 	}
 	return s, nil
 }

@@ -1,11 +1,13 @@
 package proxy_test
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -649,5 +651,53 @@ func TestIdentityAssertion(t *testing.T) {
 	}
 	if h := <-got; h.Get(proxy.AssertionHeader) != "" {
 		t.Errorf("ignored path: the upstream got %q", h.Get(proxy.AssertionHeader))
+	}
+}
+
+// TestHTTPStream: a response of unknown length passes as it is written —
+// the caller reads the first part while the upstream still holds the
+// second — for a chunked body and for server-sent events.
+func TestHTTPStream(t *testing.T) {
+	e := newEnv(t)
+	for _, ct := range []string{"application/octet-stream", "text/event-stream"} {
+		t.Run(ct, func(t *testing.T) {
+			release := make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", ct)
+				_, _ = io.WriteString(w, "first\n")
+				w.(http.Flusher).Flush()
+				<-release // the second part waits for the caller to have the first
+				_, _ = io.WriteString(w, "second\n")
+			}))
+			t.Cleanup(up.Close)
+			defer close(release)
+			_, addr := run(t, e.options(t, up.URL))
+			req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/stream", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+e.tokens["client"])
+			resp, err := e.client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got := make(chan string, 1)
+			go func() {
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				got <- fmt.Sprintf("%q %v", line, err)
+			}()
+			select {
+			case g := <-got:
+				if g != `"first\n" <nil>` {
+					t.Fatalf("the first part: %s", g)
+				}
+			case <-time.After(20 * time.Second):
+				// Not a timing assertion: the upstream writes nothing more
+				// until the caller has the first part, so a proxy that
+				// holds it back never delivers it.
+				t.Fatal("the first part never reached the caller while the upstream held the second: the proxy buffered the stream")
+			}
+		})
 	}
 }
