@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"text/template"
 
@@ -99,17 +98,9 @@ type attributesPolicy struct {
 // reads anything but .Value, a static entry that is both a resource and
 // a path — stops the proxy here, naming the file.
 func readAuthzFile(name string) (attributesPolicy, error) {
-	f, err := os.Open(name)
+	b, err := readFlagFile("--config-file", name, MaxConfigFileBytes)
 	if err != nil {
-		return attributesPolicy{}, fmt.Errorf("proxy: --config-file: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigFileBytes+1))
-	if err != nil {
-		return attributesPolicy{}, fmt.Errorf("proxy: --config-file %s: %w", name, err)
-	}
-	if len(b) > MaxConfigFileBytes {
-		return attributesPolicy{}, fmt.Errorf("proxy: --config-file %s: larger than %d bytes", name, MaxConfigFileBytes)
+		return attributesPolicy{}, err
 	}
 	p, err := parseAuthzFile(b)
 	if err != nil {

@@ -379,23 +379,33 @@ const maxCAFileBytes = 1 << 20
 
 // readCAs reads a CA bundle flag's file.
 func readCAs(flag, name string) (*x509.CertPool, error) {
-	f, err := os.Open(name)
+	pem, err := readFlagFile(flag, name, maxCAFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: %s: %w", flag, err)
-	}
-	defer f.Close()
-	pem, err := io.ReadAll(io.LimitReader(f, maxCAFileBytes+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("proxy: %s %s: %w", flag, name, err)
-	case len(pem) > maxCAFileBytes:
-		return nil, fmt.Errorf("proxy: %s %s: larger than %d bytes", flag, name, maxCAFileBytes)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("proxy: %s %s holds no PEM certificate", flag, name)
 	}
 	return pool, nil
+}
+
+// readFlagFile reads the file a flag names, at most limit bytes; its
+// errors name the flag and the file.
+func readFlagFile(flag, name string, limit int) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %s: %w", flag, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("proxy: %s %s: %w", flag, name, err)
+	case len(b) > limit:
+		return nil, fmt.Errorf("proxy: %s %s: larger than %d bytes", flag, name, limit)
+	}
+	return b, nil
 }
 
 // parseUpstream reads --upstream.

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -63,17 +61,9 @@ var httpToken = regexp.MustCompile(`^[A-Z]+$`)
 // AuthenticationConfiguration's) — a required role no grant gives, which
 // no caller could ever have.
 func readRoleFile(name string, backendStatesRoles bool) (*Roles, error) {
-	f, err := os.Open(name)
+	b, err := readFlagFile("--role-file", name, MaxRoleFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: --role-file: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxRoleFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("proxy: --role-file %s: %w", name, err)
-	}
-	if len(b) > MaxRoleFileBytes {
-		return nil, fmt.Errorf("proxy: --role-file %s: larger than %d bytes", name, MaxRoleFileBytes)
+		return nil, err
 	}
 	var rf roleFile
 	if err := yaml.UnmarshalStrict(b, &rf); err != nil {
