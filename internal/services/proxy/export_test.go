@@ -22,3 +22,6 @@ func (s *Server) Attributes(method, target string) ([]authzv1.SubjectAccessRevie
 func (s *Server) StaticallyAllowed(spec authzv1.SubjectAccessReviewSpec) bool {
 	return s.rbac.policy.staticAllows(spec.User, spec)
 }
+
+// SetGCPercent is setGCPercent, for the test.
+var SetGCPercent = setGCPercent

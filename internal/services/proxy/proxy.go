@@ -421,7 +421,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
 		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil,
-		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken)
+		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken, "gc_percent", gcPercent())
 	if r := s.c.Roles; r != nil {
 		s.m.Set("role_file", r.File)
 	}
