@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -111,5 +112,9 @@ func gcPercent() int {
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		return -1
 	}
-	return int(s[0].Value.Uint64())
+	v := s[0].Value.Uint64()
+	if v > math.MaxInt32 {
+		return -1 // off (GOGC=off reads as the largest value)
+	}
+	return int(v)
 }

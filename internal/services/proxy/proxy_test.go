@@ -682,9 +682,10 @@ func TestHTTPStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
+			first := bufio.NewReader(resp.Body)
 			got := make(chan string, 1)
 			go func() {
-				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				line, err := first.ReadString('\n')
 				got <- fmt.Sprintf("%q %v", line, err)
 			}()
 			select {

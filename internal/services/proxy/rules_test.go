@@ -141,14 +141,14 @@ func TestRuleOptionsRefused(t *testing.T) {
 		}, "names no caller"},
 		{"an empty file", func(t *testing.T, o *proxy.Options) { o.RoleFile = writeFile(t, "r.yaml", "") }, "no required entry"},
 		{"a missing file", func(t *testing.T, o *proxy.Options) { o.RoleFile = filepath.Join(t.TempDir(), "none.yaml") }, "--role-file"},
-		{"a binding without =", func(t *testing.T, o *proxy.Options) { o.CallerBindings = []string{"billing"} }, `--caller-binding "billing": want SYSTEM=PRINCIPAL`},
-		{"a system bound twice", func(t *testing.T, o *proxy.Options) {
+		{"a binding without =", func(_ *testing.T, o *proxy.Options) { o.CallerBindings = []string{"billing"} }, `--caller-binding "billing": want SYSTEM=PRINCIPAL`},
+		{"a system bound twice", func(_ *testing.T, o *proxy.Options) {
 			o.CallerBindings = []string{"a=system:serviceaccount:demo:x", "a=system:serviceaccount:demo:y"}
 		}, "bound twice"},
-		{"the system in the user header", func(t *testing.T, o *proxy.Options) {
+		{"the system in the user header", func(_ *testing.T, o *proxy.Options) {
 			o.CallerBindings, o.SystemHeader = []string{"a=system:serviceaccount:demo:x"}, "x-remote-user"
 		}, "--system-header"},
-		{"a system header without bindings", func(t *testing.T, o *proxy.Options) { o.SystemHeader = "X-System" }, "give --caller-binding"},
+		{"a system header without bindings", func(_ *testing.T, o *proxy.Options) { o.SystemHeader = "X-System" }, "give --caller-binding"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := e.options(t, "http://127.0.0.1:1")
