@@ -18,6 +18,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // AssertionHeader carries the assertion to the upstream; a client's is
@@ -77,17 +78,28 @@ func newAsserter(audience, keyFile string, ttl time.Duration) (*asserter, error)
 	return &asserter{signer: s, audience: audience, ttl: ttl, now: time.Now, jwks: jwks}, nil
 }
 
+// AuditRefusalHeader tells the upstream that --caller-auth-mode audit let
+// through a request the proxy would have refused, and why (the reason,
+// such as rbac_denied); the assertion carries it as its audit_refusal
+// claim. A client's is always removed.
+const AuditRefusalHeader = "X-Callerauth-Audit-Refusal"
+
 // assert signs what the proxy verified of c for one request: the method
-// and path it made (htm, htu, as DPoP binds a proof to a request), so
-// that an assertion taken from one request is worth nothing on another.
-func (a *asserter) assert(c *authn.Caller, r *http.Request) (string, error) {
+// and the target it made — path and query, as the client sent them
+// (htm, htu; DPoP's htu leaves the query out, this one binds it) — so
+// that an assertion taken from one request is worth nothing on another,
+// and the refusal audit let through (audit_refusal), if any.
+func (a *asserter) assert(c *authn.Caller, refusal reason.Reason, r *http.Request) (string, error) {
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	now := a.now()
 	claims := map[string]any{
 		"iss": AssertionIssuer, "aud": a.audience, "sub": c.Username,
 		"iat": now.Unix(), "exp": now.Add(a.ttl).Unix(), "jti": base64.RawURLEncoding.EncodeToString(id[:]),
-		"htm": r.Method, "htu": r.URL.Path,
+		"htm": r.Method, "htu": r.URL.RequestURI(),
+	}
+	if !refusal.IsZero() {
+		claims["audit_refusal"] = refusal.String()
 	}
 	if c.UID != "" {
 		claims["uid"] = c.UID

@@ -67,7 +67,9 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.IdentityAssertionAudience, "identity-assertion-audience", o.IdentityAssertionAudience, "send the upstream a signed identity assertion (a JWT in X-Callerauth-Identity) for this audience, the upstream's name; its keys at /.well-known/jwks.json on --metrics-listen (default: none sent)")
 	f.StringVar(&o.IdentityAssertionKeyFile, "identity-assertion-key-file", o.IdentityAssertionKeyFile, "PEM private key(s) signing the assertion (ES256 or EdDSA; the last signs, all are published; callerauth decision keygen makes one) (default: a key made at start-up)")
 	f.DurationVar(&o.IdentityAssertionTTL, "identity-assertion-ttl", o.IdentityAssertionTTL, "how long an assertion is valid (at most 10m)")
+	f.BoolVar(&o.AllowWebSocket, "allow-websocket", o.AllowWebSocket, "forward WebSocket upgrades: the handshake is authenticated and authorized as any request (never on an --ignore-paths path), the frames after it are not (default: refused 400); other upgrades are always refused, an h2c offer declined")
 	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
+	addKubeRBACProxyFlags(f, &o.kubeRBACProxy)
 }
 
 // ParseArgs reads a command line as callerauth-proxy does, without

@@ -111,6 +111,11 @@ type Options struct {
 	IdentityAssertionAudience string
 	IdentityAssertionKeyFile  string
 	IdentityAssertionTTL      time.Duration
+	// AllowWebSocket forwards a WebSocket upgrade (--allow-websocket): its
+	// handshake is judged as any request (never on an --ignore-paths
+	// path); the frames after it are not. Off: refused 400. Any other
+	// upgrade is always refused and an h2c offer declined.
+	AllowWebSocket bool
 	// PassBearerToken keeps the caller's Authorization header on the way
 	// to the upstream (--pass-bearer-token). Off: it is removed.
 	PassBearerToken bool
@@ -122,6 +127,9 @@ type Options struct {
 	// only from the one principal bound to it, binding.SystemBinding.
 	CallerBindings []string
 	SystemHeader   string
+	// kubeRBACProxy are the kube-rbac-proxy flags given (hidden; each
+	// warned of or refused at start-up).
+	kubeRBACProxy []krpFlag
 }
 
 // Defaults.
@@ -184,6 +192,7 @@ type Config struct {
 	GroupHeader           string
 	ExtraHeaderPrefix     string
 	PassBearerToken       bool
+	AllowWebSocket        bool
 	// Assertion is set under --identity-assertion-audience.
 	Assertion *AssertionConfig
 	// ClientCAs verify callers' client certificates (--client-ca-file);
@@ -231,7 +240,7 @@ func (o Options) Complete() (Config, error) {
 		errs = append(errs, errors.New("proxy: --tls-cert-file and --tls-key-file are required: callers' bearer tokens must not cross the network in clear"))
 	}
 	c := Config{Serve: o.Serve, Callers: callers, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
-		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken, Authorization: o.Authorization,
+		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken, AllowWebSocket: o.AllowWebSocket, Authorization: o.Authorization,
 		UserHeader: textproto.CanonicalMIMEHeaderKey(o.UserHeader), GroupHeader: textproto.CanonicalMIMEHeaderKey(o.GroupHeader),
 		ExtraHeaderPrefix: textproto.CanonicalMIMEHeaderKey(o.ExtraHeaderPrefix)}
 	c.Upstream, c.UnixSocket, err = parseUpstream(o.Upstream)
@@ -328,6 +337,9 @@ func (o Options) Complete() (Config, error) {
 			errs = append(errs, fmt.Errorf("proxy: %s %q: want a header name (not Authorization)", h.flag, h.v))
 		}
 	}
+	krpWarnings, krpErrs := krpMessages(o.kubeRBACProxy)
+	c.Warnings = append(c.Warnings, krpWarnings...)
+	errs = append(errs, krpErrs...)
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -431,8 +443,9 @@ func parseUpstream(s string) (*url.URL, string, error) {
 const allowedRole = "proxy:allowed"
 
 // stripped reports whether a request header is one the proxy sets for
-// the upstream (a client's is never passed on).
+// the upstream (a client's is never passed on), read as a server that
+// takes _ for - reads it: X_Remote_User is X-Remote-User there.
 func (c Config) stripped(name string) bool {
-	name = textproto.CanonicalMIMEHeaderKey(name)
-	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix) || name == AssertionHeader
+	name = headerName(name)
+	return name == c.UserHeader || name == c.GroupHeader || strings.HasPrefix(name, c.ExtraHeaderPrefix) || name == AssertionHeader || name == AuditRefusalHeader
 }

@@ -73,6 +73,9 @@ type Server struct {
 	ignored        prometheus.Counter
 	badPaths       prometheus.Counter
 	certCallers    prometheus.Counter
+
+	clientBodyErrors prometheus.Counter
+	upgrades         *prometheus.CounterVec
 }
 
 // New builds the proxy: the caller authentication, the rule, the
@@ -92,7 +95,11 @@ func New(c Config) (*Server, error) {
 		Help: "Requests whose path is not in canonical form (a . or .. segment, a repeated /): answered 400 bad_request before authentication, never passed on."})
 	s.certCallers = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_client_certificate_callers_total",
 		Help: "Requests without a token identified by a client certificate --client-ca-file verified."})
-	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers)
+	s.clientBodyErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_client_body_errors_total",
+		Help: "Requests whose body the client failed to send (a malformed chunk, the read timeout): answered 400 bad_request, not counted as upstream errors."})
+	s.upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "proxy_upgrade_requests_total",
+		Help: "Requests asking to switch protocols, by outcome: websocket (judged and forwarded under --allow-websocket) or refused (400 bad_request). An h2c offer is declined, not counted."}, []string{"outcome"})
+	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers, s.clientBodyErrors, s.upgrades)
 	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: rule(c), MetricsPrefix: "proxy"}
 	for _, w := range c.Warnings {
 		s.log.Warn("proxy: " + w)
@@ -117,7 +124,7 @@ func New(c Config) (*Server, error) {
 	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
-		ModifyResponse: trailersOnly,
+		ModifyResponse: modifyResponse,
 		Transport:      transport(c),
 		// FlushInterval 0: a response of unknown length (gRPC, a chunked
 		// stream) or a text/event-stream is flushed as each write comes,
@@ -200,27 +207,48 @@ func (s *Server) Handler() http.Handler {
 	}
 	guarded := s.guard.Middleware(extract, opts...)(s.proxy)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		clean, ok := canonical(r.URL.Path)
+		clean, ok := canonical(r.URL.Path, r.URL.EscapedPath())
 		if !ok {
 			// What the path filters and RBAC judge must be what the
-			// upstream serves: /metrics/../admin is not /metrics.
+			// upstream serves, whatever server it is: /metrics/../admin
+			// is not /metrics, nor /ok/..;/admin /ok to Tomcat.
 			s.badPaths.Inc()
-			s.refuse(w, r, &guard.Verdict{Reason: guard.ReasonBadRequest})
-			s.log.Warn("refused", "reason", guard.ReasonBadRequest.String(), "detail", "the path is not in canonical form (a . or .. segment, or a repeated /)",
-				"method", r.Method, "path", guard.LogValue(r.URL.Path))
+			s.badRequest(w, r, "the path is not one every server reads alike (a . or .. segment, a repeated /, a ;, a %, a \\, an encoded /, a segment ending in a dot or a space, or a control character)")
 			return
 		}
 		if len(s.c.AllowPaths) > 0 && !matches(s.c.AllowPaths, clean) {
 			http.NotFound(w, r)
 			return
 		}
-		if matches(s.c.IgnorePaths, clean) {
+		ignored := matches(s.c.IgnorePaths, clean)
+		switch screenUpgrade(r) {
+		case websocketUpgrade:
+			if !s.c.AllowWebSocket || ignored {
+				s.upgrades.WithLabelValues("refused").Inc()
+				s.badRequest(w, r, "a WebSocket upgrade is forwarded only with --allow-websocket, and never on an --ignore-paths path")
+				return
+			}
+			s.upgrades.WithLabelValues("websocket").Inc()
+		case refusedUpgrade:
+			s.upgrades.WithLabelValues("refused").Inc()
+			s.badRequest(w, r, "the proxy forwards no protocol upgrade but WebSocket's (an h2c offer is declined), and no CONNECT")
+			return
+		}
+		r = withClientBody(r)
+		if ignored {
 			s.ignored.Inc()
 			s.proxy.ServeHTTP(w, r)
 			return
 		}
 		guarded.ServeHTTP(w, r)
 	})
+}
+
+// badRequest refuses a request the proxy will not pass on, before
+// anything else reads it.
+func (s *Server) badRequest(w http.ResponseWriter, r *http.Request, detail string) {
+	s.refuse(w, r, &guard.Verdict{Reason: guard.ReasonBadRequest})
+	s.log.Warn("refused", "reason", guard.ReasonBadRequest.String(), "detail", detail, "method", r.Method, "path", guard.LogValue(r.URL.Path))
 }
 
 // request is what the guard judges of an HTTP request when more than its
@@ -239,17 +267,6 @@ func (s *Server) request(r *http.Request) (binding.Request, error) {
 		req.Attributes = s.rbac.attributes(r)
 	}
 	return req, nil
-}
-
-// canonical reports whether p is a clean absolute path (a trailing slash
-// kept), and the path the filters match: p without its trailing slash.
-func canonical(p string) (string, bool) {
-	clean := path.Clean("/" + p)
-	want := clean
-	if strings.HasSuffix(p, "/") && clean != "/" {
-		want += "/"
-	}
-	return clean, want == p
 }
 
 func matches(patterns []string, p string) bool {
@@ -275,12 +292,19 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Del("Authorization")
 	}
 	v, ok := guard.FromContext(pr.In.Context())
-	if !ok || v.Caller == nil {
-		return // an ignored path, or a refusal audit let through: no identity
+	if !ok {
+		return // an ignored path: no identity
+	}
+	if !v.Reason.IsZero() {
+		// audit let a refusal through: the upstream is told which.
+		pr.Out.Header.Set(AuditRefusalHeader, v.Reason.String())
+	}
+	if v.Caller == nil {
+		return // no caller (a refusal audit let through)
 	}
 	setIdentity(pr.Out.Header, s.c, v.Caller)
 	if s.asserter != nil {
-		jws, err := s.asserter.assert(v.Caller, pr.In)
+		jws, err := s.asserter.assert(v.Caller, v.Reason, pr.In)
 		if err != nil {
 			// Not reached with the keys New accepted; the upstream then
 			// gets no assertion, which it must refuse.
@@ -289,6 +313,21 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		}
 		pr.Out.Header.Set(AssertionHeader, jws)
 	}
+}
+
+// errUnaskedUpgrade is an upstream's 101 to a request that asked for no
+// upgrade the proxy forwards: passed on, it would open a tunnel past
+// every check.
+var errUnaskedUpgrade = errors.New("the upstream switched protocols (101) on a request that asked for no upgrade the proxy forwards")
+
+// modifyResponse screens the upstream's response: a 101 only to a
+// WebSocket upgrade the proxy let through, a gRPC trailers-only
+// response's status as trailers.
+func modifyResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols && !hasToken(res.Request.Header["Upgrade"], "websocket") {
+		return errUnaskedUpgrade
+	}
+	return trailersOnly(res)
 }
 
 // trailersOnly makes a gRPC trailers-only response — the status in the
@@ -364,13 +403,20 @@ func isGRPC(r *http.Request) bool {
 	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
 }
 
-// upstreamError answers a request the upstream did not take.
+// upstreamError answers a request the upstream did not take — or that
+// could not be sent to it because the client's body was broken, which is
+// the client's fault: 400 bad_request, not an upstream error.
 func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the caller went away
 	}
+	if berr := bodyError(r); berr != nil {
+		s.clientBodyErrors.Inc()
+		s.badRequest(w, r, "the request's body could not be read: "+berr.Error())
+		return
+	}
 	s.upstreamErrors.Inc()
-	s.log.Warn("proxy: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.log.Warn("proxy: the upstream did not answer", "method", r.Method, "path", guard.LogValue(r.URL.Path), "err", err)
 	if isGRPC(r) {
 		writeGRPCStatus(w, status.Convert(guard.Refuse(ReasonUpstreamUnavailable, "")))
 		return
