@@ -107,6 +107,13 @@ type Mapping interface {
 type Config struct {
 	// Issuers trusted, at least one.
 	Issuers []IssuerConfig
+	// Audience, when set, is the service's own: a token must carry it as
+	// well as an audience its issuer lists (a file of issuers shared by
+	// several services lists theirs all, and a token minted for one of
+	// the others is refused token_invalid here), and at least one issuer
+	// must list it (else every token would be refused: the configuration
+	// is refused, naming both). Empty: any audience an issuer lists.
+	Audience string
 	// Leeway is the clock skew allowed on nbf and iat. Default 1 minute.
 	// exp has no leeway: a token is refused from its exp on.
 	Leeway time.Duration
@@ -189,6 +196,13 @@ func (c *Config) validate() error {
 		return errors.New("oidc: at least one issuer is required")
 	}
 	var errs []error
+	if c.Audience != "" && !slices.ContainsFunc(c.Issuers, func(ic IssuerConfig) bool { return slices.Contains(ic.Audiences, c.Audience) }) {
+		var listed []string
+		for _, ic := range c.Issuers {
+			listed = append(listed, ic.Audiences...)
+		}
+		errs = append(errs, fmt.Errorf("oidc: no issuer lists the service's audience %q (the issuers list %q): every token would be refused; add it to the audiences of the issuers whose tokens this service takes", c.Audience, listed))
+	}
 	seen := map[string]bool{}
 	for i := range c.Issuers {
 		ic := &c.Issuers[i]

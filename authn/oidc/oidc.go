@@ -261,6 +261,9 @@ func (a *Authenticator) caller(ctx context.Context, iss *issuer, c *claims, payl
 	if len(matched) == 0 {
 		return nil, authn.Fail(authn.TokenInvalid, "token audiences %q include none of %q", []string(c.Audience), iss.cfg.Audiences)
 	}
+	if a.cfg.Audience != "" && !slices.Contains(matched, a.cfg.Audience) {
+		return nil, authn.Fail(authn.TokenInvalid, "token audiences %q do not include this service's %q (its issuer accepts %q)", []string(c.Audience), a.cfg.Audience, iss.cfg.Audiences)
+	}
 	if m := iss.cfg.Mapping; m != nil {
 		// An AuthenticationConfiguration's issuer: its mappings alone say
 		// who the caller is, as on the API server.

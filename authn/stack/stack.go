@@ -73,8 +73,12 @@ func (c Config) Settings() []any {
 
 // Spec is what a service decides about its callers.
 type Spec struct {
-	// Audience the tokens must be minted for (TokenReview); the oidc
-	// backend takes the audiences from its AuthenticationConfiguration.
+	// Audience the tokens must be minted for, on every backend: the
+	// TokenReview's audience; under oidc a token must carry it as well as
+	// satisfy the AuthenticationConfiguration, and a file none of whose
+	// issuers lists it is refused (at start-up and at every reload).
+	// Required for TokenReview; under oidc, empty means any audience the
+	// file lists (the vmafx controller: one per tenant's issuer).
 	Audience string
 	// Mode, FailOpenOnUnavailable and Rule are the guard's.
 	Mode                  guard.Mode
@@ -201,7 +205,7 @@ func (b *built) backend(o Options, spec Spec) error {
 	log := spec.Logger
 	if o.Backend == BackendOIDC {
 		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: spec.CheckIssuers, Logger: log,
-			Base: oidc.Config{Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
+			Base: oidc.Config{Audience: spec.Audience, Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-authentication-config: %w", err)
 		}

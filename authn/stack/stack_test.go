@@ -77,6 +77,31 @@ func build(t *testing.T, o stack.Options, spec stack.Spec) *stack.Stack {
 	return st
 }
 
+// TestOIDCFileMustListTheAudience: an AuthenticationConfiguration none of
+// whose issuers lists the service's audience would refuse every token:
+// Build refuses it, naming the audience and what the file lists.
+func TestOIDCFileMustListTheAudience(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{})
+	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
+	doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"another-service"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(authnConfig, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := stack.NewOptions()
+	o.Backend, o.AuthenticationConfig = stack.BackendOIDC, authnConfig
+	cfg, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stack.Build(cfg, stack.Spec{Audience: "svc", Mode: guard.Enforce, MetricsPrefix: "test", Rule: binding.SystemBinding(map[string]string{"sys": "x"})})
+	if err == nil || !strings.Contains(err.Error(), `audience "svc"`) || !strings.Contains(err.Error(), "another-service") || !strings.Contains(err.Error(), authnConfig) {
+		t.Fatalf("a file that lists only another service's audience: %v; want a refusal naming svc, another-service and the file", err)
+	}
+}
+
 // parse reads args into NewOptions as a service's command line does.
 func parse(args ...string) (stack.Options, error) {
 	o := stack.NewOptions()
@@ -89,11 +114,13 @@ func parse(args ...string) (stack.Options, error) {
 // TestGuardOnBothBackends wires the same rule through TokenReview and
 // through the oidc backend's AuthenticationConfiguration, against one dev
 // issuer: the same token gives the same caller, a token for another
-// audience is refused by both.
+// audience is refused by both — under oidc also when the file lists that
+// audience too (a file shared by two services): the service's audience
+// holds on every backend.
 func TestGuardOnBothBackends(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{})
 	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
-	doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc"}}}})
+	doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: []string{"svc", "another-service"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,12 @@ func (e *env) options(t *testing.T, upstream string) proxy.Options {
 // run starts the proxy until the test ends and returns it and its address.
 func run(t *testing.T, o proxy.Options) (*proxy.Server, string) {
 	t.Helper()
+	return runTrusting(t, o, roots(t, o))
+}
+
+// runTrusting is run, the proxy's certificate checked against pool.
+func runTrusting(t *testing.T, o proxy.Options, pool *x509.CertPool) (*proxy.Server, string) {
+	t.Helper()
 	s := servicetest.New(t, o, nil, proxy.New)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -104,7 +110,7 @@ func run(t *testing.T, o proxy.Options) (*proxy.Server, string) {
 			t.Error(err)
 		}
 	})
-	trust := &tls.Config{RootCAs: roots(t, o), MinVersion: tls.VersionTLS12}
+	trust := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	for i := 0; ; i++ {
 		c, err := tls.Dial("tcp", o.Serve.Listen, trust)
 		if err == nil {

@@ -3,10 +3,14 @@ package proxy_test
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +18,11 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/callerauth/callerauth/authn/authconfig"
+	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
 	"github.com/callerauth/callerauth/internal/services/proxy"
 )
@@ -389,5 +398,61 @@ func TestAuditMarksWhatItLetThrough(t *testing.T) {
 		if claims.AuditRefusal != c.mark || claims.Htu != "/v1/things?page=2" {
 			t.Errorf("%s: the assertion's audit_refusal %q, htu %q; want %q and the path with its query", c.name, claims.AuditRefusal, claims.Htu, c.mark)
 		}
+	}
+}
+
+// TestAudienceOnEveryBackend: --caller-audience holds on each backend —
+// under an AuthenticationConfiguration that lists another service's
+// audience too, a token minted for that service is refused; a file that
+// lists only others stops the proxy at start-up, naming both.
+func TestAudienceOnEveryBackend(t *testing.T) {
+	iss, srv := devissuertest.Serve(t, devissuer.Config{})
+	e := &env{iss: iss, roots: x509.NewCertPool(), tokens: map[string]string{}}
+	pem, err := os.ReadFile(iss.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.roots.AppendCertsFromPEM(pem)
+	for name, aud := range map[string]string{"client": audience, "other-audience": "another-service"} {
+		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "demo", ServiceAccount: "client", Audiences: []string{aud}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tokens[name] = tok.Token
+	}
+	file := func(auds ...string) string {
+		doc, _, err := authconfig.Convert(oidc.Config{Issuers: []oidc.IssuerConfig{{Issuer: iss.Issuer(), DiscoveryURL: srv.URL, CAFile: iss.CAFile(), Audiences: auds}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), "authn.yaml")
+		if err := os.WriteFile(f, doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(up.Close)
+	for _, backend := range []string{stack.BackendTokenReview, stack.BackendOIDC} {
+		o := e.options(t, up.URL)
+		if backend == stack.BackendOIDC {
+			o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = stack.BackendOIDC, "", file(audience, "another-service")
+		}
+		_, addr := runTrusting(t, o, e.roots)
+		if code, body := e.get(t, "https://"+addr+"/x", e.tokens["client"]); code != http.StatusOK {
+			t.Errorf("%s: a token for %s: %d %s", backend, audience, code, body)
+		}
+		if code, body := e.get(t, "https://"+addr+"/x", e.tokens["other-audience"]); code != http.StatusUnauthorized || !strings.Contains(body, "token_invalid") {
+			t.Errorf("%s: a token for another service: %d %s, want 401 token_invalid", backend, code, body)
+		}
+	}
+	o := e.options(t, up.URL)
+	o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = stack.BackendOIDC, "", file("another-service")
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.New(c); err == nil || !strings.Contains(err.Error(), `"`+audience+`"`) || !strings.Contains(err.Error(), "another-service") {
+		t.Errorf("a file that lists only another service's audience: %v; want a start-up refusal naming both", err)
 	}
 }
