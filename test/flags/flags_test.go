@@ -290,3 +290,102 @@ func exprString(e ast.Expr) string {
 	}
 	return ""
 }
+
+// specOnlyOn are the stack.Spec fields one backend alone reads, and why
+// the other has nothing to read them with. Any other field backend()
+// reads must be read on every branch: a service's setting (its
+// --caller-audience, above all) holds whatever --caller-backend says.
+var specOnlyOn = map[string]string{
+	"WatchNode":    "tokenreview: narrows --caller-watch-bound-objects' pod watch, which only the TokenReview backend runs (the flag is refused under oidc)",
+	"CheckIssuers": "oidc: the service's requirement of an AuthenticationConfiguration's issuers; TokenReview reads no file of issuers",
+}
+
+// TestSpecHoldsOnEveryBackend: every field of authn/stack's Spec that
+// picks or shapes the backend is read in each backend's branch of
+// built.backend (the AuthenticationConfiguration's and TokenReview's), or
+// is listed in specOnlyOn with the reason. The fields Build reads outside
+// it (the mode, the rule, the metrics) hold on every backend by
+// construction. This is the class the audience once escaped: read by
+// TokenReview alone, never under oidc.
+func TestSpecHoldsOnEveryBackend(t *testing.T) {
+	pkgs := typecheck.Load(t, "../../authn/stack")
+	c := typecheck.Check(t, pkgs, module+"/authn/stack")
+	var backend *ast.FuncDecl
+	for _, f := range c.Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "backend" && fd.Recv != nil {
+				backend = fd
+			}
+		}
+	}
+	if backend == nil {
+		t.Fatal("authn/stack has no built.backend: the test must follow the code")
+	}
+	// The oidc branch: the if whose condition names BackendOIDC; the
+	// TokenReview branch: everything after it.
+	var oidcBranch ast.Node
+	var rest []ast.Stmt
+	for i, st := range backend.Body.List {
+		if is, ok := st.(*ast.IfStmt); ok && names(is.Cond, "BackendOIDC") {
+			oidcBranch, rest = is.Body, backend.Body.List[i+1:]
+			break
+		}
+	}
+	if oidcBranch == nil || len(rest) == 0 {
+		t.Fatal("built.backend has no `if o.Backend == BackendOIDC` branch followed by TokenReview's: the test must follow the code")
+	}
+	reads := func(nodes ...ast.Node) map[string]bool {
+		got := map[string]bool{}
+		for _, n := range nodes {
+			ast.Inspect(n, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "spec" {
+						got[sel.Sel.Name] = true
+					}
+				}
+				return true
+			})
+		}
+		return got
+	}
+	restNodes := make([]ast.Node, len(rest))
+	for i, st := range rest {
+		restNodes[i] = st
+	}
+	onOIDC, onReview := reads(oidcBranch), reads(restNodes...)
+	all := map[string]bool{}
+	for f := range onOIDC {
+		all[f] = true
+	}
+	for f := range onReview {
+		all[f] = true
+	}
+	if !all["Audience"] {
+		t.Fatal("built.backend reads no spec.Audience: the test must follow the code")
+	}
+	for f := range all {
+		if onOIDC[f] && onReview[f] {
+			continue
+		}
+		if why, ok := specOnlyOn[f]; ok {
+			only := map[bool]string{true: "oidc", false: "tokenreview"}[onOIDC[f]]
+			if !strings.HasPrefix(why, only+":") {
+				t.Errorf("Spec.%s is read on %s alone, but specOnlyOn says %q", f, only, why)
+			}
+			continue
+		}
+		t.Errorf("Spec.%s is read on one backend only (oidc %v, tokenreview %v): read it on both, or refuse it where it cannot hold and list it in specOnlyOn with the reason", f, onOIDC[f], onReview[f])
+	}
+}
+
+// names reports whether e mentions the identifier name.
+func names(e ast.Expr, name string) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && id.Name == name {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
