@@ -340,9 +340,10 @@ func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Reque
 }
 
 func (g *Guard) logDecision(ctx context.Context, v *Verdict, req binding.Request) {
-	// Clean allows are logged at debug, refusals and audited violations at
-	// warn; nothing is built for a level that is off.
-	level, msg := slog.LevelDebug, "allowed"
+	// Clean allows are logged at info (a service's default: one line per
+	// decision; --log-level warn keeps refusals alone), refusals and
+	// audited violations at warn; nothing is built for a level that is off.
+	level, msg := slog.LevelInfo, "allowed"
 	if !v.Reason.IsZero() {
 		level, msg = slog.LevelWarn, "refused"
 		if v.Allowed {

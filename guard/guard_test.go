@@ -92,6 +92,35 @@ func TestLogLine(t *testing.T) {
 	}
 }
 
+// TestAllowedIsLoggedByDefault: at the default level (info) an allowed
+// decision is logged as a refused one is — one line per decision, as the
+// README promises; warn keeps the refusals alone.
+func TestAllowedIsLoggedByDefault(t *testing.T) {
+	callers := map[string]*authn.Caller{"ok": {Username: "u"}}
+	for _, c := range []struct {
+		level slog.Level
+		lines int
+	}{{slog.LevelInfo, 2}, {slog.LevelWarn, 1}} {
+		var buf bytes.Buffer
+		g, _ := newGuard(t, guard.Config{
+			Authenticator: fakeAuth(callers),
+			Rule:          binding.SystemBinding(map[string]string{"sys": "u"}),
+			Logger:        slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: c.level})),
+		})
+		g.Check(context.Background(), bearer.Parse([]string{"Bearer ok"}), binding.Request{System: "sys", Method: "POST /v1/check"})
+		g.Check(context.Background(), bearer.Parse([]string{"Bearer ok"}), binding.Request{System: "other", Method: "POST /v1/check"})
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(lines) != c.lines {
+			t.Fatalf("level %s: %d lines for an allowed and a refused decision, want %d:\n%s", c.level, len(lines), c.lines, buf.String())
+		}
+		var first map[string]any
+		_ = json.Unmarshal([]byte(lines[0]), &first)
+		if c.level == slog.LevelInfo && (first["msg"] != "callerauth: allowed" || first["allowed"] != true || first["caller"] != "u" || first["method"] != "POST /v1/check") {
+			t.Errorf("the allowed decision's line: %v", first)
+		}
+	}
+}
+
 // TestLogLineIsBounded: a request-supplied value is cut, with a marker, so
 // an unauthenticated caller cannot write 60 KB log lines.
 func TestLogLineIsBounded(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -222,8 +221,16 @@ func (h *httpTransport) send(t *testing.T, header []string, nodes []string) resu
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Reason, Error string }
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		if resp.StatusCode == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("401 without WWW-Authenticate: Bearer")
+		if resp.StatusCode == http.StatusUnauthorized {
+			// RFC 6750 §3.1: no error code for a request without
+			// credentials.
+			want := map[string]string{"token_missing": "Bearer", "malformed_credentials": `Bearer error="invalid_request"`}[e.Reason]
+			if want == "" {
+				want = `Bearer error="invalid_token"`
+			}
+			if got := resp.Header.Get("WWW-Authenticate"); got != want {
+				t.Errorf("401 %s: WWW-Authenticate %q, want %q", e.Reason, got, want)
+			}
 		}
 		if e.Error != sentenceOf(t, e.Reason) {
 			t.Errorf("body: error %q is not the sentence for %q", e.Error, e.Reason)

@@ -231,12 +231,26 @@ var ReasonBadRequest = reason.New("bad_request", reason.InvalidArgument, "the re
 // WriteRefusal answers a refused verdict over HTTP: 401, 403 or 503, and
 // the JSON body {"reason": "<reason>", "error": "<sentence>"} — the stable
 // reason for programs, the sentence for people, and nothing else (not the
-// token, not the detail). A 401 carries WWW-Authenticate: Bearer.
+// token, not the detail). A 401 carries WWW-Authenticate: Bearer, as
+// RFC 6750 §3.1 has it: no error code for a request that sent no
+// credentials, invalid_request for a malformed Authorization header,
+// invalid_token otherwise.
 func WriteRefusal(w http.ResponseWriter, v *Verdict) {
 	if v.Reason.Code() == reason.Unauthenticated {
-		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		w.Header().Set("WWW-Authenticate", challenge(v.Reason))
 	}
 	WriteHTTPError(w, v.Reason, "")
+}
+
+// challenge is a 401's WWW-Authenticate for reason r.
+func challenge(r reason.Reason) string {
+	switch r {
+	case binding.ReasonTokenMissing:
+		return "Bearer"
+	case bearer.ReasonMalformed:
+		return `Bearer error="invalid_request"`
+	}
+	return `Bearer error="invalid_token"`
 }
 
 // WriteHTTPError writes a refusal: the HTTP status of r's code and the

@@ -236,3 +236,20 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestStateDirThatCannotBeMadeNamesTheFlag: a state directory the issuer
+// cannot make (a container's HOME on a read-only root) is refused naming
+// the directory and --state-dir, not as a bare mkdir error.
+func TestStateDirThatCannotBeMadeNamesTheFlag(t *testing.T) {
+	blocked := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := cli.Execute(context.Background(), &cli.Options{Stdout: &out, Stderr: &out, Getenv: func(k string) string {
+		return map[string]string{"XDG_STATE_HOME": filepath.Join(blocked, "state")}[k]
+	}}, []string{"token", "mint", "--service-account", "a:b", "--audience", "x"})
+	if err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), filepath.Join(blocked, "state", "callerauth", "dev-issuer")) {
+		t.Fatalf("an unwritable default state directory: %v; want the directory and --state-dir named", err)
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"strings"
@@ -49,7 +50,14 @@ func (f *issuerFlags) open(o *Options) (*devissuer.Issuer, error) {
 	if alg != "" && alg != devissuer.ES256 && alg != devissuer.RS256 {
 		return nil, fmt.Errorf("--algorithm %q: want ES256 or RS256", f.algorithm)
 	}
-	return devissuer.Open(f.stateDir, devissuer.Config{Issuer: f.issuer, Algorithm: alg, MaxLifetime: f.maxLifetime, Now: o.Now})
+	iss, err := devissuer.Open(f.stateDir, devissuer.Config{Issuer: f.issuer, Algorithm: alg, MaxLifetime: f.maxLifetime, Now: o.Now})
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		// The directory is where the issuer keeps its keys: say which it
+		// was and how to name another (a container's HOME may be / on a
+		// read-only root).
+		return nil, fmt.Errorf("the issuer's state directory %s: %w; give a writable --state-dir DIR (default: $XDG_STATE_HOME/callerauth/dev-issuer, else $HOME/.local/state/callerauth/dev-issuer)", f.stateDir, err)
+	}
+	return iss, err
 }
 
 func newIssuerCmd(o *Options) *cobra.Command {

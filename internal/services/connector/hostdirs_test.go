@@ -2,7 +2,9 @@ package connector
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +56,30 @@ func TestHostDirs(t *testing.T) {
 	} {
 		if _, err := run(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v; want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestHostDirHint: a socket-role start-up that cannot write its socket
+// or datastore says what a node needs (daemonset.prepareHostDirs), in the
+// words the os and SQLite use; other errors, and the deployment role's,
+// pass as they are.
+func TestHostDirHint(t *testing.T) {
+	for _, c := range []struct {
+		role Role
+		err  error
+		hint bool
+	}{
+		{RoleSocket, &fs.PathError{Op: "open", Path: "/var/lib/platform-connector/events.db", Err: fs.ErrPermission}, true},
+		{RoleSocket, errors.New("datastore: unable to open database file: /var/lib/platform-connector/events.db: permission denied"), true},
+		{RoleSocket, errors.New("datastore: attempt to write a readonly database (8)"), true},
+		{RoleSocket, errors.New("listen unix /run/x.sock: bind: read-only file system"), true},
+		{RoleDeployment, &fs.PathError{Op: "open", Path: "/data/events.db", Err: fs.ErrPermission}, false},
+		{RoleSocket, errors.New("datastore: no such table"), false},
+	} {
+		got := hostDirHint(c.role, "--datastore", c.err)
+		if has := strings.Contains(got.Error(), "daemonset.prepareHostDirs"); has != c.hint || !errors.Is(got, c.err) {
+			t.Errorf("%s %q: %q; want the hint %v and the error kept", c.role, c.err, got, c.hint)
 		}
 	}
 }

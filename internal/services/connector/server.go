@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -312,7 +314,7 @@ func New(c Config) (*Server, error) {
 			"socket", c.Socket)
 	}
 	if s.store, err = OpenStore(c.Datastore); err != nil {
-		return nil, err
+		return nil, hostDirHint(c.Role, "--datastore", err)
 	}
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })
 	if err := s.measure(context.Background()); err != nil {
@@ -391,7 +393,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		lis, err = serve.ListenUnix("--socket", s.opts.Socket, 0o660)
 	}
 	if err != nil {
-		return fmt.Errorf("connector: %w", err)
+		return hostDirHint(s.opts.Role, "--socket", fmt.Errorf("connector: %w", err))
 	}
 	s.m.ServeGRPC("grpc", lis, s.grpc)
 	s.m.Add(serve.Named("datastore housekeeping", serve.RunnableFunc(s.housekeeping)))
@@ -574,4 +576,20 @@ func validKey(key string) bool {
 func Reasons() []reason.Reason {
 	return reason.Union(binding.Reasons(binding.NodeBinding(binding.NodeConfig{})), guard.ReasonBadRequest, datastore.ReasonUnavailable,
 		ReasonBatchTooLarge, ReasonEventNodeUnnamed, ReasonBadIdempotencyKey, ReasonKeyReused, ReasonPublisherQuota, ReasonDatastoreFull)
+}
+
+// hostDirHint adds to a permission error of the socket role's socket or
+// datastore what a node needs: its hostPath directories are the kubelet's,
+// root's, until the chart's init container (daemonset.prepareHostDirs)
+// or the node's provisioning gives them to the pod's user.
+func hostDirHint(role Role, flag string, err error) error {
+	// SQLite says "permission denied" or "readonly" in its own words,
+	// wrapping no error of the os.
+	msg := err.Error()
+	denied := errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "permission denied") || strings.Contains(msg, "read-only file system") || strings.Contains(msg, "readonly database")
+	if role != RoleSocket || !denied {
+		return err
+	}
+	return fmt.Errorf("%w: the %s directory is not writable by UID %d GID %d; on a node, the chart's daemonset.prepareHostDirs (default true) gives the hostPath directories to the pod's user, or provision them owned by it (docs/deploy.md, \"The socket role\")",
+		err, flag, os.Getuid(), os.Getgid())
 }
