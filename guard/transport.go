@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -196,14 +199,18 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 				a.viol = &binding.Violation{Reason: binding.ReasonTokenMissing, Detail: "no token; this handler requires one"}
 			}
 			if g.cfg.Mode == Enforce && a.viol != nil && !a.degraded && m.requireIdentity {
+				unread := closing(w, r)
 				m.refuse(w, r, g.decide(r.Context(), a, binding.Request{Method: httpMethod(r)}, &d.v))
+				closeUnread(w, unread)
 				return
 			}
 			var req binding.Request
 			if extract != nil {
 				x, err := extract(r)
 				if err != nil {
+					unread := closing(w, r)
 					m.badRequest(w, r, err)
+					closeUnread(w, unread)
 					return
 				}
 				req = x
@@ -213,12 +220,65 @@ func (g *Guard) Middleware(extract HTTPRequest, opts ...MiddlewareOption) func(h
 			}
 			v := g.decide(r.Context(), a, req, &d.v)
 			if !v.Allowed {
+				unread := closing(w, r)
 				m.refuse(w, r, v)
+				closeUnread(w, unread)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), v)))
 		})
 	}
+}
+
+// closing prepares the refusal of an HTTP/1.x request whose body may
+// still be on its way (it has one, and the refusal read none or part of
+// it): the answer says Connection: close, so that net/http sends it at
+// once instead of first reading and discarding up to 256 KiB of a body
+// that may be trickling in — until the read timeout, for a slow client.
+// Over HTTP/2 the handler's return resets the stream: nothing to do.
+func closing(w http.ResponseWriter, r *http.Request) bool {
+	if r.ProtoMajor != 1 || r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	w.Header().Set("Connection", "close")
+	return true
+}
+
+// Lingering after a refusal closes its connection: what of the body
+// still arrives is read and dropped for at most this long and this much
+// (closing with data unread would reset the connection, and the client
+// could lose the answer), off the handler.
+const (
+	lingerTimeout = 2 * time.Second
+	lingerBytes   = 256 << 10
+)
+
+// closeUnread ends the connection of a refusal closing prepared: the
+// answer, whose length is known, flushed, the connection closed for
+// writing (the client reads the answer and its end now), and what
+// follows of the body drained, bounded, before it is closed whole. An
+// answer of unknown length is left to net/http, which closes the
+// connection after it.
+func closeUnread(w http.ResponseWriter, unread bool) {
+	if !unread || w.Header().Get("Content-Length") == "" {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return // not a connection of net/http's (a recorder, a wrapper)
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	go func() {
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+		_, _ = io.CopyN(io.Discard, conn, lingerBytes)
+	}()
 }
 
 // httpMethod is a request's method as the rules name it, "VERB /path":
@@ -263,8 +323,11 @@ func WriteHTTPError(w http.ResponseWriter, r reason.Reason, msg string, extra ..
 	for i := 0; i+1 < len(extra); i += 2 {
 		body[extra[i]] = extra[i+1]
 	}
+	b, _ := json.Marshal(body)
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(HTTPStatus(r.Code()))
-	_ = json.NewEncoder(w).Encode(body)
+	_, _ = w.Write(b)
 }

@@ -120,6 +120,9 @@ func (it evaluationItem) requestDigest(c memberDigests) (string, error) {
 // evaluationMembers are the members of an evaluation request.
 var evaluationMembers = []string{"subject", "action", "resource", "context"}
 
+// sharedMember names each member for policy.Evaluation.Shared.
+var sharedMember = map[string]policy.Members{"subject": policy.MemberSubject, "action": policy.MemberAction, "resource": policy.MemberResource, "context": policy.MemberContext}
+
 // decodeEvaluations reads an AuthZEN request: I-JSON (a member twice,
 // invalid UTF-8 and the like refused), the members the text defines read
 // with their types, and every other member ignored (AuthZEN 1.0 §10.1.1:
@@ -341,8 +344,10 @@ func decodeItem(own map[string]json.RawMessage, defaults *memberDefaults, prefix
 			}
 		default:
 			// A default's ignored members are the request's, recorded
-			// once (decodeEvaluations), never once per item.
+			// once (decodeEvaluations), never once per item; the policy
+			// converts it once for the batch.
 			defaults.inherit(&it.eval, k)
+			it.eval.Shared |= sharedMember[k]
 		}
 	}
 	return it
@@ -561,13 +566,19 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
 	digests := memberDigests{}
+	batch := st.pkg.NewBatch(st.reg)
 	for i := range req.items {
+		if r.Context().Err() != nil {
+			// The client went away: nothing more is evaluated or signed,
+			// as a search page stops.
+			return
+		}
 		it := &req.items[i]
 		var d policy.Decision
 		if it.err != nil {
 			d = policy.Decision{Reason: policy.ReasonInvalidEvaluation, Invalid: true, Detail: it.err.Error()}
 		} else {
-			d = st.pkg.EvaluateAuthZEN(st.reg, it.eval)
+			d = batch.EvaluateAuthZEN(it.eval)
 		}
 		ignored := it.ignored
 		for _, p := range d.Ignored {

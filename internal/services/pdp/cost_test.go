@@ -271,3 +271,178 @@ func TestBuildInfoScraped(t *testing.T) {
 	}
 	t.Fatal("no pdp_build_info in the registry")
 }
+
+// costPolicy is an example AuthZEN policy and where its schema declares a
+// string the request may carry (empty: none — its entities are the
+// registry's alone).
+type costPolicy struct {
+	name, dir, binding string
+	// subject, action and resource are the defaults' members with a
+	// declared string member set to %s, or without one.
+	subject, action, resource string
+	// declared is the member ("subject" or "resource") whose properties
+	// hold the declared string, and its JSON with %s for the string.
+	declared, declaredJSON string
+}
+
+var costPolicies = []costPolicy{
+	{"todo", todo, "todo", `{"type":"user","id":"CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"}`, `{"name":"can_update_todo"}`, `{"type":"todo","id":"t"}`,
+		"resource", `{"type":"todo","id":"t","properties":{"ownerID":"%s"}}`},
+	{"authzen-certification", certification, "authzen-certification", `{"type":"user","id":"alice"}`, `{"name":"delete","properties":{"soft":true}}`, `{"type":"record","id":"record-1"}`,
+		"subject", `{"type":"user","id":"alice","properties":{"role":"%s"}}`},
+	{"authzen-search", "../../../examples/authzen-search", "authzen-search", `{"type":"user","id":"alice"}`, `{"name":"view"}`, `{"type":"record","id":"r1"}`, "", ""},
+}
+
+// TestAuthZENCostOnEveryPolicy: on every example policy that serves
+// AuthZEN, a batch costs what its bytes hold whatever carries them — a
+// member the schema declares or one it does not, in a default every item
+// inherits or in each item — at two sizes: at most maxAllocPerByte bytes
+// allocated a request byte, and doubling the request at most
+// maxGrowthOnDoubling times the bytes (a declared default was decoded
+// once per item before: ×3.7 a doubling).
+func TestAuthZENCostOnEveryPolicy(t *testing.T) {
+	const maxAllocPerByte, maxGrowthOnDoubling = 1024, 2.5
+	for _, p := range costPolicies {
+		t.Run(p.name, func(t *testing.T) {
+			e := start(t, "enforce", func(o *pdp.Options) {
+				o.PolicyDir, o.Registry = filepath.Join(p.dir, "policy"), filepath.Join(p.dir, "registry.json")
+				o.CallerBindings = []string{p.binding + "=system:serviceaccount:secrets-engine:pep"}
+			})
+			tok := e.token(t, "pep", "flex-auth", time.Time{})
+			big := func(n int) string { return strings.Repeat("x", n) }
+			withProps := func(entity, props string) string { // entity JSON with a properties member
+				return strings.TrimSuffix(entity, "}") + `,"properties":{` + props + `}}`
+			}
+			batch := func(subject, resource string, item func(i int) string, n int) string {
+				its := make([]string, n)
+				for i := range its {
+					its[i] = item(i)
+				}
+				return `{"subject":` + subject + `,"action":` + p.action + `,"resource":` + resource + `,"evaluations":[` + strings.Join(its, ",") + `]}`
+			}
+			empty := func(int) string { return `{}` }
+			shapes := []struct {
+				name string
+				body func(k int) string
+			}{
+				{"an undeclared member in a default", func(k int) string {
+					return batch(withProps(p.subject, `"zz_note":"`+big(100<<10*k)+`"`), p.resource, empty, 250*k)
+				}},
+				{"an undeclared member in every item", func(k int) string {
+					return batch(p.subject, p.resource, func(int) string {
+						return `{"subject":` + withProps(p.subject, `"zz_note":"`+big(400*k)+`"`) + `}`
+					}, 250*k)
+				}},
+			}
+			if p.declared != "" {
+				declared := func(n int) string { return fmt.Sprintf(p.declaredJSON, big(n)) }
+				shapes = append(shapes,
+					struct {
+						name string
+						body func(k int) string
+					}{"a declared member in a default", func(k int) string {
+						if p.declared == "subject" {
+							return batch(declared(100<<10*k), p.resource, empty, 250*k)
+						}
+						return batch(p.subject, declared(100<<10*k), empty, 250*k)
+					}},
+					struct {
+						name string
+						body func(k int) string
+					}{"a declared member in every item", func(k int) string {
+						return batch(p.subject, p.resource, func(int) string { return `{"` + p.declared + `":` + declared(400*k) + `}` }, 250*k)
+					}})
+			}
+			for _, c := range shapes {
+				var cost [3]uint64
+				for k := 1; k <= 2; k++ {
+					body := c.body(k)
+					var code int
+					var resp []byte
+					var cpu time.Duration
+					cost[k], cpu = costOf.Of(func() { code, resp = e.authzen(t, tok, pdp.PathEvaluations, body) })
+					per := float64(cost[k]) / float64(len(body))
+					t.Logf("%s ×%d: %d bytes asked, %d answered (%d), %d allocated: %.1f a request byte; CPU %.1f µs a KiB", c.name, k, len(body), len(resp), code, cost[k], per, float64(cpu.Microseconds())/float64(len(body))*1024)
+					if code != 200 {
+						t.Fatalf("%s: %d %.300s", c.name, code, resp)
+					}
+					if per > maxAllocPerByte {
+						t.Errorf("%s ×%d: %.1f bytes allocated a request byte; the bound is %d", c.name, k, per, maxAllocPerByte)
+					}
+				}
+				if g := float64(cost[2]) / float64(cost[1]); g > maxGrowthOnDoubling {
+					t.Errorf("%s: twice the request allocated %.2f times as much; linear is 2 (at most %.1f)", c.name, g, maxGrowthOnDoubling)
+				}
+			}
+		})
+	}
+}
+
+// MaxAnswerFactor is how many times its request's bytes (body and
+// X-Request-ID) an AuthZEN answer may be, at most: docs/pdp.md states it.
+// The worst request is the smallest item an answer is owed for — {}
+// inheriting every member — a thousand times, with the longest
+// X-Request-ID the record binds: each item's answer carries its proof
+// (the record's JWS, its Merkle path), about 2.2 KB whatever the item,
+// and the JWS the X-Request-ID again (measured: 702× without one, 856×
+// with 1 KiB).
+const MaxAnswerFactor = 900
+
+// TestAuthZENAnswerFactor: an answer outgrows its request by at most
+// MaxAnswerFactor, for the worst shape: the most items of the fewest
+// bytes, with and without the longest X-Request-ID.
+func TestAuthZENAnswerFactor(t *testing.T) {
+	e, tok := startTodo(t)
+	its := strings.TrimSuffix(strings.Repeat("{},", pdp.MaxEvaluations), ",")
+	body := `{"subject":{"type":"user","id":"CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t"},"evaluations":[` + its + `]}`
+	for _, id := range []string{"", strings.Repeat("r", pdp.MaxRequestIDBytes)} {
+		code, resp, _ := e.postID(t, tok, pdp.PathEvaluations, body, id)
+		if code != 200 {
+			t.Fatalf("%d %.300s", code, resp)
+		}
+		asked := len(body) + len(id)
+		f := float64(len(resp)) / float64(asked)
+		t.Logf("X-Request-ID of %d bytes: %d bytes asked, %d answered: %.0f×", len(id), asked, len(resp), f)
+		if f > MaxAnswerFactor {
+			t.Errorf("the answer is %.0f times its request (X-Request-ID of %d bytes); the stated bound is %d", f, len(id), MaxAnswerFactor)
+		}
+	}
+}
+
+// TestAuthZENBatchStopsWithItsClient: a batch whose client has hung up
+// is not evaluated on, nor signed, nor answered — as a search page.
+func TestAuthZENBatchStopsWithItsClient(t *testing.T) {
+	e, tok := startTodo(t)
+	body := `{"subject":{"type":"user","id":"CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"},"action":{"name":"can_read_todos"},"evaluations":[` + items(pdp.MaxEvaluations) + `]}`
+	answered := func() float64 {
+		n, err := scrape.Values(e.srv.Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for k, v := range n {
+			if strings.HasPrefix(k, "pdp_authzen_evaluations_total") {
+				sum += v
+			}
+		}
+		return sum
+	}
+	serve := func(ctx context.Context) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, pdp.PathEvaluations, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := serve(context.Background()); rec.Code != 200 || answered() != pdp.MaxEvaluations {
+		t.Fatalf("a batch: %d, %v evaluations answered", rec.Code, answered())
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := answered()
+	rec := serve(gone)
+	if n := answered() - before; n != 0 || strings.Contains(rec.Body.String(), "callerauth") {
+		t.Fatalf("a batch whose client had gone: %v evaluations answered, %.200q; want none and nothing signed", n, rec.Body.String())
+	}
+}

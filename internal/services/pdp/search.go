@@ -270,6 +270,11 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	// one), so that a page's work is bounded whatever the request's shape.
 	most := max(1, s.c.MaxCandidates*SearchWorkUnit/max(req.size, SearchWorkUnit))
 	evaluated, i := 0, start
+	// The template's members, all but the one searched, are the same for
+	// every candidate: converted once.
+	batch := st.pkg.NewBatch(st.reg)
+	shared := policy.MemberSubject | policy.MemberAction | policy.MemberResource | policy.MemberContext
+	shared &^= map[string]policy.Members{"subject": policy.MemberSubject, "resource": policy.MemberResource, "action": policy.MemberAction}[req.kind]
 	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < most && r.Context().Err() == nil; i++ {
 		c := candidates[i]
 		e := req.template
@@ -285,7 +290,8 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 			e.Action = c
 			result, _ = json.Marshal(actionRef{Name: c})
 		}
-		d := st.pkg.EvaluateAuthZEN(st.reg, e)
+		e.Shared = shared
+		d := batch.EvaluateAuthZEN(e)
 		evaluated++
 		for _, p := range d.Ignored {
 			if _, ok := seen[p]; !ok {

@@ -155,6 +155,10 @@ type Evaluation struct {
 	ActionProperties json.RawMessage // an object, or nil
 	Resource         Entity
 	Context          json.RawMessage // an object, or nil
+	// Shared are the members taken from the request's defaults, the same
+	// for every evaluation of a batch that takes them: a [Batch] converts
+	// each once.
+	Shared Members
 }
 
 // overlay serves the request's own entities, then the registry's.
@@ -184,22 +188,59 @@ func (o overlay) Get(uid types.EntityUID) (types.Entity, bool) {
 // wrong type, a required attribute missing) is invalid_evaluation
 // (Decision.Invalid, the member named in Detail) — never an allow.
 func (p *Package) EvaluateAuthZEN(reg *Registry, e Evaluation) Decision {
-	if p.authzen == nil {
+	return p.NewBatch(reg).EvaluateAuthZEN(e)
+}
+
+// Members names members of an [Evaluation].
+type Members uint8
+
+// The members of an evaluation.
+const (
+	MemberSubject Members = 1 << iota
+	MemberAction
+	MemberResource
+	MemberContext
+)
+
+// Batch decides the evaluations of one request against one snapshot of
+// the package and the registry. A member an evaluation takes from the
+// request's defaults (Evaluation.Shared) is converted once for the whole
+// batch — its properties pruned, decoded and validated — however many
+// evaluations inherit it: a batch costs what its bytes hold, not items ×
+// the default's size. Not safe for concurrent use.
+type Batch struct {
+	p        *Package
+	reg      *Registry
+	entities map[string]*convertedEntity  // "subject", "resource": a shared member's
+	contexts map[string]*convertedContext // a shared context's, by action name
+	props    map[string]*convertedProps   // shared action properties, by action name
+}
+
+// NewBatch starts a batch of evaluations against reg.
+func (p *Package) NewBatch(reg *Registry) *Batch {
+	return &Batch{p: p, reg: reg, entities: map[string]*convertedEntity{}, contexts: map[string]*convertedContext{}, props: map[string]*convertedProps{}}
+}
+
+// EvaluateAuthZEN decides one evaluation of the batch, as
+// [Package.EvaluateAuthZEN] does.
+func (b *Batch) EvaluateAuthZEN(e Evaluation) Decision {
+	if b.p.authzen == nil {
 		return Decision{Reason: ReasonInvalidEvaluation, Invalid: true, Detail: "the policy package does not serve AuthZEN"}
 	}
 	var ignored []string
-	d := p.evaluateAuthZEN(reg, e, &ignored)
+	d := b.evaluate(e, &ignored)
 	d.Ignored = ignored
 	return d
 }
 
-func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string) Decision {
+func (b *Batch) evaluate(e Evaluation, ignored *[]string) Decision {
+	p := b.p
 	own := types.EntityMap{}
-	principal, d := p.entity(reg, own, ignored, "subject", p.authzen.Subjects, e.Subject, ReasonSubjectTypeUnknown, ReasonSubjectUnknown)
+	principal, d := b.entity(own, ignored, "subject", e.Shared&MemberSubject != 0, p.authzen.Subjects, e.Subject, ReasonSubjectTypeUnknown, ReasonSubjectUnknown)
 	if d != nil {
 		return *d
 	}
-	resource, d := p.entity(reg, own, ignored, "resource", p.authzen.Resources, e.Resource, ReasonResourceTypeUnknown, ReasonResourceUnknown)
+	resource, d := b.entity(own, ignored, "resource", e.Shared&MemberResource != 0, p.authzen.Resources, e.Resource, ReasonResourceTypeUnknown, ReasonResourceUnknown)
 	if d != nil {
 		return *d
 	}
@@ -223,44 +264,122 @@ func (p *Package) evaluateAuthZEN(reg *Registry, e Evaluation, ignored *[]string
 		shape = maps.Clone(shape)
 		delete(shape, apName) // the request's own context.<name> is not it
 	}
-	ctx, ctxWhole, err := prune(e.Context, shape, "context", ignored)
-	if err != nil {
-		return invalid("%v", err)
+	c := b.context(e, shape)
+	*ignored = append(*ignored, c.ignored...)
+	if c.d != nil {
+		return *c.d
 	}
+	var ap *convertedProps
 	if len(e.ActionProperties) > 0 || apDeclared {
 		if !apDeclared {
 			apShape = nil // every member ignored
 		}
-		props, _, err := prune(e.ActionProperties, apShape, "action.properties", ignored)
-		if err != nil {
-			return invalid("%v", err)
-		}
-		if apDeclared {
-			if ctx == nil {
-				ctx = map[string]json.RawMessage{}
-			}
-			ctx[string(apName)] = marshalMembers(props)
-			ctxWhole = false
+		ap = b.actionProperties(e, apName, apShape, apDeclared)
+		*ignored = append(*ignored, ap.ignored...)
+		if ap.d != nil {
+			return *ap.d
 		}
 	}
-	if missing := missingRequired(ctx, shape, "context"); missing != "" {
-		return invalid("%s is required by action %s of package %s", missing, e.Action, p.ID)
+	if c.missing != "" {
+		return invalid("%s is required by action %s of package %s", c.missing, e.Action, p.ID)
 	}
-	var cedarCtx types.Record
-	if ctx != nil {
-		raw := json.RawMessage(e.Context) // every member kept: read as sent
-		if !ctxWhole {
-			raw = marshalMembers(ctx)
+	cedarCtx := c.record
+	if apDeclared {
+		merged := make(types.RecordMap, cedarCtx.Len()+1)
+		for k, v := range cedarCtx.All() {
+			merged[k] = v
 		}
-		if err := json.Unmarshal(raw, &cedarCtx); err != nil {
-			return invalid("context: %v", err)
-		}
+		merged[apName] = ap.value
+		cedarCtx = types.NewRecord(merged)
 	}
 	req := cedar.Request{Principal: principal, Action: action, Resource: resource, Context: cedarCtx}
 	if err := p.validate.Request(types.Request(req)); err != nil {
 		return invalid("the evaluation does not match the schema of package %s %s: %v", p.ID, p.Version, err)
 	}
-	return p.decide(overlay{own: own, base: reg.Entities}, req)
+	return p.decide(overlay{own: own, base: b.reg.Entities}, req)
+}
+
+// convertedContext is an evaluation's context as Cedar reads it, less the
+// action's properties: the declared members decoded, the first required
+// one missing, what was ignored, or why it cannot be read.
+type convertedContext struct {
+	record  types.Record
+	missing string
+	ignored []string
+	d       *Decision
+}
+
+// context converts e's context against shape (the action's, less the
+// action properties' attribute), once per action for a shared context.
+func (b *Batch) context(e Evaluation, shape resolved.RecordType) *convertedContext {
+	shared := e.Shared&MemberContext != 0
+	if shared {
+		if c, ok := b.contexts[e.Action]; ok {
+			return c
+		}
+	}
+	c := &convertedContext{}
+	if shared {
+		b.contexts[e.Action] = c
+	}
+	ctx, whole, err := prune(e.Context, shape, "context", &c.ignored)
+	if err != nil {
+		d := invalid("%v", err)
+		c.d = &d
+		return c
+	}
+	c.missing = missingRequired(ctx, shape, "context")
+	if ctx != nil {
+		raw := json.RawMessage(e.Context) // every member kept: read as sent
+		if !whole {
+			raw = marshalMembers(ctx)
+		}
+		if err := json.Unmarshal(raw, &c.record); err != nil {
+			d := invalid("context: %v", err)
+			c.d = &d
+		}
+	}
+	return c
+}
+
+// convertedProps are an evaluation's action properties as the context
+// attribute apName holds them.
+type convertedProps struct {
+	value   types.Value
+	ignored []string
+	d       *Decision
+}
+
+// actionProperties converts e's action properties against shape, once
+// per action for shared ones.
+func (b *Batch) actionProperties(e Evaluation, apName types.String, shape resolved.RecordType, declared bool) *convertedProps {
+	shared := e.Shared&MemberAction != 0
+	if shared {
+		if c, ok := b.props[e.Action]; ok {
+			return c
+		}
+	}
+	c := &convertedProps{}
+	if shared {
+		b.props[e.Action] = c
+	}
+	props, _, err := prune(e.ActionProperties, shape, "action.properties", &c.ignored)
+	if err != nil {
+		d := invalid("%v", err)
+		c.d = &d
+		return c
+	}
+	if !declared {
+		return c
+	}
+	var rec types.Record
+	if err := json.Unmarshal(marshalMembers(map[string]json.RawMessage{string(apName): marshalMembers(props)}), &rec); err != nil {
+		d := invalid("context: %v", err)
+		c.d = &d
+		return c
+	}
+	c.value, _ = rec.Get(apName)
+	return c
 }
 
 // prune keeps the members of a JSON object that shape declares (nested
@@ -344,8 +463,48 @@ func invalid(format string, args ...any) Decision {
 	return Decision{Reason: ReasonInvalidEvaluation, Invalid: true, Detail: fmt.Sprintf(format, args...)}
 }
 
-// entity maps an AuthZEN subject or resource onto its Cedar entity.
-func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, member string, m map[string]EntityMapping, e Entity, typeUnknown, unknown string) (types.EntityUID, *Decision) {
+// convertedEntity is an AuthZEN subject or resource as its Cedar entity:
+// the entity the request describes (keep), or the registry's as it is,
+// what was ignored, or why it is refused.
+type convertedEntity struct {
+	uid     types.EntityUID
+	ent     types.Entity
+	keep    bool
+	ignored []string
+	d       *Decision
+}
+
+// entity maps an AuthZEN subject or resource onto its Cedar entity, once
+// for a shared member, and adds it to the request's own entities.
+func (b *Batch) entity(own types.EntityMap, ignored *[]string, member string, shared bool, m map[string]EntityMapping, e Entity, typeUnknown, unknown string) (types.EntityUID, *Decision) {
+	c, ok := b.entities[member]
+	if !shared || !ok {
+		c = b.p.convertEntity(b.reg, member, m, e, typeUnknown, unknown)
+		if shared {
+			b.entities[member] = c
+		}
+	}
+	*ignored = append(*ignored, c.ignored...)
+	if c.d != nil || !c.keep {
+		return c.uid, c.d
+	}
+	if prev, dup := own[c.uid]; dup && !entityEqual(prev, c.ent) {
+		d := invalid("%s: %s is also the subject, with other properties", member, c.uid)
+		return c.uid, &d
+	}
+	own[c.uid] = c.ent
+	return c.uid, nil
+}
+
+// convertEntity maps an AuthZEN subject or resource onto its Cedar
+// entity: its properties pruned to what the schema declares, decoded and
+// validated.
+func (p *Package) convertEntity(reg *Registry, member string, m map[string]EntityMapping, e Entity, typeUnknown, unknown string) *convertedEntity {
+	c := &convertedEntity{}
+	fail := func(d Decision) *convertedEntity {
+		c.d = &d
+		return c
+	}
 	em, ok := m[e.Type]
 	if !ok {
 		known := make([]string, 0, len(m))
@@ -353,32 +512,30 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 			known = append(known, t)
 		}
 		sort.Strings(known)
-		return types.EntityUID{}, &Decision{Reason: typeUnknown, Detail: fmt.Sprintf("%s.type %q is not one package %s maps (%s)", member, e.Type, p.ID, strings.Join(known, ", "))}
+		return fail(Decision{Reason: typeUnknown, Detail: fmt.Sprintf("%s.type %q is not one package %s maps (%s)", member, e.Type, p.ID, strings.Join(known, ", "))})
 	}
-	uid := types.NewEntityUID(types.EntityType(em.EntityType), types.String(e.ID))
+	c.uid = types.NewEntityUID(types.EntityType(em.EntityType), types.String(e.ID))
 	var shape resolved.RecordType
 	if em.Attributes != AttributesRegistry {
-		shape = p.schema.Entities[uid.Type].Shape
+		shape = p.schema.Entities[c.uid.Type].Shape
 	}
-	props, whole, err := prune(e.Properties, shape, member+".properties", ignored)
+	props, whole, err := prune(e.Properties, shape, member+".properties", &c.ignored)
 	if err != nil {
-		d := invalid("%v", err)
-		return uid, &d
+		return fail(invalid("%v", err))
 	}
 	if em.Attributes == AttributesRequest {
 		if missing := missingRequired(props, shape, member+".properties"); missing != "" {
-			d := invalid("%s is required by entity type %s of package %s", missing, em.EntityType, p.ID)
-			return uid, &d
+			return fail(invalid("%s is required by entity type %s of package %s", missing, em.EntityType, p.ID))
 		}
 	}
-	ent := types.Entity{UID: uid}
+	ent := types.Entity{UID: c.uid}
 	if em.Attributes != AttributesRequest {
-		base, ok := reg.Entities[uid]
+		base, ok := reg.Entities[c.uid]
 		if !ok {
-			return uid, &Decision{Reason: unknown, Detail: fmt.Sprintf("%s %s is not in the registry", member, uid)}
+			return fail(Decision{Reason: unknown, Detail: fmt.Sprintf("%s %s is not in the registry", member, c.uid)})
 		}
 		if len(props) == 0 {
-			return uid, nil // the registry's entity, as it is
+			return c // the registry's entity, as it is
 		}
 		ent = base
 	}
@@ -389,8 +546,7 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 			raw = marshalMembers(props)
 		}
 		if err := json.Unmarshal(raw, &attrs); err != nil {
-			d := invalid("%s.properties: %v", member, err)
-			return uid, &d
+			return fail(invalid("%s.properties: %v", member, err))
 		}
 		merged := types.RecordMap{}
 		for k, v := range ent.Attributes.All() {
@@ -402,15 +558,10 @@ func (p *Package) entity(reg *Registry, own types.EntityMap, ignored *[]string, 
 		ent.Attributes = types.NewRecord(merged)
 	}
 	if err := p.validate.Entity(ent); err != nil {
-		d := invalid("%s.properties do not match entity type %s of package %s: %v", member, em.EntityType, p.ID, err)
-		return uid, &d
+		return fail(invalid("%s.properties do not match entity type %s of package %s: %v", member, em.EntityType, p.ID, err))
 	}
-	if prev, dup := own[uid]; dup && !entityEqual(prev, ent) {
-		d := invalid("%s: %s is also the subject, with other properties", member, uid)
-		return uid, &d
-	}
-	own[uid] = ent
-	return uid, nil
+	c.ent, c.keep = ent, true
+	return c
 }
 
 func entityEqual(a, b types.Entity) bool {
