@@ -163,6 +163,24 @@ jwt:
     username:
       claim: sub
       prefix: "h:"
+- issuer:
+    url: %[17]s
+    certificateAuthority: |
+%[13]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: sub
+      prefix: "i:"
+- issuer:
+    url: %[18]s
+    certificateAuthority: |
+%[13]s
+    audiences: [vmafx-controller]
+  claimMappings:
+    username:
+      claim: sub
+      prefix: "j:"
 `
 
 // verdict is what one side said of a token.
@@ -272,10 +290,23 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 	}
 	urlG := keyServerRaw(t, keysCA, []byte(`{"keys":[],"keys":[`+string(keyG)+`]}`))
 	urlH := keyServerRaw(t, keysCA, []byte(`{"keys":[`+strings.Replace(string(keyG), `"kid":"good"`, `"kid":"other","kid":"good"`, 1)+`]}`))
+	// Key sets with a good key beside one the API server's library cannot
+	// decode, which RFC 7517 §5 says to ignore: I's an EC key of a curve
+	// no one knows, J's a key whose x5c is not a certificate.
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherJWK, err := jose.JSONWebKey{Key: &other.PublicKey, KeyID: "odd", Algorithm: "ES256", Use: "sig"}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urlI := keyServerRaw(t, keysCA, []byte(`{"keys":[`+string(keyG)+`,`+strings.Replace(string(otherJWK), `"crv":"P-256"`, `"crv":"P-999"`, 1)+`]}`))
+	urlJ := keyServerRaw(t, keysCA, []byte(`{"keys":[`+string(keyG)+`,`+strings.Replace(string(otherJWK), `"kid":"odd"`, `"kid":"odd","x5c":["bm90IGEgY2VydGlmaWNhdGU="]`, 1)+`]}`))
 
 	file := filepath.Join(dir, "authentication-config.yaml")
 	doc := fmt.Sprintf(config, issA.Issuer(), urlA, block(caA), issB.Issuer(), urlB, block(caB), h.Issuer, block(string(caC)), issD.Issuer(), urlD, block(caD),
-		urlE, block(string(keysCA.PEM)), urlF, urlG, urlH)
+		urlE, block(string(keysCA.PEM)), urlF, urlG, urlH, urlI, urlJ)
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -364,6 +395,24 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		return forge.SignRaw([]byte(p), key, jose.ES256, iss.KeyID())
 	}
 	keyB := signer(t, issB)
+	// padded is a good token of issuer A of exactly n bytes: a claim no
+	// mapping reads filled out.
+	padded := func(n int) string {
+		mk := func(fill, extra int) string {
+			return signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP,"pad":"`+
+				strings.Repeat("x", fill)+`","q":"`+strings.Repeat("y", extra)+`"}`)
+		}
+		// Each 3 bytes of the payload are 4 of the token (the signature's
+		// length does not change); the second claim makes up the rest.
+		fill := (n-len(mk(0, 0)))*3/4 - 3
+		for extra := range 8 {
+			if tok := mk(fill, extra); len(tok) == n {
+				return tok
+			}
+		}
+		t.Fatalf("no token of exactly %d bytes", n)
+		return ""
+	}
 
 	// The API server initializes its issuers in the background: wait until
 	// it accepts a good token of each.
@@ -448,6 +497,12 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		{"E: a key whose JWK use is enc", e(enc, "enc", jose.RS256, "erin"), "key use"},
 		{"E: a 1024-bit RSA key", e(small, "small", jose.RS256, "erin"), "key use"},
 		{"F: a good key beside a key of an unknown type", forge.Sign(map[string]any{"iss": urlF, "sub": "fay", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecF, jose.ES256, "good"), "unknown key type"},
+		{"I: a good key beside an EC key of an unknown curve", forge.Sign(map[string]any{"iss": urlI, "sub": "ida", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecG, jose.ES256, "good"), "unknown key type"},
+		{"J: a good key beside a key whose x5c is not a certificate", forge.Sign(map[string]any{"iss": urlJ, "sub": "jay", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecG, jose.ES256, "good"), "unknown key type"},
+		{"A: nbf, and NBF (a claim the API server's library does not decode)", signed(issA, keyA, `{"iss":"ISS","sub":"jo","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":NOW,"exp":EXP,"nbf":NOW,"NBF":1}`), "I-JSON"},
+		{"A: a token of 16,385 bytes", padded(16385), "token size"},
+		{"A: a token of 64 KiB", padded(64 << 10), "token size"},
+		{"A: a token of 1 MiB", padded(1 << 20), "token size"},
 		{"G: a key set naming keys twice", forge.Sign(map[string]any{"iss": urlG, "sub": "gil", "aud": []string{"vmafx-controller"}, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}, ecG, jose.ES256, "good"), "I-JSON key set"},
 		{"A: iat an hour in the future (no nbf)", signed(issA, keyA, `{"iss":"ISS","sub":"gina","aud":["vmafx-controller"],"hd":"tenant-a.example","iat":LATER,"exp":EXP}`), "iat"},
 		{"B: an empty email", b(map[string]any{"email": ""}), "empty username"},
@@ -483,7 +538,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 			} else {
 				t.Errorf("%s:\n  API server: %s\n  callerauth: %s", r.name, th, me)
 			}
-		case "iat", "I-JSON", "registered claim type", "compact serialization", "one tenant", "key use":
+		case "iat", "I-JSON", "registered claim type", "compact serialization", "one tenant", "key use", "token size":
 			if !th.OK || me.OK {
 				t.Errorf("%s: want the API server to accept (%s) and callerauth to refuse (%s)", r.name, th, me)
 			}
@@ -515,6 +570,106 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		t.Errorf("callerauth and the kube-apiserver agree on %d of the %d tokens that should agree", agree, len(rows)-differ)
 	}
 	t.Logf("callerauth and the kube-apiserver agree on %d/%d tokens; %d more show exactly the intended differences (docs/authn.md)", agree, len(rows)-differ, differ)
+	var used []string
+	for _, r := range rows {
+		if r.differs != "" && !slices.Contains(used, r.differs) {
+			used = append(used, r.differs)
+		}
+	}
+	holdTheTable(t, used, agree, len(rows)-differ, differ, len(rows))
+}
+
+// differenceRows are the rows of docs/authn.md's table of intended
+// differences each kind of difference the side-by-side observes is
+// listed in (the start of the row's first cell).
+var differenceRows = map[string][]string{
+	"iat":                   {"`iat` in the future"},
+	"empty username":        {"a username claim that is empty"},
+	"I-JSON":                {"claims not I-JSON"},
+	"distributed claims":    {"distributed claims"},
+	"registered claim type": {"a registered claim of another JSON type"},
+	"compact serialization": {"a newline inside the token"},
+	"one tenant":            {"`callerauth.dev/tenant` mapped to two values"},
+	"key use":               {"RSASSA-PSS with a salt longer", "a key used for another algorithm", "a JWK with `use: enc`", "an RSA key under 2048 bits"},
+	"I-JSON key set":        {"a discovery document or key set that is not I-JSON"},
+	"unknown key type":      {"a key set with an entry of unknown `kty`"},
+	"token size":            {"a token over 16 KiB"},
+}
+
+// differenceRowsElsewhere are the table's rows this test does not observe
+// as a token's verdict, and where each is held.
+var differenceRowsElsewhere = map[string]string{
+	"the group `system:authenticated`":                      "asserted on every token the API server accepts, above",
+	"`exp`":                                                 "one instant wide: the lifetime tests of package token",
+	"a file with no issuer":                                 "TestConfigurationDifferences, against the API server's validation",
+	"an issuer equal to the API server's own service-account": "TestConfigurationDifferences, against the API server's validation",
+}
+
+// holdTheTable holds docs/authn.md to what the side-by-side observed:
+// every kind of difference it saw has its row in the table of intended
+// differences, every row of the table is observed here or held
+// elsewhere, and the figures the page gives are the test's.
+func holdTheTable(t *testing.T, used []string, agree, shouldAgree, differ, tokens int) {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/authn.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, table, ok := strings.Cut(doc, "**Intended differences from the API server**")
+	if !ok {
+		t.Fatal("docs/authn.md has no table of intended differences")
+	}
+	var firsts []string
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| ---") {
+			firsts = append(firsts, strings.TrimPrefix(line, "| "))
+		} else if len(firsts) > 0 && !strings.HasPrefix(line, "|") {
+			break
+		}
+	}
+	if len(firsts) < 10 {
+		t.Fatalf("docs/authn.md's table of intended differences has %d rows: its shape changed", len(firsts))
+	}
+	claimed := map[string]bool{}
+	row := func(start string) bool {
+		for _, f := range firsts {
+			if strings.HasPrefix(f, start) {
+				claimed[f] = true
+				return true
+			}
+		}
+		return false
+	}
+	for _, kind := range used {
+		starts, ok := differenceRows[kind]
+		if !ok {
+			t.Errorf("the side-by-side observes the difference %q, which differenceRows does not place in docs/authn.md's table", kind)
+		}
+		for _, s := range starts {
+			if !row(s) {
+				t.Errorf("the side-by-side observes %q, but docs/authn.md's table has no row beginning %q", kind, s)
+			}
+		}
+	}
+	for start := range differenceRowsElsewhere {
+		if !row(start) {
+			t.Errorf("docs/authn.md's table has no row beginning %q", start)
+		}
+	}
+	for _, f := range firsts {
+		if !claimed[f] && !strings.HasPrefix(f, "| API server") && !strings.HasPrefix(f, " | API server") {
+			if strings.Contains(f, "API server | callerauth") {
+				continue // the header
+			}
+			t.Errorf("docs/authn.md lists a difference no test observes: %.80q", f)
+		}
+	}
+	for _, want := range []string{fmt.Sprintf("about %d tokens", tokens), fmt.Sprintf("agree on\n%d/%d**", agree, shouldAgree), fmt.Sprintf("the other %d show", differ)} {
+		if !strings.Contains(doc, want) && !strings.Contains(doc, strings.ReplaceAll(want, "\n", " ")) {
+			t.Errorf("docs/authn.md does not say %q, what the side-by-side measured", want)
+		}
+	}
 }
 
 // keyServer serves an OIDC discovery document and a key set (keys, as

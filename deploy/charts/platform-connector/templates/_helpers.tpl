@@ -87,6 +87,8 @@
 app.kubernetes.io/name: platform-connector
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: callerauth
 {{- end -}}
 
 {{/* The projected service-account token a publisher mounts. */}}

@@ -3,6 +3,16 @@
 {{ .root.Values.image.registry }}/{{ .bin }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
 
+{{/* The labels of every object: .root the chart, .name the component (vmafx-controller, vmafx-node, vmafx-operator). */}}
+{{- define "vmafx.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: callerauth
+helm.sh/chart: {{ .root.Chart.Name }}-{{ .root.Chart.Version }}
+{{- end -}}
+
 {{/* The pod securityContext of every workload. */}}
 {{- define "vmafx.podSecurityContext" -}}
 {{- with .Values.podSecurityContext }}
@@ -37,14 +47,18 @@ kind: NetworkPolicy
 metadata:
   name: {{ .name }}
   namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "vmafx.labels" (dict "root" .root "name" .name) | nindent 4 }}
 spec:
   podSelector:
     matchLabels: {app.kubernetes.io/name: {{ .name }}}
   policyTypes: [Ingress]
   ingress:
+    {{- with .root.Values.networkPolicy.metricsScrapers }}
     - ports: [{port: metrics}]
       from:
-        {{- toYaml .root.Values.networkPolicy.metricsScrapers | nindent 8 }}
+        {{- toYaml . | nindent 8 }}
+    {{- end }}
     {{- with .from }}
     - ports: [{port: {{ $.extraPort }}}]
       from:
