@@ -599,9 +599,9 @@ var differenceRows = map[string][]string{
 // differenceRowsElsewhere are the table's rows this test does not observe
 // as a token's verdict, and where each is held.
 var differenceRowsElsewhere = map[string]string{
-	"the group `system:authenticated`":                      "asserted on every token the API server accepts, above",
-	"`exp`":                                                 "one instant wide: the lifetime tests of package token",
-	"a file with no issuer":                                 "TestConfigurationDifferences, against the API server's validation",
+	"the group `system:authenticated`": "asserted on every token the API server accepts, above",
+	"`exp`":                            "one instant wide: the lifetime tests of package token",
+	"a file with no issuer":            "TestConfigurationDifferences, against the API server's validation",
 	"an issuer equal to the API server's own service-account": "TestConfigurationDifferences, against the API server's validation",
 }
 

@@ -27,7 +27,7 @@ func TestEveryObjectIsLabelled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var selectors []map[string]string // each policy's pod selector
+			var selectors []map[string]string           // each policy's pod selector
 			workloads := map[string]map[string]string{} // name → its pods' labels
 			for name, body := range out {
 				if !strings.HasSuffix(name, ".yaml") {

@@ -79,4 +79,3 @@ func TestValuesSchemas(t *testing.T) {
 		})
 	}
 }
-
