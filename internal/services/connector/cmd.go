@@ -49,7 +49,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.QuotaEvents, "caller-quota-events", o.QuotaEvents, "events one caller (its pod, for a pod-bound token; all tokenless callers together) may store per --caller-quota-window; beyond, ResourceExhausted publisher_quota with the delay to retry after")
 	f.DurationVar(&o.QuotaWindow, "caller-quota-window", o.QuotaWindow, "the window --caller-quota-events counts in (at least 1s)")
 	f.DurationVar(&o.KeyRetention, "idempotency-key-retention", o.KeyRetention, "how long a batch's idempotency key is kept: a retry later than that is stored as a new batch (at least 1m)")
-	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", o.MaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
+	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", o.MaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages and write-ahead log, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
+	f.Int64Var(&o.MaxPublisherBytes, "max-publisher-bytes", o.MaxPublisherBytes, "each publisher's share of --max-datastore-bytes (its pod, for a pod-bound token; its account for another; its user on the node without one): past it, that publisher's batches are refused ResourceExhausted publisher_share_full, the others' still stored (0: a sixteenth of --max-datastore-bytes; 64 KiB at least)")
 	o.Serve.AddFlags(f)
 	serve.AddCallerFlags(f, &o.Callers)
 	// The names these two had before every service shared one set.

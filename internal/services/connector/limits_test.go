@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
@@ -349,7 +350,9 @@ func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	// Another connector, a generous quota and a 1 MiB bound: batches of
 	// 8 × 32 KiB until the bound refuses them.
 	sock2 := filepath.Join(t.TempDir(), "pc2.sock")
-	r2 := run(t, func(o *connector.Options) { o.Socket, o.QuotaEvents, o.MaxDatastoreBytes = sock2, 1<<20, 1<<20 }, "", nil)
+	r2 := run(t, func(o *connector.Options) {
+		o.Socket, o.QuotaEvents, o.MaxDatastoreBytes, o.MaxPublisherBytes = sock2, 1<<20, 1<<20, 1<<20
+	}, "", nil)
 	c2 := dialSocket(t, sock2)
 	refused := false
 	for deadline := time.Now().Add(30 * time.Second); !refused && time.Now().Before(deadline); {
@@ -372,5 +375,60 @@ func TestPublisherQuotaAndDatastoreBound(t *testing.T) {
 	}
 	if got := counter(t, r2.s, "platform_connector_quota_refusals_total", connector.ReasonDatastoreFull.String()); got < 1 {
 		t.Fatalf("datastore_full refusals counted: %v", got)
+	}
+}
+
+// TestPublisherShare: one publisher that stores as much as it can fills
+// its share of the datastore (--max-publisher-bytes) and is refused
+// publisher_share_full; another publisher's batches are still stored.
+func TestPublisherShare(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "pc.sock")
+	pods := map[string]*authn.Caller{
+		"a": {Username: "system:serviceaccount:nvsentinel:mon", PodName: "mon-a", PodUID: "uid-a", NodeName: "node-a"},
+		"b": {Username: "system:serviceaccount:nvsentinel:mon", PodName: "mon-b", PodUID: "uid-b", NodeName: "node-a"},
+	}
+	r := run(t, func(o *connector.Options) {
+		o.Socket, o.QuotaEvents, o.MaxDatastoreBytes, o.MaxPublisherBytes = sock, 1<<20, 64<<20, 256<<10
+	}, `{"enableNodeBindingAuth": true, "AuthAudience": "pc", "AuthCrossNodeServiceAccounts": []}`,
+		authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+			if c, ok := pods[tok]; ok {
+				return c, nil
+			}
+			return nil, authn.Fail(authn.TokenInvalid, "test")
+		}))
+	c := dialSocket(t, sock)
+	as := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	refused := false
+	for i := 0; i < 100 && !refused; i++ {
+		_, err := c.HealthEventOccurredV1(as("a"), events(8, strings.Repeat("m", 16<<10)))
+		switch {
+		case status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "--max-publisher-bytes"):
+			refused = true
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if !refused {
+		t.Fatal("publisher a was never held to its share")
+	}
+	if _, err := c.HealthEventOccurredV1(as("b"), events(8, strings.Repeat("m", 16<<10))); err != nil {
+		t.Fatalf("publisher b, with a over its share: %v; want it stored", err)
+	}
+	if got := counter(t, r.s, "platform_connector_quota_refusals_total", connector.ReasonPublisherShareFull.String()); got != 1 {
+		t.Fatalf("publisher_share_full refusals counted: %v, want 1", got)
+	}
+	if got := counter(t, r.s, "platform_connector_quota_refusals_total", connector.ReasonDatastoreFull.String()); got != 0 {
+		t.Fatalf("datastore_full refusals: %v, want none", got)
+	}
+	// The share is held within a batch: what a stored is its share and
+	// at most one batch more.
+	stored, err := r.s.Store().PublisherBytes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := stored["pod:uid-a"]; a < 256<<10 || a > 256<<10+8*(16<<10+512) {
+		t.Errorf("publisher a holds %d bytes with a share of %d", a, 256<<10)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -83,6 +85,11 @@ type Options struct {
 	// MaxDatastoreBytes bounds what the datastore may hold; past it, new
 	// batches are refused (--max-datastore-bytes), never the disk filled.
 	MaxDatastoreBytes int64
+	// MaxPublisherBytes is each publisher's share of it
+	// (--max-publisher-bytes): past its share, a publisher's batches are
+	// refused, the others' still stored. 0: a sixteenth of
+	// MaxDatastoreBytes.
+	MaxPublisherBytes int64
 }
 
 // NewOptions returns the connector's defaults: the one place they are
@@ -115,7 +122,7 @@ type Config struct {
 	Datastore                                    string
 	MaxBatchEvents, MaxMessageBytes, QuotaEvents int
 	QuotaWindow, KeyRetention                    time.Duration
-	MaxDatastoreBytes                            int64
+	MaxDatastoreBytes, MaxPublisherBytes         int64
 }
 
 // Defaults of the socket, the batch limits, the quota, the key retention
@@ -165,6 +172,9 @@ func (o Options) Complete() (Config, error) {
 	if o.MaxDatastoreBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("connector: --max-datastore-bytes %d: want at least 1 MiB", o.MaxDatastoreBytes))
 	}
+	if o.MaxPublisherBytes < 0 || o.MaxPublisherBytes > o.MaxDatastoreBytes || (o.MaxPublisherBytes > 0 && o.MaxPublisherBytes < 64<<10) {
+		errs = append(errs, fmt.Errorf("connector: --max-publisher-bytes %d: want 64 KiB to --max-datastore-bytes (%d), or 0 for a sixteenth of it", o.MaxPublisherBytes, o.MaxDatastoreBytes))
+	}
 	switch o.Role {
 	case RoleSocket:
 		if o.NodeName == "" {
@@ -200,7 +210,7 @@ func (o Options) Complete() (Config, error) {
 	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callers, Auth: auth, Datastore: target,
 		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,
 		MaxBatchEvents: o.MaxBatchEvents, MaxMessageBytes: o.MaxMessageBytes, QuotaEvents: o.QuotaEvents, QuotaWindow: o.QuotaWindow,
-		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes}
+		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes, MaxPublisherBytes: cmp.Or(o.MaxPublisherBytes, o.MaxDatastoreBytes/16)}
 	if o.Role == RoleDeployment {
 		// With no node to fall back on, the deployment connector always
 		// enforces and never fails open.
@@ -237,6 +247,10 @@ type Server struct {
 	size         atomic.Int64
 	quotaRefused *prometheus.CounterVec
 	keysExpired  prometheus.Counter
+	// publishers is what each publisher's events take, counted from the
+	// datastore every recountEvery and as batches are stored.
+	pubMu      sync.Mutex
+	publishers map[string]int64
 	// The node-binding settings in force: the deployment role always
 	// enforces and never fails open, whatever config.json says.
 	mode     guard.Mode
@@ -268,14 +282,19 @@ func New(c Config) (*Server, error) {
 		Help: "Batches answered OK without being stored again: a retry whose idempotency key the datastore already held (a connection cut after the commit)."})
 	s.quota = window.New(c.QuotaWindow, maxQuotaKeys)
 	s.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_quota_refusals_total",
-		Help: "Batches refused ResourceExhausted, by reason: publisher_quota (the caller stored --caller-quota-events in its window), datastore_full (the datastore holds --max-datastore-bytes)."}, []string{"reason"})
+		Help: "Batches refused ResourceExhausted, by reason: publisher_quota (the caller stored --caller-quota-events in its window), publisher_share_full (the publisher's events take --max-publisher-bytes), datastore_full (the datastore holds --max-datastore-bytes)."}, []string{"reason"})
 	s.quotaRefused.WithLabelValues(ReasonPublisherQuota.String())
 	s.quotaRefused.WithLabelValues(ReasonDatastoreFull.String())
+	s.quotaRefused.WithLabelValues(ReasonPublisherShareFull.String())
 	s.keysExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "platform_connector_idempotency_keys_expired_total",
 		Help: "Idempotency keys forgotten after --idempotency-key-retention."})
 	s.health.Registry.MustRegister(s.refused, s.stored, s.failed, s.duplicates, s.quotaRefused, s.keysExpired,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "platform_connector_datastore_bytes", Help: "Bytes the datastore held at its last look (every few seconds); new batches are refused at --max-datastore-bytes."},
-			func() float64 { return float64(s.size.Load()) }))
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "platform_connector_datastore_bytes", Help: "Bytes the datastore held at its last look (every few seconds, its write-ahead log included); new batches are refused at --max-datastore-bytes."},
+			func() float64 { return float64(s.size.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "platform_connector_publisher_bytes_max", Help: "What the events of the publisher that stored most take; its batches are refused at --max-publisher-bytes."},
+			func() float64 { return float64(s.largestPublisher()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "platform_connector_publishers", Help: "Publishers whose events the datastore holds."},
+			func() float64 { s.pubMu.Lock(); defer s.pubMu.Unlock(); return float64(len(s.publishers)) }))
 	rpcMetrics, err := serve.NewRPCMetrics(s.health.Registry, metricsPrefix)
 	if err != nil {
 		return nil, err
@@ -318,6 +337,9 @@ func New(c Config) (*Server, error) {
 	}
 	s.health.AddReadyCheck("datastore", func(ctx context.Context) error { return s.store.db.PingContext(ctx) })
 	if err := s.measure(context.Background()); err != nil {
+		return nil, err
+	}
+	if err := s.recount(context.Background()); err != nil {
 		return nil, err
 	}
 	s.grpc = grpc.NewServer(opts...)
@@ -456,6 +478,13 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 		s.quotaRefused.WithLabelValues(ReasonDatastoreFull.String()).Inc()
 		return nil, guard.Refuse(ReasonDatastoreFull, fmt.Sprintf("the datastore holds %d bytes, its bound (--max-datastore-bytes %d); nothing was stored: retry once it has been pruned", n, s.opts.MaxDatastoreBytes))
 	}
+	pub := publisherOf(ctx, caller, podUID)
+	if n := s.publisherBytes(pub); n >= s.opts.MaxPublisherBytes {
+		// This publisher's share is full; the others' batches are still
+		// stored.
+		s.quotaRefused.WithLabelValues(ReasonPublisherShareFull.String()).Inc()
+		return nil, guard.Refuse(ReasonPublisherShareFull, fmt.Sprintf("this publisher's events take %d bytes, its share of the datastore (--max-publisher-bytes %d); nothing was stored: retry once its old events have been pruned", n, s.opts.MaxPublisherBytes))
+	}
 	who := caller + "#" + podUID // tokenless callers: all "#"
 	if ok, retry := s.quota.Take(who, len(events), s.opts.QuotaEvents, time.Now()); !ok {
 		s.quotaRefused.WithLabelValues(ReasonPublisherQuota.String()).Inc()
@@ -475,7 +504,7 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 			key = p + "/" + key
 		}
 	}
-	duplicate, err := s.store.Append(ctx, caller, scope, key, events)
+	duplicate, stored, err := s.store.Append(ctx, pub, caller, scope, key, events)
 	switch {
 	case errors.Is(err, ErrKeyReused):
 		return nil, guard.Refuse(ReasonKeyReused, "idempotency_key was already used for another batch of yours; nothing was stored")
@@ -494,6 +523,9 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 	// Counted at once, so that a fast publisher meets the bound within a
 	// batch of it, not a few seconds later; the next look corrects it.
 	s.size.Add(int64(proto.Size(in)))
+	s.pubMu.Lock()
+	s.publishers[pub] += stored
+	s.pubMu.Unlock()
 	return &emptypb.Empty{}, nil
 }
 
@@ -510,14 +542,67 @@ func (s *Server) measure(ctx context.Context) error {
 	return nil
 }
 
+// recount reads what each publisher's events take, from the datastore's
+// index: events pruned since are no longer counted.
+func (s *Server) recount(ctx context.Context) error {
+	p, err := s.store.PublisherBytes(ctx)
+	if err != nil {
+		return err
+	}
+	s.pubMu.Lock()
+	s.publishers = p
+	s.pubMu.Unlock()
+	return nil
+}
+
+// recountEvery is how often each publisher's share is read anew.
+const recountEvery = 30 * time.Second
+
+func (s *Server) publisherBytes(pub string) int64 {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	return s.publishers[pub]
+}
+
+func (s *Server) largestPublisher() int64 {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	var most int64
+	for _, n := range s.publishers {
+		most = max(most, n)
+	}
+	return most
+}
+
+// publisherOf names who stores a batch, for its share of the datastore:
+// the pod of a pod-bound token (each replica of a monitor its own share),
+// the caller's name for another token, and for a caller without one its
+// user on the node as the kernel names it (a restarted process keeps its
+// share), or all such callers together when the kernel did not say.
+func publisherOf(ctx context.Context, caller, podUID string) string {
+	switch {
+	case podUID != "":
+		return "pod:" + podUID
+	case caller != "":
+		return caller
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(PeerInfo); ok && info.PID != 0 {
+			return fmt.Sprintf("peer-uid:%d", info.UID)
+		}
+	}
+	return "tokenless"
+}
+
 // housekeeping looks at the datastore's size every few seconds and
 // forgets idempotency keys past their retention, until ctx ends.
 func (s *Server) housekeeping(ctx context.Context) error {
 	sizeEvery := 2 * time.Second
 	expireEvery := min(s.opts.KeyRetention/10, time.Hour)
-	size, expire := time.NewTicker(sizeEvery), time.NewTicker(expireEvery)
+	size, expire, recount := time.NewTicker(sizeEvery), time.NewTicker(expireEvery), time.NewTicker(recountEvery)
 	defer size.Stop()
 	defer expire.Stop()
+	defer recount.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -525,6 +610,10 @@ func (s *Server) housekeeping(ctx context.Context) error {
 		case <-size.C:
 			if err := s.measure(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("connector: measuring the datastore failed", "err", err)
+			}
+		case <-recount.C:
+			if err := s.recount(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("connector: counting the publishers' events failed", "err", err)
 			}
 		case <-expire.C:
 			n, err := s.store.ExpireKeys(ctx, time.Now().Add(-s.opts.KeyRetention))
@@ -551,6 +640,9 @@ var (
 	ReasonKeyReused         = reason.New("idempotency_key_reused", reason.InvalidArgument, "the batch's idempotency key names another batch already stored")
 	ReasonPublisherQuota    = reason.New("publisher_quota", reason.ResourceExhausted, "the caller has stored its quota of events for now (--caller-quota-events per --caller-quota-window); retry after the delay the message gives")
 	ReasonDatastoreFull     = reason.New("datastore_full", reason.ResourceExhausted, "the datastore holds --max-datastore-bytes: new batches are refused, never the disk filled")
+	// ReasonPublisherShareFull refuses the one publisher whose events take
+	// its share (--max-publisher-bytes), not every node's.
+	ReasonPublisherShareFull = reason.New("publisher_share_full", reason.ResourceExhausted, "this publisher's events take its share of the datastore (--max-publisher-bytes): its new batches are refused, the others' still stored")
 )
 
 // validKey reports whether key is empty or at most MaxIdempotencyKey
@@ -575,7 +667,7 @@ func validKey(key string) bool {
 // the code to this list.
 func Reasons() []reason.Reason {
 	return reason.Union(binding.Reasons(binding.NodeBinding(binding.NodeConfig{})), guard.ReasonBadRequest, datastore.ReasonUnavailable,
-		ReasonBatchTooLarge, ReasonEventNodeUnnamed, ReasonBadIdempotencyKey, ReasonKeyReused, ReasonPublisherQuota, ReasonDatastoreFull)
+		ReasonBatchTooLarge, ReasonEventNodeUnnamed, ReasonBadIdempotencyKey, ReasonKeyReused, ReasonPublisherQuota, ReasonPublisherShareFull, ReasonDatastoreFull)
 }
 
 // hostDirHint adds to a permission error of the socket role's socket or

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -22,7 +23,8 @@ import (
 // returns. Several deployment-role replicas share one PostgreSQL database:
 // each batch is stored once, by the replica that received it.
 type Store struct {
-	db *datastore.DB
+	db   *datastore.DB
+	path string // the SQLite file's, "" for PostgreSQL
 }
 
 // StoredEvent is an event as stored: with the node name as stamped, and who
@@ -49,7 +51,11 @@ func OpenStore(target string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db}
+	if d, path, err := datastore.Parse(target); err == nil && d == datastore.SQLite {
+		s.path = path
+	}
+	return s, nil
 }
 
 // Close closes the database.
@@ -64,18 +70,22 @@ var ErrKeyReused = errors.New("connector: the idempotency key was used for anoth
 // transaction (unique per caller): a batch whose key is already stored
 // with the same events is not stored again (duplicate true, no error), and
 // one with other events is ErrKeyReused.
-func (s *Store) Append(ctx context.Context, caller, scope, key string, events []*pcv1.HealthEvent) (duplicate bool, err error) {
+//
+// publisher names who stored the events for its share of the datastore
+// (PublisherBytes); bytes is what the events' stored forms took.
+func (s *Store) Append(ctx context.Context, publisher, caller, scope, key string, events []*pcv1.HealthEvent) (duplicate bool, bytes int64, err error) {
 	bodies := make([]string, len(events))
 	sum := sha256.New()
 	for i, e := range events {
 		if e.GetNodeName() == "" {
-			return false, fmt.Errorf("connector: event %d has no node name", i)
+			return false, 0, fmt.Errorf("connector: event %d has no node name", i)
 		}
 		b, err := protojson.Marshal(e)
 		if err != nil {
-			return false, fmt.Errorf("connector: encoding event: %w", err)
+			return false, 0, fmt.Errorf("connector: encoding event: %w", err)
 		}
 		bodies[i] = string(b)
+		bytes += int64(len(b))
 		if key == "" {
 			continue // no key, no digest to compare
 		}
@@ -83,7 +93,7 @@ func (s *Store) Append(ctx context.Context, caller, scope, key string, events []
 		// spacing may differ between builds, a retry may meet another.
 		w, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
 		if err != nil {
-			return false, fmt.Errorf("connector: encoding event: %w", err)
+			return false, 0, fmt.Errorf("connector: encoding event: %w", err)
 		}
 		fmt.Fprintf(sum, "%d:", len(w))
 		sum.Write(w)
@@ -91,7 +101,7 @@ func (s *Store) Append(ctx context.Context, caller, scope, key string, events []
 	digest := hex.EncodeToString(sum.Sum(nil))
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("connector: datastore: %w", err)
+		return false, 0, fmt.Errorf("connector: datastore: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit.
 	now := time.Now().UnixNano()
@@ -99,35 +109,35 @@ func (s *Store) Append(ctx context.Context, caller, scope, key string, events []
 		res, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO health_event_batches(caller, idempotency_key, digest, events, received_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (caller, idempotency_key) DO NOTHING`), caller, key, digest, len(events), now)
 		if err != nil {
-			return false, fmt.Errorf("connector: datastore: %w", err)
+			return false, 0, fmt.Errorf("connector: datastore: %w", err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return false, fmt.Errorf("connector: datastore: %w", err)
+			return false, 0, fmt.Errorf("connector: datastore: %w", err)
 		} else if n == 0 {
 			var stored string
 			if err := tx.QueryRowContext(ctx, s.db.Rebind(`SELECT digest FROM health_event_batches WHERE caller = ? AND idempotency_key = ?`), caller, key).Scan(&stored); err != nil {
-				return false, fmt.Errorf("connector: datastore: %w", err)
+				return false, 0, fmt.Errorf("connector: datastore: %w", err)
 			}
 			if stored != digest {
-				return false, ErrKeyReused
+				return false, 0, ErrKeyReused
 			}
-			return true, nil
+			return true, 0, nil
 		}
 	}
-	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event) VALUES (?, ?, ?, ?, ?)`))
+	stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO health_events(node_name, caller, scope, received_at, event, publisher, bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`))
 	if err != nil {
-		return false, fmt.Errorf("connector: datastore: %w", err)
+		return false, 0, fmt.Errorf("connector: datastore: %w", err)
 	}
 	defer stmt.Close()
 	for i, e := range events {
-		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, bodies[i]); err != nil {
-			return false, fmt.Errorf("connector: datastore: %w", err)
+		if _, err := stmt.ExecContext(ctx, e.GetNodeName(), caller, scope, now, bodies[i], publisher, len(bodies[i])); err != nil {
+			return false, 0, fmt.Errorf("connector: datastore: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("connector: datastore: %w", err)
+		return false, 0, fmt.Errorf("connector: datastore: %w", err)
 	}
-	return false, nil
+	return false, bytes, nil
 }
 
 // List returns stored events in order, for one node or all ("").
@@ -167,8 +177,9 @@ func (s *Store) List(ctx context.Context, node string, limit int) ([]StoredEvent
 }
 
 // Size is how many bytes the datastore holds for the connector: the
-// SQLite file's pages, or the PostgreSQL tables with their indexes and
-// TOAST.
+// SQLite file's pages and its write-ahead log (which holds pages not yet
+// written back, up to a few MB under load), or the PostgreSQL tables with
+// their indexes and TOAST.
 func (s *Store) Size(ctx context.Context) (int64, error) {
 	q := `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`
 	if s.db.Dialect == datastore.Postgres {
@@ -178,7 +189,32 @@ func (s *Store) Size(ctx context.Context) (int64, error) {
 	if err := s.db.QueryRowContext(ctx, q).Scan(&n); err != nil {
 		return 0, fmt.Errorf("connector: datastore size: %w", err)
 	}
+	if s.db.Dialect == datastore.SQLite && s.path != "" {
+		if st, err := os.Stat(s.path + "-wal"); err == nil {
+			n += st.Size()
+		}
+	}
 	return n, nil
+}
+
+// PublisherBytes is what each publisher's stored events take (their
+// stored forms), summed from an index.
+func (s *Store) PublisherBytes(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT publisher, SUM(bytes) FROM health_events GROUP BY publisher`)
+	if err != nil {
+		return nil, fmt.Errorf("connector: datastore: publishers' bytes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var p string
+		var n int64
+		if err := rows.Scan(&p, &n); err != nil {
+			return nil, fmt.Errorf("connector: datastore: publishers' bytes: %w", err)
+		}
+		out[p] = n
+	}
+	return out, rows.Err()
 }
 
 // ExpireKeys forgets the idempotency keys of batches received before

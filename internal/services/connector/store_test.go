@@ -39,7 +39,7 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			if _, err := s.Append(ctx, "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "first"}}); err != nil {
+			if _, _, err := s.Append(ctx, "u", "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "first"}}); err != nil {
 				t.Fatal(err)
 			}
 			// A trigger, installed through a second connection, refuses one
@@ -61,7 +61,7 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 				}
 			}
 			db.Close()
-			_, err = s.Append(ctx, "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-b"}, {NodeName: "poison"}, {NodeName: "node-c"}})
+			_, _, err = s.Append(ctx, "u", "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-b"}, {NodeName: "poison"}, {NodeName: "node-c"}})
 			if err == nil || !strings.Contains(err.Error(), "poisoned") {
 				t.Fatalf("Append = %v; want the trigger's refusal", err)
 			}
@@ -69,11 +69,11 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].Event.GetCheckName() != "first" {
 				t.Fatalf("after a failed batch: %+v %v; want only the first batch", got, err)
 			}
-			if _, err := s.Append(ctx, "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: ""}}); err == nil {
+			if _, _, err := s.Append(ctx, "u", "u", "node_local", "", []*pcv1.HealthEvent{{NodeName: ""}}); err == nil {
 				t.Fatal("an event with no node name was stored")
 			}
 			// Order, the node filter and the limit.
-			if _, err := s.Append(ctx, "v", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-b", CheckName: "second"}, {NodeName: "node-a", CheckName: "third"}}); err != nil {
+			if _, _, err := s.Append(ctx, "v", "v", "node_local", "", []*pcv1.HealthEvent{{NodeName: "node-b", CheckName: "second"}, {NodeName: "node-a", CheckName: "third"}}); err != nil {
 				t.Fatal(err)
 			}
 			all, err := s.List(ctx, "", 0)
@@ -85,7 +85,7 @@ func TestStoreBatchIsAllOrNothing(t *testing.T) {
 				t.Fatalf("node-a, limit 1: %+v %v", a, err)
 			}
 			// The failed batch's key went with it: the retry is stored.
-			if dup, err := s.Append(ctx, "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-c", CheckName: "retried"}}); dup || err != nil {
+			if dup, _, err := s.Append(ctx, "u", "u", "cross_node", "k-poison", []*pcv1.HealthEvent{{NodeName: "node-c", CheckName: "retried"}}); dup || err != nil {
 				t.Fatalf("the retry of a failed batch: %t %v", dup, err)
 			}
 		})
@@ -107,7 +107,7 @@ func TestStoreIdempotencyKey(t *testing.T) {
 			defer s.Close()
 			ctx := context.Background()
 			batch := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "GpuXid"}, {NodeName: "node-b", CheckName: "GpuXid"}}
-			if dup, err := s.Append(ctx, "u", "cross_node", "k1", batch); dup || err != nil {
+			if dup, _, err := s.Append(ctx, "u", "u", "cross_node", "k1", batch); dup || err != nil {
 				t.Fatalf("first: %t %v", dup, err)
 			}
 			// Eight retries at once, as after a cut connection.
@@ -117,7 +117,7 @@ func TestStoreIdempotencyKey(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					dup, err := s.Append(ctx, "u", "cross_node", "k1", batch)
+					dup, _, err := s.Append(ctx, "u", "u", "cross_node", "k1", batch)
 					if err != nil {
 						t.Error(err)
 					}
@@ -130,10 +130,10 @@ func TestStoreIdempotencyKey(t *testing.T) {
 			if dups.Load() != 8 {
 				t.Errorf("%d of 8 retries answered as duplicates", dups.Load())
 			}
-			if _, err := s.Append(ctx, "u", "cross_node", "k1", batch[:1]); !errors.Is(err, connector.ErrKeyReused) {
+			if _, _, err := s.Append(ctx, "u", "u", "cross_node", "k1", batch[:1]); !errors.Is(err, connector.ErrKeyReused) {
 				t.Errorf("the key with other events: %v; want ErrKeyReused", err)
 			}
-			if dup, err := s.Append(ctx, "v", "cross_node", "k1", batch[:1]); dup || err != nil {
+			if dup, _, err := s.Append(ctx, "v", "v", "cross_node", "k1", batch[:1]); dup || err != nil {
 				t.Errorf("another caller's same key: %t %v", dup, err)
 			}
 			all, err := s.List(ctx, "", 0)
@@ -155,7 +155,7 @@ func testEventsCommand(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(context.Background(), "system:serviceaccount:ns:mon", "cross_node", "", []*pcv1.HealthEvent{
+	if _, _, err := s.Append(context.Background(), "system:serviceaccount:ns:mon", "system:serviceaccount:ns:mon", "cross_node", "", []*pcv1.HealthEvent{
 		{NodeName: "node-a", CheckName: "GpuXid"}, {NodeName: "node-b", CheckName: "GpuXid", IsFatal: true},
 	}); err != nil {
 		t.Fatal(err)
@@ -209,11 +209,11 @@ func TestStoreExpiresKeysAndMeasures(t *testing.T) {
 				t.Fatalf("size of a new store: %d %v", before, err)
 			}
 			old := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "old", Message: strings.Repeat("m", 4000)}}
-			if _, err := s.Append(ctx, "u", "node_local", "k-old", old); err != nil {
+			if _, _, err := s.Append(ctx, "u", "u", "node_local", "k-old", old); err != nil {
 				t.Fatal(err)
 			}
 			cut := time.Now()
-			if _, err := s.Append(ctx, "u", "node_local", "k-new", old); err != nil {
+			if _, _, err := s.Append(ctx, "u", "u", "node_local", "k-new", old); err != nil {
 				t.Fatal(err)
 			}
 			n, err := s.ExpireKeys(ctx, cut)
@@ -221,14 +221,14 @@ func TestStoreExpiresKeysAndMeasures(t *testing.T) {
 				t.Fatalf("expired %d keys, %v; want the one older than the cut", n, err)
 			}
 			other := []*pcv1.HealthEvent{{NodeName: "node-a", CheckName: "other"}}
-			if dup, err := s.Append(ctx, "u", "node_local", "k-old", other); dup || err != nil {
+			if dup, _, err := s.Append(ctx, "u", "u", "node_local", "k-old", other); dup || err != nil {
 				t.Fatalf("the forgotten key with other events: duplicate %t, %v; want stored", dup, err)
 			}
-			if _, err := s.Append(ctx, "u", "node_local", "k-new", other); !errors.Is(err, connector.ErrKeyReused) {
+			if _, _, err := s.Append(ctx, "u", "u", "node_local", "k-new", other); !errors.Is(err, connector.ErrKeyReused) {
 				t.Fatalf("a kept key with other events: %v; want ErrKeyReused", err)
 			}
 			for range 50 {
-				if _, err := s.Append(ctx, "u", "node_local", "", old); err != nil {
+				if _, _, err := s.Append(ctx, "u", "u", "node_local", "", old); err != nil {
 					t.Fatal(err)
 				}
 			}
