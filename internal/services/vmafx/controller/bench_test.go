@@ -50,7 +50,7 @@ func BenchmarkGetJob(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	job, err := store.Submit(context.Background(), "tenant-a", "ci", "", &vmafxv1.JobSpec{Reference: "/r.y4m", Distorted: "/d.y4m", Metrics: []string{"psnr"}}, 0)
+	job, err := store.Submit(context.Background(), "tenant-a", "ci", "", &vmafxv1.JobSpec{Reference: "/r.y4m", Distorted: "/d.y4m", Metrics: []string{"psnr"}}, 0, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

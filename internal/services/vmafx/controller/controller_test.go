@@ -444,7 +444,7 @@ func TestClaimExactlyOnce(t *testing.T) {
 			ctx := context.Background()
 			want := map[string]bool{}
 			for i := range jobs {
-				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec, 0)
+				j, err := stores[i%replicas].Submit(ctx, "tenant-a", "ci", "", spec, 0, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -779,7 +779,7 @@ func TestClaimKeyAfterItsLeaseLapsed(t *testing.T) {
 			defer s.Close()
 			ctx := context.Background()
 			for range 2 {
-				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0); err != nil {
+				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -1012,4 +1012,66 @@ func TestRequestCostIsBounded(t *testing.T) {
 	report("ReportJob FAILED", fail, func() error { _, err := node.ReportJob(ctx, fail); return err })
 	list := &vmafxv1.ListJobsRequest{PageSize: 500}
 	report("ListJobs(500)", list, func() error { _, err := sub.ListJobs(ctx, list); return err })
+}
+
+// TestFinishedJobsExpireAndTenantsAreBounded: a finished job is deleted
+// once it is older than the retention — a pending or running one never —
+// and a tenant holding its bound of jobs is refused the next, another
+// tenant not; both datastores.
+func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixNano())
+			s, err := controller.OpenStore(target, func() time.Time { return time.Unix(0, clock.Load()) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			var ids []string
+			for range 4 {
+				j, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, j.GetId())
+			}
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 4); !errors.Is(err, controller.ErrJobsQuota) {
+				t.Fatalf("a fifth job with a bound of 4: %v; want ErrJobsQuota", err)
+			}
+			if _, err := s.Submit(ctx, "tenant-b", "ci", "", spec, 0, 4); err != nil {
+				t.Fatalf("another tenant: %v", err)
+			}
+			// Two cancelled (finished), one running, one pending.
+			for _, id := range ids[:2] {
+				if _, err := s.Cancel(ctx, "tenant-a", id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if j, _, _, err := s.Claim(ctx, "tenant-a", "node-1", "", time.Hour); err != nil || j == nil {
+				t.Fatalf("claim: %v %v", j, err)
+			}
+			if n, err := s.DeleteFinished(ctx, time.Unix(0, clock.Load()).Add(-time.Hour), 1000); err != nil || n != 0 {
+				t.Fatalf("within the retention: %d deleted, %v; want none", n, err)
+			}
+			clock.Add(int64(2 * time.Hour))
+			if n, err := s.DeleteFinished(ctx, time.Unix(0, clock.Load()).Add(-time.Hour), 1); err != nil || n != 1 {
+				t.Fatalf("past the retention, a batch of 1: %d deleted, %v", n, err)
+			}
+			if n, err := s.DeleteFinished(ctx, time.Unix(0, clock.Load()).Add(-time.Hour), 1000); err != nil || n != 1 {
+				t.Fatalf("past the retention: %d deleted, %v; want the other cancelled one", n, err)
+			}
+			for i, id := range ids {
+				_, err := s.Get(ctx, "tenant-a", id)
+				if gone := errors.Is(err, controller.ErrNotFound); gone != (i < 2) {
+					t.Errorf("job %d (%s): gone %t, %v", i, id, gone, err)
+				}
+			}
+			// Room again for tenant-a.
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 4); err != nil {
+				t.Fatalf("after expiry: %v", err)
+			}
+		})
+	}
 }

@@ -65,8 +65,15 @@ const (
 	// DefaultMaxAttempts is how many claims a job gets before it is FAILED
 	// attempts_exhausted (--max-attempts).
 	DefaultMaxAttempts = 3
-	maxPageSize        = 500
-	defaultPageSize    = 100
+	// DefaultMaxJobsPerTenant bounds each tenant's stored jobs
+	// (--max-jobs-per-tenant); DefaultFinishedJobRetention is how long a
+	// finished job is kept (--finished-job-retention).
+	DefaultMaxJobsPerTenant     = 100_000
+	DefaultFinishedJobRetention = 7 * 24 * time.Hour
+	// expireBatch bounds the jobs one expiry deletes in a transaction.
+	expireBatch     = 1000
+	maxPageSize     = 500
+	defaultPageSize = 100
 	// maxPageBytes bounds a ListJobs page (its jobs encoded), well under
 	// gRPC's 4 MiB message limit: a page stops early rather than grow.
 	maxPageBytes = 1 << 20
@@ -99,6 +106,11 @@ type Options struct {
 	// override them per tenant (--tenant-quota NAME=PENDING/PER_MINUTE).
 	MaxPendingJobs, MaxSubmissionsPerMinute int
 	TenantQuotas                            []string
+	// MaxJobsPerTenant bounds each tenant's stored jobs, in any state
+	// (--max-jobs-per-tenant); FinishedJobRetention is how long a finished
+	// job (SUCCEEDED, FAILED, CANCELLED) is kept (--finished-job-retention).
+	MaxJobsPerTenant     int
+	FinishedJobRetention time.Duration
 	// Reflection serves gRPC server reflection (--grpc-reflection), for
 	// grpcurl and the like; a caller needs the reader role.
 	Reflection bool
@@ -109,7 +121,8 @@ type Options struct {
 // offline.
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: stack.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
-		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute}
+		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute,
+		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention}
 	o.Callers.Backend = stack.BackendOIDC
 	return o
 }
@@ -128,6 +141,10 @@ type Config struct {
 	MaxAttempts int
 	Quotas      quotas
 	Reflection  bool
+	// MaxJobs and Retention are --max-jobs-per-tenant and
+	// --finished-job-retention.
+	MaxJobs   int
+	Retention time.Duration
 	// LeaseCheck is how often expired leases are looked for
 	// (DefaultLeaseCheck); Now the clock of leases (time.Now).
 	LeaseCheck time.Duration
@@ -173,11 +190,17 @@ func (o Options) Complete() (Config, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("controller: %w", err))
 	}
+	if o.MaxJobsPerTenant < 1 || o.MaxJobsPerTenant > 10*maxQuota {
+		errs = append(errs, fmt.Errorf("controller: --max-jobs-per-tenant %d: want 1 to %d", o.MaxJobsPerTenant, 10*maxQuota))
+	}
+	if o.FinishedJobRetention < time.Minute {
+		errs = append(errs, fmt.Errorf("controller: --finished-job-retention %s: want at least 1m (a submitter must be able to read its job's outcome)", o.FinishedJobRetention))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	return Config{Serve: o.Serve, Callers: callers, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
-		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now}, nil
+		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now, MaxJobs: o.MaxJobsPerTenant, Retention: o.FinishedJobRetention}, nil
 }
 
 // Validate refuses options that cannot be honoured: what
@@ -198,6 +221,7 @@ type Server struct {
 	grpc      *grpc.Server
 	requeued  prometheus.Counter
 	exhausted prometheus.Counter
+	expired   prometheus.Counter
 	replays   *prometheus.CounterVec
 	lis       net.Listener
 }
@@ -238,9 +262,10 @@ func New(c Config) (*Server, error) {
 		s.replays.WithLabelValues(rpc)
 	}
 	quotaRefusals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_controller_quota_refusals_total",
-		Help: "Submissions refused by a tenant's quota, by quota (pending: --max-pending-jobs; rate: --max-submissions-per-minute) and tenant."}, []string{"quota", "tenant"})
+		Help: "Submissions refused by a tenant's quota, by quota (pending: --max-pending-jobs; rate: --max-submissions-per-minute; jobs: --max-jobs-per-tenant) and tenant."}, []string{"quota", "tenant"})
+	s.expired = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_jobs_expired_total", Help: "Finished jobs (SUCCEEDED, FAILED, CANCELLED) deleted --finished-job-retention after they finished."})
 	q := c.Quotas
-	reg.MustRegister(quotaRefusals, s.requeued, s.exhausted, s.replays, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
+	reg.MustRegister(quotaRefusals, s.requeued, s.exhausted, s.replays, s.expired, &jobsCollector{s: s, desc: prometheus.NewDesc("vmafx_controller_jobs", "Jobs in the store, by state (every tenant).", []string{"state"}, nil)})
 	roles := maps.Clone(MethodRoles)
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
@@ -262,7 +287,7 @@ func New(c Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)),
 		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays,
-		Quotas: q, QuotaRefusals: quotaRefusals, Now: o.Now})
+		Quotas: q, QuotaRefusals: quotaRefusals, Now: o.Now, MaxJobs: o.MaxJobs})
 	if o.Reflection {
 		reflection.Register(s.grpc)
 	}
@@ -285,6 +310,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	s.m.ServeGRPC("grpc", s.lis, s.grpc)
 	s.m.Add(serve.Named("lease expiry", serve.RunnableFunc(s.expireLeases)))
+	s.m.Add(serve.Named("finished-job expiry", serve.RunnableFunc(s.expireFinished)))
 	s.m.Set("address", s.lis.Addr().String(), "lease", s.o.Lease.String(), "max_attempts", s.o.MaxAttempts, "datastore", s.store.db.Target)
 	if err := s.m.Run(ctx); err != nil {
 		_ = s.lis.Close()
@@ -309,6 +335,38 @@ func (s *Server) expireLeases(ctx context.Context) error {
 				s.requeued.Add(float64(n + exhausted))
 				s.exhausted.Add(float64(exhausted))
 				s.log.Warn("controller: leases expired; jobs back to PENDING behind their tenant's queue, or FAILED attempts_exhausted", "jobs", n, "attempts_exhausted", exhausted)
+			}
+		}
+	}
+}
+
+// expireFinished deletes the jobs that finished --finished-job-retention
+// ago, a bounded batch at a time, every tenth of the retention (at most
+// every minute), until ctx ends.
+func (s *Server) expireFinished(ctx context.Context) error {
+	t := time.NewTicker(min(s.o.Retention/10, time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			now := time.Now
+			if s.o.Now != nil {
+				now = s.o.Now
+			}
+			for ctx.Err() == nil {
+				n, err := s.store.DeleteFinished(ctx, now().Add(-s.o.Retention), expireBatch)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Error("controller: expiring finished jobs", "err", err)
+					}
+					break
+				}
+				s.expired.Add(float64(n))
+				if n < expireBatch {
+					break
+				}
 			}
 		}
 	}
@@ -364,6 +422,8 @@ type Service struct {
 	Quotas        quotas
 	QuotaRefusals *prometheus.CounterVec
 	Now           func() time.Time
+	// MaxJobs bounds each tenant's stored jobs, in any state (0: none).
+	MaxJobs int
 	// submissions counts each tenant's submissions a minute; tenants are
 	// the configured ones.
 	submissions     *window.Counter
@@ -445,10 +505,14 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 		s.quotaRefused("rate", c.Tenant)
 		return nil, refuse(ReasonSubmissionRate, fmt.Sprintf("tenant %s has submitted %d jobs this minute, its quota; retry in %s", c.Tenant, q.PerMinute, retry.Round(time.Second)))
 	}
-	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending)
+	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending, s.MaxJobs)
 	if errors.Is(err, ErrPendingQuota) {
 		s.quotaRefused("pending", c.Tenant)
 		return nil, refuse(ReasonPendingQuota, fmt.Sprintf("tenant %s has %d jobs PENDING, its quota; retry once nodes have claimed some", c.Tenant, q.Pending))
+	}
+	if errors.Is(err, ErrJobsQuota) {
+		s.quotaRefused("jobs", c.Tenant)
+		return nil, refuse(ReasonJobsQuota, fmt.Sprintf("tenant %s has %d jobs stored, its bound (--max-jobs-per-tenant); retry once finished ones have expired (--finished-job-retention) or been cancelled and expired", c.Tenant, s.MaxJobs))
 	}
 	if err != nil {
 		return nil, s.storeError(ctx, err)

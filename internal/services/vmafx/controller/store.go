@@ -118,13 +118,19 @@ func scan(row interface{ Scan(...any) error }) (*vmafxv1.Job, error) {
 // its quota of PENDING jobs.
 var ErrPendingQuota = errors.New("controller: the tenant's quota of pending jobs is full")
 
+// ErrJobsQuota is a submission refused because the tenant already has as
+// many jobs stored, in any state, as it may.
+var ErrJobsQuota = errors.New("controller: the tenant's quota of stored jobs is full")
+
 // Submit stores a new PENDING job. With a requestID, a job of the tenant
 // already stored under it is returned instead (idempotent submission: a
 // retry is never refused by the quota). maxPending (0: none) bounds the
-// tenant's PENDING jobs: a submission beyond is ErrPendingQuota. The count
+// tenant's PENDING jobs: a submission beyond is ErrPendingQuota; maxJobs
+// (0: none) its jobs in any state (finished ones until they expire): one
+// beyond is ErrJobsQuota. The count
 // and the insert are one transaction, serialised per tenant (SQLite's one
 // writer; an advisory lock on PostgreSQL), so replicas cannot overshoot.
-func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *vmafxv1.JobSpec, maxPending int) (*vmafxv1.Job, error) {
+func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *vmafxv1.JobSpec, maxPending, maxJobs int) (*vmafxv1.Job, error) {
 	now := s.now().UnixNano()
 	id := uuid.NewString()
 	var rid any
@@ -157,6 +163,15 @@ func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *
 		}
 		if n >= maxPending {
 			return nil, ErrPendingQuota
+		}
+	}
+	if maxJobs > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM jobs WHERE tenant = ?`), tenant).Scan(&n); err != nil {
+			return nil, fmt.Errorf("controller: counting jobs: %w", err)
+		}
+		if n >= maxJobs {
+			return nil, ErrJobsQuota
 		}
 	}
 	// SQLite numbers jobs itself (one writer); PostgreSQL's seq is an
@@ -507,6 +522,17 @@ func (s *Store) expire(ctx context.Context, id, node string, attempts, maxAttemp
 		return 0, err
 	}
 	return 1, tx.Commit()
+}
+
+// DeleteFinished deletes at most limit jobs that finished (SUCCEEDED,
+// FAILED, CANCELLED) before before, oldest first, and returns how many.
+func (s *Store) DeleteFinished(ctx context.Context, before time.Time, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN (?, ?, ?) AND updated_at < ? ORDER BY updated_at LIMIT ?)`),
+		int32(vmafxv1.JobState_JOB_STATE_SUCCEEDED), int32(vmafxv1.JobState_JOB_STATE_FAILED), int32(vmafxv1.JobState_JOB_STATE_CANCELLED), before.UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("controller: deleting finished jobs: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 // CountByState counts every tenant's jobs by state.
