@@ -24,7 +24,7 @@ func TestEarlyRefusalOfATricklingBody(t *testing.T) {
 	g, _ := newGuard(t, guard.Config{Authenticator: fakeAuth(callers), Rule: binding.SystemBinding(map[string]string{"sys": "u"})})
 	h := g.Middleware(func(r *http.Request) (binding.Request, error) {
 		return binding.Request{System: r.Header.Get("X-System")}, nil
-	}, guard.RequireIdentity())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	}, guard.RequireIdentity())(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +55,7 @@ func TestEarlyRefusalOfATricklingBody(t *testing.T) {
 				t.Fatalf("%s, %s: %v (the answer waited for the body)", c.name, framing, err)
 			}
 			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
 			if !strings.Contains(string(body), c.want) || !resp.Close {
 				t.Errorf("%s, %s: %d %s, Connection: close %v; want %s and the connection closed", c.name, framing, resp.StatusCode, body, resp.Close, c.want)
 			}
