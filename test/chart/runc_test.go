@@ -525,6 +525,35 @@ func TestConnectorImageRunsUnderItsChart(t *testing.T) {
 		t.Fatalf("the connector on root-owned host directories: %v\n%s", err, r2.output(out))
 	}
 	t.Logf("without host-dirs: %s", lastLine(r2.output(out)))
+
+	// A platform that assigns the UID (OpenShift's restricted SCC: one of
+	// the namespace's range, group 0) with podSecurityContext.runAsUser
+	// unset: host-dirs gives the directories to that group, and the
+	// connector, running as a UID the chart never named, writes them.
+	m3 := freePort(t)
+	objs, tmpls = applyForRun(ctx, t, chartDir, "nvsentinel", ns, auth("    enabled: true\n")+fmt.Sprintf("metrics: {port: %d}\npodSecurityContext: {runAsUser: null, runAsGroup: null, fsGroup: null}\n", m3))
+	tmpl = tmpls["DaemonSet/nvsentinel-platform-connector"]
+	assigned, root := int64(1000680000), int64(0)
+	if tmpl.Spec.SecurityContext == nil || tmpl.Spec.SecurityContext.RunAsUser != nil {
+		t.Fatalf("runAsUser unset in the values, the pod's securityContext is %+v", tmpl.Spec.SecurityContext)
+	}
+	tmpl.Spec.SecurityContext.RunAsUser, tmpl.Spec.SecurityContext.RunAsGroup = &assigned, &root // as the platform's admission does
+	r3 := newRunc(t, &podFiles{objs: objs, namespace: ns, caCert: mustCA(t), saToken: saToken(ctx, t, ns, tmpl)})
+	vols = r3.pod(tmpl)
+	initOut, err = r3.start(tmpl, &tmpl.Spec.InitContainers[0], "platform-connector", vols, true)
+	if err != nil {
+		t.Fatalf("host-dirs: %v\n%s", err, r3.output(initOut))
+	}
+	out, _ = r3.start(tmpl, &tmpl.Spec.Containers[0], "platform-connector", vols, false)
+	r3.probe(m3, out)
+	fi, err = os.Stat(filepath.Join(vols["socket"], "platform-connector.sock"))
+	if err != nil {
+		t.Fatalf("the socket under an assigned UID: %v\n%s", err, r3.output(out))
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != uint32(assigned) || st.Gid != 0 {
+		t.Fatalf("the socket is owned by %d:%d; want the assigned %d:0", st.Uid, st.Gid, assigned)
+	}
+	t.Logf("an assigned UID: host-dirs %s; the socket %d:0", strings.TrimSpace(r3.output(initOut)), assigned)
 }
 
 // TestVmafxImagesRunUnderTheirChart: the controller, the node and the
