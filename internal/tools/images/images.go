@@ -115,6 +115,14 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 			bins[p+"/"+b] = filepath.Join(dir, b)
 		}
 	}
+	// A build from a tree with uncommitted changes cannot pass for the
+	// release: its tag and its revision label say so.
+	if info, err := buildinfo.ReadFile(bins[o.Platforms[0]+"/"+o.Binaries[0]]); err == nil {
+		if tag := dirtyTag(o.Tag, info); tag != o.Tag {
+			fmt.Fprintf(o.Log, "images: the tree has uncommitted changes: tagged %s, not %s — not a release\n", tag, o.Tag)
+			o.Tag = tag
+		}
+	}
 	var out []Image
 	for _, b := range o.Binaries {
 		im, err := o.image(b, bins)
@@ -302,7 +310,7 @@ func (o *Options) platformImage(bin, path, platform string, info *buildinfo.Buil
 			"org.opencontainers.image.title":    bin,
 			"org.opencontainers.image.source":   "https://github.com/callerauth/callerauth",
 			"org.opencontainers.image.version":  o.Tag,
-			"org.opencontainers.image.revision": setting(info, "vcs.revision"),
+			"org.opencontainers.image.revision": revision(info),
 			"org.opencontainers.image.licenses": "Apache-2.0",
 			"org.opencontainers.image.created":  created.UTC().Format(time.RFC3339),
 		},
@@ -491,4 +499,23 @@ func purl(path, version string) string {
 		return "pkg:golang/" + path
 	}
 	return "pkg:golang/" + path + "@" + version
+}
+
+// dirtyTag is tag, marked -dirty when info says the binary was built from
+// a tree with uncommitted changes (go build's vcs.modified).
+func dirtyTag(tag string, info *buildinfo.BuildInfo) string {
+	if setting(info, "vcs.modified") != "true" || strings.HasSuffix(tag, "-dirty") {
+		return tag
+	}
+	return tag + "-dirty"
+}
+
+// revision is the commit info was built from, marked -dirty (as git
+// describe --dirty does) when the tree had uncommitted changes.
+func revision(info *buildinfo.BuildInfo) string {
+	r := setting(info, "vcs.revision")
+	if r != "" && setting(info, "vcs.modified") == "true" {
+		r += "-dirty"
+	}
+	return r
 }
