@@ -276,14 +276,9 @@ func TestPathsEveryServerReadsAlike(t *testing.T) {
 func TestIdentityHeadersInUnderscoreForm(t *testing.T) {
 	e := newEnv(t)
 	got := make(chan http.Header, 2)
-	up := http.Server{Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }), ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = up.Serve(lis) }()
-	t.Cleanup(func() { _ = up.Close() })
-	o := e.options(t, "http://"+lis.Addr().String())
+	up := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
 	o.IgnorePaths = []string{"/healthz"}
 	_, addr := run(t, o)
 	forged := "X_Remote_User: admin\r\nx_remote_group: system:masters\r\nX_REMOTE_EXTRA_scopes: all\r\nX-Remote_Extra-Tenant: b\r\nX_Callerauth_Identity: forged\r\nX_Callerauth_Audit_Refusal: none\r\n"
@@ -311,19 +306,14 @@ func TestIdentityHeadersInUnderscoreForm(t *testing.T) {
 // too.
 func TestMalformedBody(t *testing.T) {
 	e := newEnv(t)
-	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(io.Discard, r.Body); err != nil {
 			return
 		}
 		_, _ = io.WriteString(w, "read it all")
-	}), ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = up.Serve(lis) }()
-	t.Cleanup(func() { _ = up.Close() })
-	o := e.options(t, "http://"+lis.Addr().String())
+	}))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
 	o.IgnorePaths = []string{"/healthz"}
 	s, addr := run(t, o)
 	chunked := "Transfer-Encoding: chunked\r\n\r\n"
@@ -360,14 +350,9 @@ func TestMalformedBody(t *testing.T) {
 func TestAuditMarksWhatItLetThrough(t *testing.T) {
 	e := newEnv(t)
 	got := make(chan http.Header, 4)
-	up := http.Server{Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }), ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = up.Serve(lis) }()
-	t.Cleanup(func() { _ = up.Close() })
-	o := e.options(t, "http://"+lis.Addr().String())
+	up := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
 	o.CallerAuthMode, o.IdentityAssertionAudience, o.IdentityAssertionTTL = "audit", "upstream.example", time.Minute
 	_, addr := run(t, o)
 	for _, c := range []struct {
