@@ -111,9 +111,16 @@ func TestChartsApplyToARealAPIServer(t *testing.T) {
 		{"vmafx, default values", vmafxChart, "vmafx", "vmafx-system", goodVmafx, vmafxCRDs, privileged,
 			map[string][]string{"vmafx-controller": nil, "vmafx-node": nil, "vmafx-operator": operatorGrants}},
 		{"vmafx, no node", vmafxChart, "vmafx-nonode", "vmafx-nonode", goodVmafx + "node: {enabled: false}\n", vmafxCRDs, restricted,
-			map[string][]string{"vmafx-controller": nil, "vmafx-operator": operatorGrants}},
+			map[string][]string{"vmafx-nonode-controller": nil, "vmafx-nonode-operator": operatorGrants}},
 		{"vmafx, every option on", vmafxChart, "vmafx-full", "vmafx-full", vmafxFull, vmafxCRDs, privileged,
-			map[string][]string{"vmafx-controller": nil, "vmafx-node": nil, "vmafx-operator": operatorGrants}},
+			map[string][]string{"vmafx-full-controller": nil, "vmafx-full-node": nil, "vmafx-full-operator": operatorGrants}},
+		// docs/deploy.md's split: the controller and the operator in a
+		// restricted namespace, the node DaemonSet a release of its own in
+		// a privileged one, calling that controller.
+		{"vmafx, the control plane of a split", vmafxChart, "cp", "vmafx-cp", goodVmafx + "node: {enabled: false}\ncontroller: {nodeNamespaces: [vmafx-nodes]}\n", vmafxCRDs, restricted,
+			map[string][]string{"cp-vmafx-controller": nil, "cp-vmafx-operator": operatorGrants}},
+		{"vmafx, the nodes of a split", vmafxChart, "nodes", "vmafx-nodes", splitNodes, nil, privileged,
+			map[string][]string{"nodes-vmafx-node": nil}},
 	}
 	for _, cc := range cases {
 		t.Run(cc.name, func(t *testing.T) {

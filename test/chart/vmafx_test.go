@@ -281,3 +281,59 @@ func TestVmafxChartQuotas(t *testing.T) {
 		t.Fatal("vmafx-controller refuses the chart's arguments")
 	}
 }
+
+// splitNodes are the values of docs/deploy.md's node release: the node
+// alone, calling the controller of release cp in namespace vmafx-cp.
+const splitNodes = "credentials: {tenant: tenant-a}\ncontroller: {enabled: false, address: 'cp-vmafx-controller.vmafx-cp.svc.cluster.local.:8443'}\noperator: {enabled: false}\n"
+
+// TestVmafxSplitAndReleases: docs/deploy.md's split renders — a release
+// of the node alone calls the other release's controller, whose
+// NetworkPolicy admits it from its namespace — and two releases in one
+// namespace share no object's name.
+func TestVmafxSplitAndReleases(t *testing.T) {
+	nodes, err := renderChart(t, vmafxChart, "nodes", "vmafx-nodes", splitNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(nodes["vmafx/templates/controller.yaml"]) != "" || strings.TrimSpace(nodes["vmafx/templates/operator.yaml"]) != "" {
+		t.Errorf("a node release renders a controller or an operator:\n%s%s", nodes["vmafx/templates/controller.yaml"], nodes["vmafx/templates/operator.yaml"])
+	}
+	conn := configMapFile(t, nodes, "node.yaml", "nodes-vmafx-node", "node.yaml")
+	if !strings.Contains(conn, "address: cp-vmafx-controller.vmafx-cp.svc.cluster.local.:8443") || !strings.Contains(conn, "server_name: cp-vmafx-controller.vmafx-cp.svc") {
+		t.Errorf("the node release's connection:\n%s", conn)
+	}
+	cp, err := renderChart(t, vmafxChart, "cp", "vmafx-cp", goodVmafx+"node: {enabled: false}\ncontroller: {nodeNamespaces: [vmafx-nodes]}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cp["vmafx/templates/controller.yaml"], "kubernetes.io/metadata.name: vmafx-nodes") {
+		t.Errorf("the controller's NetworkPolicy does not admit the nodes' namespace:\n%s", cp["vmafx/templates/controller.yaml"])
+	}
+	if _, err := renderChart(t, vmafxChart, "nodes", "vmafx-nodes", "credentials: {tenant: tenant-a}\ncontroller: {enabled: false}\n"); err == nil || !strings.Contains(err.Error(), "controller.address") {
+		t.Errorf("no controller and no address: %v; want a refusal naming controller.address", err)
+	}
+	// Two releases in one namespace.
+	names := map[string]string{}
+	for _, rel := range []string{"vmafx", "vmafx-b", "team-c"} {
+		out, err := renderChart(t, vmafxChart, rel, "shared", goodVmafx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for file, body := range out {
+			for doc := range strings.SplitSeq(body, "\n---") {
+				var o struct {
+					Kind     string
+					Metadata struct{ Name string }
+				}
+				if yaml.Unmarshal([]byte(doc), &o) != nil || o.Kind == "" {
+					continue
+				}
+				key := o.Kind + "/" + o.Metadata.Name
+				if prev, dup := names[key]; dup {
+					t.Errorf("%s of release %s (%s) is also release %s's", key, rel, file, prev)
+				}
+				names[key] = rel
+			}
+		}
+	}
+}

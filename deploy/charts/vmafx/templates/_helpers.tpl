@@ -3,6 +3,26 @@
 {{ .root.Values.image.registry }}/{{ .bin }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
 
+{{/* The release's prefix of every object's name: the release's name when it says vmafx (a release "vmafx" names its controller vmafx-controller), else <release>-vmafx. Two releases in one namespace never share a name. */}}
+{{- define "vmafx.fullname" -}}
+{{- if contains "vmafx" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-vmafx" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* An object's name: .root the chart, .c the component (controller, node, operator) or any suffix. */}}
+{{- define "vmafx.name" -}}
+{{ include "vmafx.fullname" .root }}-{{ .c }}
+{{- end -}}
+
+{{/* The pods of one component of this release: .root the chart, .name the component's app name (vmafx-controller, ...). */}}
+{{- define "vmafx.selector" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
 {{/* The labels of every object: .root the chart, .name the component (vmafx-controller, vmafx-node, vmafx-operator). */}}
 {{- define "vmafx.labels" -}}
 app.kubernetes.io/name: {{ .name }}
@@ -45,13 +65,14 @@ env:
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: {{ .name }}
+  name: {{ include "vmafx.name" (dict "root" .root "c" (trimPrefix "vmafx-" .name)) }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "vmafx.labels" (dict "root" .root "name" .name) | nindent 4 }}
 spec:
   podSelector:
-    matchLabels: {app.kubernetes.io/name: {{ .name }}}
+    matchLabels:
+      {{- include "vmafx.selector" (dict "root" .root "name" .name) | nindent 6 }}
   policyTypes: [Ingress]
   ingress:
     {{- with .root.Values.networkPolicy.metricsScrapers }}
@@ -67,8 +88,23 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/* The controller the node and the operator call: controller.address, else this release's. */}}
 {{- define "vmafx.controllerAddress" -}}
-vmafx-controller.{{ .Release.Namespace }}.svc.cluster.local.:{{ .Values.controller.port }}
+{{- if .Values.controller.address -}}
+{{ .Values.controller.address }}
+{{- else -}}
+{{ include "vmafx.name" (dict "root" . "c" "controller") }}.{{ .Release.Namespace }}.svc.cluster.local.:{{ .Values.controller.port }}
+{{- end -}}
+{{- end -}}
+
+{{/* The name the controller's certificate must carry: controller.serverName, else the address's host without the cluster domain. */}}
+{{- define "vmafx.controllerServerName" -}}
+{{- if .Values.controller.serverName -}}
+{{ .Values.controller.serverName }}
+{{- else -}}
+{{- $host := regexReplaceAll ":[0-9]+$" (include "vmafx.controllerAddress" .) "" -}}
+{{ regexReplaceAll "\\.cluster\\.local\\.?$" $host "" }}
+{{- end -}}
 {{- end -}}
 
 {{/* The controller connection of the node and the operator (credentials.Load's keys). */}}
@@ -77,12 +113,19 @@ controller:
   address: {{ include "vmafx.controllerAddress" . }}
   tls: {{ .Values.controller.tls.enabled }}
   ca_file: /etc/vmafx/controller-ca/ca.crt
-  server_name: vmafx-controller.{{ .Release.Namespace }}.svc
+  server_name: {{ include "vmafx.controllerServerName" . }}
   token_file: /var/run/vmafx/token/token
 {{- end -}}
 
 {{/* Render-time validation: what would otherwise fail at start-up. */}}
 {{- define "vmafx.validate" -}}
+{{- if not (or .Values.controller.enabled .Values.node.enabled .Values.operator.enabled) -}}
+{{- fail "vmafx: controller, node and operator all disabled: the release would hold nothing" -}}
+{{- end -}}
+{{- if and (not .Values.controller.enabled) (not .Values.controller.address) -}}
+{{- fail "vmafx: controller.enabled false: give controller.address, the controller of another release (its Service, HOST:PORT), for the node and the operator to call" -}}
+{{- end -}}
+{{- if .Values.controller.enabled -}}
 {{- if and .Values.authenticationConfig .Values.tenants -}}
 {{- fail "vmafx: authenticationConfig and tenants: give one (authenticationConfig is the whole file; tenants are written into one)" -}}
 {{- end -}}
@@ -115,13 +158,14 @@ controller:
 {{- else if and (gt (int .Values.controller.replicas) 1) (not $pg.urlSecret.name) -}}
 {{- fail (printf "vmafx: controller.replicas %d needs controller.postgres.url or urlSecret: replicas on SQLite would each keep their own jobs" (int .Values.controller.replicas)) -}}
 {{- end -}}
+{{- end -}}
 {{- if not .Values.controller.tls.enabled -}}
 {{- fail "vmafx: controller.tls.enabled is false but the node and the operator send a bearer token: a token never travels over plaintext TCP" -}}
 {{- end -}}
 {{- if not (has .Values.credentials.mode (list "secret" "refresher")) -}}
 {{- fail (printf "vmafx: credentials.mode %q: want secret or refresher" .Values.credentials.mode) -}}
 {{- end -}}
-{{- if not .Values.credentials.tenant -}}
+{{- if and (not .Values.credentials.tenant) (or .Values.node.enabled .Values.operator.enabled) -}}
 {{- fail "vmafx: credentials.tenant is required: a token is one tenant's" -}}
 {{- end -}}
 {{- if eq .Values.credentials.mode "refresher" -}}
