@@ -3,6 +3,8 @@ package guard_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,8 +30,11 @@ func benchGuard(b testing.TB) (*guard.Guard, string) {
 	inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
 	})
+	// Refusals only: the pipeline without an allowed decision's log line,
+	// which BenchmarkCheckLogged measures.
 	g, _ := newNodeGuard(b, guard.Config{
 		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
+		Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
 	return g, tok
 }
@@ -120,5 +125,32 @@ func BenchmarkCheck(b *testing.B) {
 		if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {
 			b.Fatal(v.Reason)
 		}
+	}
+}
+
+// BenchmarkCheckLogged is BenchmarkCheck with the services' JSON logger
+// at info (an allowed decision writes its line, the default) and at warn
+// (refusals only): the cost of the line, without the write's syscall.
+func BenchmarkCheckLogged(b *testing.B) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		b.Run(level.String(), func(b *testing.B) {
+			tok := testjwt.Expiring(agentSA, time.Now().Add(time.Hour))
+			inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+				return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
+			})
+			g, _ := newNodeGuard(b, guard.Config{
+				Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
+				Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})),
+			}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
+			ctx := context.Background()
+			hdr := []string{"Bearer " + tok}
+			req := binding.NodesRequest([]string{"", localNode})
+			b.ReportAllocs()
+			for b.Loop() {
+				if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {
+					b.Fatal(v.Reason)
+				}
+			}
+		})
 	}
 }
