@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"net"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +96,71 @@ func BenchmarkGetJob(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkTenantIsolation measures what tenant a, sending as fast as 32
+// callers can, costs tenant b: b's SubmitJob p50 under a's load over its
+// p50 alone, reported as p50-ratio (measured, never asserted), for a's
+// calls accepted, refused by its rate and refused by its pending quota.
+// docs/reliability.md has a run.
+func BenchmarkTenantIsolation(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		tune func(*controller.Options)
+	}{
+		{"accepted", func(o *controller.Options) {
+			o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.MaxJobsPerTenant = 1000000, 1000000, 10000000
+		}},
+		{"refused-rate", func(o *controller.Options) {
+			o.MaxSubmissionsPerMinute, o.TenantQuotas = 1, []string{"tenant-b=1000000/1000000"}
+		}},
+		{"refused-pending", func(o *controller.Options) {
+			o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.TenantQuotas = 1, 1000000, []string{"tenant-b=1000000/1000000"}
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := startOn(b, b.TempDir(), filepath.Join(b.TempDir(), "jobs.db"), c.tune)
+			ctx := context.Background()
+			ta := e.client(b, "tenant-a", "ci-a", controller.RoleSubmitter)
+			tb := e.client(b, "tenant-b", "ci-b", controller.RoleSubmitter)
+			p50 := func(n int) time.Duration {
+				ds := make([]time.Duration, 0, n)
+				for range n {
+					start := time.Now()
+					if _, err := tb.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
+						b.Fatal(err)
+					}
+					ds = append(ds, time.Since(start))
+				}
+				slices.Sort(ds)
+				return ds[len(ds)/2]
+			}
+			b.ReportAllocs()
+			var quiet, loaded time.Duration
+			for b.Loop() {
+				quiet = p50(100)
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				for range 32 {
+					wg.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+								_, _ = ta.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
+							}
+						}
+					})
+				}
+				time.Sleep(200 * time.Millisecond) // a's load under way
+				loaded = p50(100)
+				close(stop)
+				wg.Wait()
+			}
+			b.ReportMetric(float64(loaded)/float64(quiet), "p50-ratio")
 		})
 	}
 }

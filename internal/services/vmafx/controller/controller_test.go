@@ -53,7 +53,7 @@ func backends(t *testing.T, dir string) map[string]string {
 	return map[string]string{"sqlite": filepath.Join(dir, "jobs.db"), "postgres": pgtest.Start(t).NewDatabase(t)}
 }
 
-func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Options)) *env {
+func startOn(t testing.TB, dir, datastore string, tune ...func(*controller.Options)) *env {
 	t.Helper()
 	e := &env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}
 	var tenants []tenantconf.Tenant
@@ -73,12 +73,12 @@ func startOn(t *testing.T, dir, datastore string, tune ...func(*controller.Optio
 
 // startWith runs a controller on o, with a serving certificate of its own
 // and a logger the test reads.
-func startWith(t *testing.T, dir string, o controller.Options) *env {
+func startWith(t testing.TB, dir string, o controller.Options) *env {
 	t.Helper()
 	return (&env{idp: map[string]*devissuer.Issuer{}, log: &capture.Buffer{}, clock: &atomic.Int64{}, dir: dir}).start(t, dir, o)
 }
 
-func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
+func (e *env) start(t testing.TB, dir string, o controller.Options) *env {
 	t.Helper()
 	var err error
 	if e.ca, err = pki.NewCA("controller test"); err != nil {
@@ -113,7 +113,7 @@ func (e *env) start(t *testing.T, dir string, o controller.Options) *env {
 
 // client is a JobService client with a token of tenant for subject with
 // the roles.
-func (e *env) client(t *testing.T, tenant, subject string, roles ...string) vmafxv1.JobServiceClient {
+func (e *env) client(t testing.TB, tenant, subject string, roles ...string) vmafxv1.JobServiceClient {
 	t.Helper()
 	tok, err := e.idp[tenant].MintIdentity(devissuer.IdentityRequest{Subject: subject, Audiences: []string{"vmafx-controller"},
 		Claims: map[string]any{"scp": strings.Join(roles, " ")}})
@@ -123,7 +123,7 @@ func (e *env) client(t *testing.T, tenant, subject string, roles ...string) vmaf
 	return e.clientWith(t, tok.Token)
 }
 
-func (e *env) clientWith(t *testing.T, tok string) vmafxv1.JobServiceClient {
+func (e *env) clientWith(t testing.TB, tok string) vmafxv1.JobServiceClient {
 	t.Helper()
 	// Not expiry-checked: these tests send expired tokens on purpose.
 	conn, err := loopback.DialTLS(e.addr, e.ca.Pool(), tok)

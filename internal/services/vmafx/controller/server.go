@@ -223,6 +223,7 @@ type Server struct {
 	exhausted prometheus.Counter
 	expired   prometheus.Counter
 	replays   *prometheus.CounterVec
+	fair      *fairGate
 	lis       net.Listener
 }
 
@@ -281,10 +282,16 @@ func New(c Config) (*Server, error) {
 		return nil, err
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
+	// The datastore's work in turn, tenant by tenant: as many calls at once
+	// as it has connections (SQLite one, PostgreSQL ten).
+	s.fair = newFairGate(s.store.db.Stats().MaxOpenConnections)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vmafx_controller_calls_waiting",
+		Help: "Calls waiting for their tenant's turn at the datastore (every tenant's); a tenant that sends faster than it is served waits behind its own calls."},
+		func() float64 { return float64(s.fair.waiting()) }))
 	// Every stream is guarded too: the JobService has none, but server
 	// reflection (--grpc-reflection) is one.
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
-		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), logRefusals(s.log)),
+		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), s.fair.interceptor(), logRefusals(s.log)),
 		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays,
 		Quotas: q, QuotaRefusals: quotaRefusals, Now: o.Now, MaxJobs: o.MaxJobs})
