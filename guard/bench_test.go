@@ -24,17 +24,21 @@ import (
 )
 
 // benchGuard is the whole pipeline on a cached verdict: bearer, the cache
-// (hit), node binding, metrics and the (disabled-level) log line.
+// (hit), node binding, metrics, and a log line for refusals only (the
+// allowed decision's line is BenchmarkCheckLogged's).
 func benchGuard(b testing.TB) (*guard.Guard, string) {
+	return benchGuardAt(b, slog.LevelWarn)
+}
+
+// benchGuardAt is benchGuard with the services' JSON logger at level.
+func benchGuardAt(b testing.TB, level slog.Level) (*guard.Guard, string) {
 	tok := testjwt.Expiring(agentSA, time.Now().Add(time.Hour))
 	inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
 	})
-	// Refusals only: the pipeline without an allowed decision's log line,
-	// which BenchmarkCheckLogged measures.
 	g, _ := newNodeGuard(b, guard.Config{
 		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
-		Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})),
 	}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
 	return g, tok
 }
@@ -117,15 +121,7 @@ func BenchmarkHTTP(b *testing.B) {
 // BenchmarkCheck is the pipeline alone, without a transport.
 func BenchmarkCheck(b *testing.B) {
 	g, tok := benchGuard(b)
-	ctx := context.Background()
-	hdr := []string{"Bearer " + tok}
-	req := binding.NodesRequest([]string{"", localNode})
-	b.ReportAllocs()
-	for b.Loop() {
-		if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {
-			b.Fatal(v.Reason)
-		}
-	}
+	benchCheck(b, g, tok)
 }
 
 // BenchmarkCheckLogged is BenchmarkCheck with the services' JSON logger
@@ -134,23 +130,20 @@ func BenchmarkCheck(b *testing.B) {
 func BenchmarkCheckLogged(b *testing.B) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
 		b.Run(level.String(), func(b *testing.B) {
-			tok := testjwt.Expiring(agentSA, time.Now().Add(time.Hour))
-			inner := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
-				return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
-			})
-			g, _ := newNodeGuard(b, guard.Config{
-				Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
-				Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})),
-			}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
-			ctx := context.Background()
-			hdr := []string{"Bearer " + tok}
-			req := binding.NodesRequest([]string{"", localNode})
-			b.ReportAllocs()
-			for b.Loop() {
-				if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {
-					b.Fatal(v.Reason)
-				}
-			}
+			g, tok := benchGuardAt(b, level)
+			benchCheck(b, g, tok)
 		})
+	}
+}
+
+func benchCheck(b *testing.B, g *guard.Guard, tok string) {
+	ctx := context.Background()
+	hdr := []string{"Bearer " + tok}
+	req := binding.NodesRequest([]string{"", localNode})
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := g.Check(ctx, bearer.Parse(hdr), req); !v.Allowed {
+			b.Fatal(v.Reason)
+		}
 	}
 }

@@ -770,13 +770,7 @@ func testRetriedClaimsAndReports(t *testing.T, datastore string) {
 func TestClaimKeyAfterItsLeaseLapsed(t *testing.T) {
 	for name, target := range backends(t, t.TempDir()) {
 		t.Run(name, func(t *testing.T) {
-			var clock atomic.Int64
-			clock.Store(time.Now().UnixNano())
-			s, err := controller.OpenStore(target, func() time.Time { return time.Unix(0, clock.Load()) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s, clock := openClocked(t, target)
 			ctx := context.Background()
 			for range 2 {
 				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 0); err != nil {
@@ -1021,13 +1015,7 @@ func TestRequestCostIsBounded(t *testing.T) {
 func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
 	for name, target := range backends(t, t.TempDir()) {
 		t.Run(name, func(t *testing.T) {
-			var clock atomic.Int64
-			clock.Store(time.Now().UnixNano())
-			s, err := controller.OpenStore(target, func() time.Time { return time.Unix(0, clock.Load()) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s, clock := openClocked(t, target)
 			ctx := context.Background()
 			var ids []string
 			for range 4 {
@@ -1074,4 +1062,18 @@ func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openClocked opens the store at target on a clock of the test's, set to
+// now; the store closes with the test.
+func openClocked(t *testing.T, target string) (*controller.Store, *atomic.Int64) {
+	t.Helper()
+	clock := &atomic.Int64{}
+	clock.Store(time.Now().UnixNano())
+	s, err := controller.OpenStore(target, func() time.Time { return time.Unix(0, clock.Load()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, clock
 }
