@@ -23,7 +23,7 @@ import (
 func proxyRBAC(ctx context.Context, e *env) Result {
 	r := Result{
 		Scenario: "callerauth-proxy, Kubernetes RBAC, in front of a plain HTTP server",
-		Expected: "a granted account through as itself; one RBAC does not allow: 403 rbac_denied; again: 0 TokenReviews, 0 SubjectAccessReviews",
+		Expected: "a granted account through as itself; one RBAC does not allow: 403 rbac_denied; again: 0 TokenReviews, 0 SubjectAccessReviews; a WebSocket upgrade without --allow-websocket: 400 bad_request",
 	}
 	const aud = "hello-svc"
 	client := "system:serviceaccount:demo:client"
@@ -125,8 +125,22 @@ func proxyRBAC(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	dtr, dsar := e.iss.Reviews()-trs, e.iss.AccessReviews()-sars
-	r.Observed = fmt.Sprintf("client: %d as %s; intruder: %d %s; again: %d, %d TokenReviews, %d SubjectAccessReviews", code, body, icode, refusal.Reason, code2, dtr, dsar)
+	// An upgrade is judged like any request: never a tunnel past the
+	// proxy unless --allow-websocket says so.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/hello", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fail(r, err)
+	}
+	var upgrade struct{ Reason string }
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&upgrade)
+	_ = resp.Body.Close()
+	r.Observed = fmt.Sprintf("client: %d as %s; intruder: %d %s; again: %d, %d TokenReviews, %d SubjectAccessReviews; upgrade: %d %s",
+		code, body, icode, refusal.Reason, code2, dtr, dsar, resp.StatusCode, upgrade.Reason)
 	r.Pass = code == http.StatusOK && body == client && icode == http.StatusForbidden && refusal.Reason == "rbac_denied" &&
-		code2 == http.StatusOK && dtr == 0 && dsar == 0
+		code2 == http.StatusOK && dtr == 0 && dsar == 0 && resp.StatusCode == http.StatusBadRequest && upgrade.Reason == "bad_request"
 	return r
 }
