@@ -241,12 +241,7 @@ func TestAuthZENSearchStopsWithItsClient(t *testing.T) {
 		return n[`pdp_authzen_search_candidates_total{`+pdp.PathSearchResource+`}`]
 	}
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(ctx, http.MethodPost, pdp.PathSearchResource, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		rec := httptest.NewRecorder()
-		e.srv.Handler().ServeHTTP(rec, req)
-		return rec
+		return e.serveIn(ctx, tok, pdp.PathSearchResource, body)
 	}
 	if rec := serve(context.Background()); rec.Code != 200 || candidates() == 0 {
 		t.Fatalf("a search page: %d %s, %v candidates", rec.Code, rec.Body, candidates())
@@ -412,12 +407,7 @@ func TestAuthZENBatchStopsWithItsClient(t *testing.T) {
 		return sum
 	}
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
-		req := httptest.NewRequestWithContext(ctx, http.MethodPost, pdp.PathEvaluations, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		rec := httptest.NewRecorder()
-		e.srv.Handler().ServeHTTP(rec, req)
-		return rec
+		return e.serveIn(ctx, tok, pdp.PathEvaluations, body)
 	}
 	if rec := serve(context.Background()); rec.Code != 200 || answered() != pdp.MaxEvaluations {
 		t.Fatalf("a batch: %d, %v evaluations answered", rec.Code, answered())
@@ -429,4 +419,15 @@ func TestAuthZENBatchStopsWithItsClient(t *testing.T) {
 	if n := answered() - before; n != 0 || strings.Contains(rec.Body.String(), "callerauth") {
 		t.Fatalf("a batch whose client had gone: %v evaluations answered, %.200q; want none and nothing signed", n, rec.Body.String())
 	}
+}
+
+// serveIn answers body at path through the pdp's handler, in ctx (one a
+// test may have ended: a client that went away).
+func (e *env) serveIn(ctx context.Context, tok, path, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	rec := httptest.NewRecorder()
+	e.srv.Handler().ServeHTTP(rec, req)
+	return rec
 }

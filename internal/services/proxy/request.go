@@ -33,7 +33,7 @@ import (
 //   - a control character or bytes that are not UTF-8 (an overlong
 //     encoding of / or . is one to a lax decoder).
 func canonical(p, raw string) (string, bool) {
-	if p == "" || strings.ContainsAny(p, `;%\`) || !utf8.ValidString(p) || strings.Contains(strings.ToLower(raw), "%2f") {
+	if p == "" || strings.ContainsAny(p, `;%\`) || !utf8.ValidString(p) || strings.Contains(raw, "%2f") || strings.Contains(raw, "%2F") {
 		return "", false
 	}
 	for i := 0; i < len(p); i++ {

@@ -218,7 +218,16 @@ type Batch struct {
 
 // NewBatch starts a batch of evaluations against reg.
 func (p *Package) NewBatch(reg *Registry) *Batch {
-	return &Batch{p: p, reg: reg, entities: map[string]*convertedEntity{}, contexts: map[string]*convertedContext{}, props: map[string]*convertedProps{}}
+	return &Batch{p: p, reg: reg}
+}
+
+// remember keeps v under k in *m, made on first use (a single evaluation,
+// or one that shares nothing, makes none).
+func remember[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
 }
 
 // EvaluateAuthZEN decides one evaluation of the batch, as
@@ -320,7 +329,7 @@ func (b *Batch) context(e Evaluation, shape resolved.RecordType) *convertedConte
 	}
 	c := &convertedContext{}
 	if shared {
-		b.contexts[e.Action] = c
+		remember(&b.contexts, e.Action, c)
 	}
 	ctx, whole, err := prune(e.Context, shape, "context", &c.ignored)
 	if err != nil {
@@ -361,7 +370,7 @@ func (b *Batch) actionProperties(e Evaluation, apName types.String, shape resolv
 	}
 	c := &convertedProps{}
 	if shared {
-		b.props[e.Action] = c
+		remember(&b.props, e.Action, c)
 	}
 	props, _, err := prune(e.ActionProperties, shape, "action.properties", &c.ignored)
 	if err != nil {
@@ -481,7 +490,7 @@ func (b *Batch) entity(own types.EntityMap, ignored *[]string, member string, sh
 	if !shared || !ok {
 		c = b.p.convertEntity(b.reg, member, m, e, typeUnknown, unknown)
 		if shared {
-			b.entities[member] = c
+			remember(&b.entities, member, c)
 		}
 	}
 	*ignored = append(*ignored, c.ignored...)
