@@ -1040,6 +1040,14 @@ func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
 			if j, _, _, err := s.Claim(ctx, "tenant-a", "node-1", "", time.Hour); err != nil || j == nil {
 				t.Fatalf("claim: %v %v", j, err)
 			}
+			// The quotas read counters the schema keeps: one job is
+			// pending now (two cancelled, one claimed).
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 1, 0); !errors.Is(err, controller.ErrPendingQuota) {
+				t.Fatalf("a second pending job with a bound of 1: %v; want ErrPendingQuota", err)
+			}
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 2, 0); err != nil {
+				t.Fatalf("a second pending job with a bound of 2: %v", err)
+			}
 			if n, err := s.DeleteFinished(ctx, time.Unix(0, clock.Load()).Add(-time.Hour), 1000); err != nil || n != 0 {
 				t.Fatalf("within the retention: %d deleted, %v; want none", n, err)
 			}
@@ -1056,9 +1064,12 @@ func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
 					t.Errorf("job %d (%s): gone %t, %v", i, id, gone, err)
 				}
 			}
-			// Room again for tenant-a.
+			// Room again for tenant-a: three jobs left, then four.
 			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 4); err != nil {
 				t.Fatalf("after expiry: %v", err)
+			}
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 0, 4); !errors.Is(err, controller.ErrJobsQuota) {
+				t.Fatalf("a fifth job again: %v; want ErrJobsQuota", err)
 			}
 		})
 	}
