@@ -62,6 +62,7 @@ type Server struct {
 	api     *proc.Process
 	apiBin  string
 	apiArgs []string
+	netns   string
 }
 
 // BinDir returns where the kube-apiserver and etcd binaries are expected.
@@ -90,7 +91,32 @@ func BinDir() (string, error) {
 // Start starts etcd and the API server and waits until the API server is
 // ready. Stop them with Stop. extra are more API server flags
 // (--authentication-config=FILE, say).
-func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
+func Start(ctx context.Context, extra ...string) (*Server, error) {
+	return StartWith(ctx, Options{Extra: extra})
+}
+
+// Options say how to start the API server; the zero value is Start's.
+type Options struct {
+	// Extra are more API server flags.
+	Extra []string
+	// Address is where the API server listens and what it advertises.
+	// Default 127.0.0.1, with no endpoints for the kubernetes Service;
+	// another address gets them (pods reach the API server there).
+	Address string
+	// NetNS runs etcd and the API server in that network namespace
+	// (/run/netns/NAME): Address is one of its addresses.
+	NetNS string
+	// Tokens are more lines of the static token file
+	// (token,user,uid,"group1,group2").
+	Tokens []string
+}
+
+// StartWith starts etcd and the API server as o says and waits until the
+// API server is ready. Stop them with Stop.
+func StartWith(ctx context.Context, o Options) (_ *Server, err error) {
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
+	}
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -104,7 +130,7 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir}
+	s := &Server{Dir: dir, netns: o.NetNS}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -116,11 +142,11 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	}
 	etcdClient, etcdPeer, secure := ports[0], ports[1], ports[2]
 
-	if err := s.writeFiles(); err != nil {
+	if err := s.writeFiles(o.Tokens); err != nil {
 		return nil, err
 	}
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	clientURL := fmt.Sprintf("http://%s:%d", o.Address, etcdClient)
+	peerURL := fmt.Sprintf("http://%s:%d", o.Address, etcdPeer)
 	if err := s.run(filepath.Join(bin, "etcd"), "etcd.log",
 		"--name=callerauth", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
@@ -132,8 +158,12 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 		return nil, fmt.Errorf("kubeapi: etcd did not become healthy: %w\n%s", err, s.logTail("etcd.log"))
 	}
 	s.apiBin = filepath.Join(bin, "kube-apiserver")
+	reconciler := "--endpoint-reconciler-type=none" // a loopback address is no endpoint
+	if o.Address != "127.0.0.1" {
+		reconciler = "--endpoint-reconciler-type=lease"
+	}
 	s.apiArgs = append([]string{
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address=" + o.Address, "--advertise-address=" + o.Address,
 		fmt.Sprintf("--secure-port=%d", secure), "--cert-dir=" + filepath.Join(dir, "certs"),
 		"--etcd-servers=" + clientURL, "--service-cluster-ip-range=10.0.0.0/24",
 		"--service-account-issuer=" + Issuer,
@@ -143,11 +173,11 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=true",
 		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + filepath.Join(dir, "audit.log"),
-		"--endpoint-reconciler-type=none",
+		reconciler,
 		// As clusters do (kubeadm's default): a privileged pod is then
 		// Pod Security admission's to refuse, as test/chart checks.
-		"--allow-privileged=true"}, extra...)
-	s.URL = fmt.Sprintf("https://127.0.0.1:%d", secure)
+		"--allow-privileged=true"}, o.Extra...)
+	s.URL = fmt.Sprintf("https://%s:%d", o.Address, secure)
 	s.CAFile = filepath.Join(dir, "certs", "apiserver.crt")
 	if err := s.startAPIServer(ctx); err != nil {
 		return nil, err
@@ -169,7 +199,7 @@ func Start(ctx context.Context, extra ...string) (_ *Server, err error) {
 	return s, nil
 }
 
-func (s *Server) writeFiles() error {
+func (s *Server) writeFiles(tokens []string) error {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -181,7 +211,7 @@ func (s *Server) writeFiles() error {
 	files := map[string][]byte{
 		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
 		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
-		"tokens.csv": []byte(AdminToken + `,admin,admin-uid,"system:masters"` + "\n"),
+		"tokens.csv": []byte(strings.Join(append([]string{AdminToken + `,admin,admin-uid,"system:masters"`}, tokens...), "\n") + "\n"),
 		// Every request a service account makes, at Metadata level: what a
 		// service running as its chart's account used (Requests).
 		"audit-policy.yaml": []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n    userGroups: [\"system:serviceaccounts\"]\n  - level: None\n"),
@@ -204,7 +234,7 @@ func (s *Server) runProcess(bin, logName string, args ...string) (*proc.Process,
 	if err != nil {
 		return nil, err
 	}
-	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Output: logf, Group: true})
+	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Output: logf, Group: true, NetNS: s.netns})
 	if err != nil {
 		_ = logf.Close()
 		return nil, fmt.Errorf("kubeapi: %w", err)

@@ -38,6 +38,10 @@ type Spec struct {
 	// StopTimeout is how long [Process.Stop] waits before SIGKILL. Default
 	// 10 s.
 	StopTimeout time.Duration
+	// NetNS runs it in that network namespace (a path such as
+	// /run/netns/NAME), through nsenter, which execs it: the process is
+	// the program itself.
+	NetNS string
 }
 
 // Process is a started process.
@@ -59,7 +63,11 @@ func Start(s Spec) (*Process, error) {
 		s.StopTimeout = 10 * time.Second
 	}
 	p := &Process{Name: filepath.Base(s.Bin), spec: s, done: make(chan struct{})}
-	p.cmd = exec.Command(s.Bin, s.Args...) //nolint:gosec // the caller's own program and arguments.
+	bin, args := s.Bin, s.Args
+	if s.NetNS != "" {
+		bin, args = "nsenter", append([]string{"--net=" + s.NetNS, "--", s.Bin}, s.Args...)
+	}
+	p.cmd = exec.Command(bin, args...) //nolint:gosec // the caller's own program and arguments.
 	p.cmd.Env = append(os.Environ(), s.Env...)
 	p.cmd.Dir = s.Dir
 	out := s.Output

@@ -1,0 +1,381 @@
+// Package cluster starts a Kubernetes cluster of one node on this machine
+// for the tests (test/cluster) and for a person (make cluster): the API
+// server and etcd of package kubeapi, kube-controller-manager,
+// kube-scheduler, kube-proxy and a kubelet, all of k8s.io/kubernetes at
+// kubeapi.Version, with containerd (built from its Go module), Debian's
+// runc and Debian's CNI plugins (bridge, host-local, portmap, loopback).
+//
+// Everything runs in a network namespace of its own, made for the cluster
+// and deleted with it: the API server and the kubelet listen on an address
+// of that namespace, reached from the machine through a veth pair; pods
+// get addresses on a bridge inside it; kube-proxy's rules live there. The
+// namespace has no route out, so nothing a pod sends leaves the machine.
+// The kubelet's cgroups sit under a root of the cluster's own, its files
+// and containerd's under one directory; Stop removes them all.
+//
+// The machine has cgroups v1: the kubelet is told failCgroupV1: false.
+// There is no registry to pull from: images are imported into containerd
+// (Import), the pod sandbox image too (built from ./pause).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
+	"github.com/callerauth/callerauth/internal/kit/proc"
+)
+
+// ContainerdVersion is the containerd make builds (test/tools/containerd).
+const ContainerdVersion = "v2.4.2"
+
+// NodeName is the node's name.
+const NodeName = "node-1"
+
+// PodCIDR is the pods' addresses, on the bridge inside the namespace.
+const PodCIDR = "10.244.0.0/24"
+
+// ServiceCIDR is the Services' cluster IPs (the API server's range).
+const ServiceCIDR = "10.0.0.0/24"
+
+// SandboxImage is the pause image the cluster builds and imports.
+const SandboxImage = "callerauth.test/pause:1"
+
+// Static tokens of the cluster's own components, each its own user as
+// kubeadm makes them (the default ClusterRoleBindings name these users).
+var componentTokens = map[string]string{
+	"kubelet":                 `node-token,system:node:` + NodeName + `,node-uid,"system:nodes"`,
+	"kube-controller-manager": `controller-manager-token,system:kube-controller-manager,kcm-uid,""`,
+	"kube-scheduler":          `scheduler-token,system:kube-scheduler,scheduler-uid,""`,
+	"kube-proxy":              `proxy-token,system:kube-proxy,proxy-uid,""`,
+}
+
+// Cluster is a running cluster of one node.
+type Cluster struct {
+	// API is the API server; its Client is the cluster's admin.
+	API *kubeapi.Server
+	// Dir holds every component's files and logs.
+	Dir string
+	// NetNS is the path of the cluster's network namespace.
+	NetNS string
+	// Kubeconfig is an admin kubeconfig file for kubectl.
+	Kubeconfig string
+	// Address is the node's address (the API server's host).
+	Address string
+
+	name       string // of the namespace
+	cgroupRoot string
+	kubeBin    string
+	ctrBin     string
+	procs      []*proc.Process
+	kubelet    *proc.Process
+	kubeletCmd []string
+}
+
+// BinDir is where make builds containerd, its runc shim and ctr.
+func BinDir() (string, error) {
+	kube, err := kubeapi.BinDir()
+	if err != nil {
+		return "", err
+	}
+	if d := os.Getenv("CALLERAUTH_CONTAINERD_BIN"); d != "" {
+		return d, nil
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(kube)), "containerd", ContainerdVersion), nil
+}
+
+// Start starts the cluster and waits until its node is Ready. Stop it with
+// Stop, which also runs when Start fails.
+func Start(ctx context.Context) (_ *Cluster, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("cluster: a node needs root (network namespaces, mounts, cgroups)")
+	}
+	kubeBin, err := kubeapi.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	ctrBin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range []string{filepath.Join(kubeBin, "kubelet"), filepath.Join(kubeBin, "kube-controller-manager"), filepath.Join(kubeBin, "kube-scheduler"),
+		filepath.Join(kubeBin, "kube-proxy"), filepath.Join(ctrBin, "containerd"), filepath.Join(ctrBin, "containerd-shim-runc-v2"), filepath.Join(ctrBin, "ctr")} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("cluster: %s not found: `make test` builds it (make node-tools)", b)
+		}
+	}
+	for _, b := range []string{"runc", "nsenter", "ip", "iptables"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return nil, fmt.Errorf("cluster: %s not found: `make test` installs it (make node-tools)", b)
+		}
+	}
+	if _, err := os.Stat(cniBin); err != nil {
+		return nil, fmt.Errorf("cluster: no CNI plugins in %s: `make test` installs Debian's containernetworking-plugins (make node-tools)", cniBin)
+	}
+	dir, err := os.MkdirTemp("", "callerauth-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	id := rand.IntN(250) + 1
+	c := &Cluster{Dir: dir, name: fmt.Sprintf("callerauth-%d-%d", os.Getpid(), id), kubeBin: kubeBin, ctrBin: ctrBin,
+		cgroupRoot: "/" + filepath.Base(dir)}
+	c.NetNS = "/run/netns/" + c.name
+	c.Address = fmt.Sprintf("10.213.%d.2", id)
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, c.logTails())
+			c.Stop()
+		}
+	}()
+	if err := c.network(id); err != nil {
+		return nil, err
+	}
+	var tokens []string
+	for _, t := range componentTokens {
+		tokens = append(tokens, t)
+	}
+	c.API, err = kubeapi.StartWith(ctx, kubeapi.Options{Address: c.Address, NetNS: c.NetNS, Tokens: tokens})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeFiles(); err != nil {
+		return nil, err
+	}
+	if err := c.startContainerd(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startControlPlane(); err != nil {
+		return nil, err
+	}
+	if err := c.makeCgroupRoot(); err != nil {
+		return nil, err
+	}
+	if err := c.startKubelet(); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) }); err != nil {
+		return nil, fmt.Errorf("cluster: node %s did not become Ready: %w", NodeName, err)
+	}
+	return c, nil
+}
+
+// network makes the namespace, the veth pair to it and the routes.
+func (c *Cluster) network(id int) error {
+	host := fmt.Sprintf("cav%d-%d", id, os.Getpid()%10000)
+	for _, args := range [][]string{
+		{"netns", "add", c.name},
+		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", c.name},
+		{"addr", "add", fmt.Sprintf("10.213.%d.1/30", id), "dev", host},
+		{"link", "set", host, "up"},
+		{"-n", c.name, "link", "set", "lo", "up"},
+		{"-n", c.name, "addr", "add", c.Address + "/30", "dev", "eth0"},
+		{"-n", c.name, "link", "set", "eth0", "up"},
+		// No default route: nothing leaves. Cluster IPs are rewritten by
+		// kube-proxy before they are routed, but a connection from the
+		// node itself needs a route to start from.
+		{"-n", c.name, "route", "add", ServiceCIDR, "dev", "eth0"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("cluster: ip %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	if out, err := exec.Command("nsenter", "--net="+c.NetNS, "--", "sysctl", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil {
+		return fmt.Errorf("cluster: sysctl in the namespace: %w: %s", err, out)
+	}
+	return nil
+}
+
+// run starts a component in the namespace, its output in DIR/NAME.log.
+func (c *Cluster) run(bin string, args ...string) (*proc.Process, error) {
+	logf, err := os.OpenFile(filepath.Join(c.Dir, filepath.Base(bin)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Output: logf, Group: true, NetNS: c.NetNS, StopTimeout: 20 * time.Second})
+	if err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+func (c *Cluster) path(parts ...string) string { return filepath.Join(append([]string{c.Dir}, parts...)...) }
+
+func (c *Cluster) startContainerd(ctx context.Context) error {
+	if _, err := c.run(filepath.Join(c.ctrBin, "containerd"), "--config", c.path("containerd.toml")); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, time.Minute, func() error { return c.ctr(ctx, "version") }); err != nil {
+		return fmt.Errorf("cluster: containerd did not answer: %w", err)
+	}
+	img, err := c.pauseImage(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Import(ctx, img)
+}
+
+// ctr runs ctr against the cluster's containerd, in its Kubernetes
+// namespace.
+func (c *Cluster) ctr(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.ctrBin, "ctr"), append([]string{"--address", c.path("containerd", "containerd.sock"), "--namespace", "k8s.io"}, args...)...) //nolint:gosec // our own tool
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Import loads an image tarball (docker save or OCI archive) into the
+// node's containerd, where the kubelet finds it without pulling.
+func (c *Cluster) Import(ctx context.Context, tarball string) error {
+	if err := c.ctr(ctx, "images", "import", "--no-unpack=false", "--local", tarball); err != nil {
+		return fmt.Errorf("cluster: importing %s: %w", tarball, err)
+	}
+	return nil
+}
+
+func (c *Cluster) startControlPlane() error {
+	sa := filepath.Join(c.API.Dir, "sa.key")
+	if _, err := c.run(filepath.Join(c.kubeBin, "kube-controller-manager"),
+		"--kubeconfig="+c.path("kube-controller-manager.kubeconfig"),
+		"--authentication-kubeconfig="+c.path("kube-controller-manager.kubeconfig"),
+		"--authorization-kubeconfig="+c.path("kube-controller-manager.kubeconfig"),
+		"--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
+		"--use-service-account-credentials=true", "--service-account-private-key-file="+sa,
+		"--root-ca-file="+c.API.CAFile, "--cluster-cidr="+PodCIDR, "--service-cluster-ip-range="+ServiceCIDR,
+		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-route,-service"); err != nil {
+		return err
+	}
+	if _, err := c.run(filepath.Join(c.kubeBin, "kube-scheduler"),
+		"--kubeconfig="+c.path("kube-scheduler.kubeconfig"),
+		"--authentication-kubeconfig="+c.path("kube-scheduler.kubeconfig"),
+		"--authorization-kubeconfig="+c.path("kube-scheduler.kubeconfig"),
+		"--bind-address=127.0.0.1", "--secure-port=10259", "--leader-elect=false"); err != nil {
+		return err
+	}
+	_, err := c.run(filepath.Join(c.kubeBin, "kube-proxy"), "--config="+c.path("kube-proxy.yaml"))
+	return err
+}
+
+// makeCgroupRoot makes the kubelet's cgroup root in every hierarchy (the
+// kubelet wants it there); a cpuset gets its parent's CPUs and memory.
+func (c *Cluster) makeCgroupRoot() error {
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		d := filepath.Join(h, c.cgroupRoot)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("cluster: the kubelet's cgroup root: %w", err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if b, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil { //nolint:gosec // a cgroup file
+					return fmt.Errorf("cluster: %s of the kubelet's cgroup root: %w", f, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startKubelet() error {
+	c.kubeletCmd = []string{filepath.Join(c.kubeBin, "kubelet"),
+		"--config=" + c.path("kubelet.yaml"), "--kubeconfig=" + c.path("kubelet.kubeconfig"),
+		"--root-dir=" + c.path("kubelet"), "--cert-dir=" + c.path("kubelet", "pki"),
+		"--hostname-override=" + NodeName, "--node-ip=" + c.Address}
+	p, err := c.run(c.kubeletCmd[0], c.kubeletCmd[1:]...)
+	c.kubelet = p
+	return err
+}
+
+// RestartKubelet stops the kubelet and starts it again, its pods left
+// running: its token cache is gone, so it requests every pod's token again
+// and writes the new one into the pod's volume.
+func (c *Cluster) RestartKubelet(ctx context.Context) error {
+	if err := c.kubelet.Stop(); err != nil && !isSignalled(err) {
+		return fmt.Errorf("cluster: stopping the kubelet: %w", err)
+	}
+	if err := c.startKubelet(); err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) })
+}
+
+func isSignalled(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled() || ws.ExitStatus() == 143
+		}
+	}
+	return false
+}
+
+func (c *Cluster) nodeReady(ctx context.Context) error {
+	n, err := c.API.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			if cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+			return fmt.Errorf("node %s: Ready %s: %s", NodeName, cond.Status, cond.Message)
+		}
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", NodeName)
+}
+
+// Stop stops every component, the pods' containers with them, and removes
+// the mounts, the cgroups, the namespace and the directory.
+func (c *Cluster) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if c.kubelet != nil {
+		_ = c.kubelet.Stop()
+	}
+	c.killContainers(ctx)
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		_ = c.procs[i].Stop()
+	}
+	c.procs = nil
+	if c.API != nil {
+		c.API.Stop()
+	}
+	c.killCgroups()
+	unmountUnder(c.Dir)
+	if c.name != "" {
+		_ = exec.Command("ip", "netns", "delete", c.name).Run()
+	}
+	if os.Getenv("CALLERAUTH_KEEP_CLUSTER") == "" {
+		_ = os.RemoveAll(c.Dir)
+	}
+}
+
+func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var last error
+	for {
+		if last = f(); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
