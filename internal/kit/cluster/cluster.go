@@ -164,8 +164,19 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	if err := c.startKubelet(); err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) }); err != nil {
+	if err := c.waitUp(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) }); err != nil {
 		return nil, fmt.Errorf("cluster: node %s did not become Ready: %w", NodeName, err)
+	}
+	// The controller-manager at work: the default ServiceAccount and the
+	// root CA a projected token volume carries.
+	if err := c.waitUp(ctx, time.Minute, func() error {
+		if _, err := c.API.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := c.API.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("cluster: the controller-manager made no default ServiceAccount and root CA: %w", err)
 	}
 	return c, nil
 }
@@ -217,7 +228,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if _, err := c.run(filepath.Join(c.ctrBin, "containerd"), "--config", c.path("containerd.toml")); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, time.Minute, func() error { return c.ctr(ctx, "version") }); err != nil {
+	if err := c.waitUp(ctx, time.Minute, func() error { return c.ctr(ctx, "version") }); err != nil {
 		return fmt.Errorf("cluster: containerd did not answer: %w", err)
 	}
 	img, err := c.pauseImage(ctx)
@@ -255,7 +266,7 @@ func (c *Cluster) startControlPlane() error {
 		"--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
 		"--use-service-account-credentials=true", "--service-account-private-key-file="+sa,
 		"--root-ca-file="+c.API.CAFile, "--cluster-cidr="+PodCIDR, "--service-cluster-ip-range="+ServiceCIDR,
-		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-route,-service"); err != nil {
+		"--controllers=*,-nodeipam"); err != nil {
 		return err
 	}
 	if _, err := c.run(filepath.Join(c.kubeBin, "kube-scheduler"),
@@ -309,7 +320,7 @@ func (c *Cluster) RestartKubelet(ctx context.Context) error {
 	if err := c.startKubelet(); err != nil {
 		return err
 	}
-	return waitFor(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) })
+	return c.waitUp(ctx, 2*time.Minute, func() error { return c.nodeReady(ctx) })
 }
 
 func isSignalled(err error) bool {
@@ -364,6 +375,28 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// alive fails when a component has exited.
+func (c *Cluster) alive() error {
+	for _, p := range c.procs {
+		select {
+		case <-p.Done():
+			return fmt.Errorf("%s exited: %v", p.Name, p.Err())
+		default:
+		}
+	}
+	return nil
+}
+
+// waitUp waits for f while every component runs.
+func (c *Cluster) waitUp(ctx context.Context, limit time.Duration, f func() error) error {
+	return waitFor(ctx, limit, func() error {
+		if err := c.alive(); err != nil {
+			return &permanent{err}
+		}
+		return f()
+	})
+}
+
 func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -372,6 +405,10 @@ func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
 		if last = f(); last == nil {
 			return nil
 		}
+		var stop *permanent
+		if errors.As(last, &stop) {
+			return stop.err
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
@@ -379,3 +416,8 @@ func waitFor(ctx context.Context, limit time.Duration, f func() error) error {
 		}
 	}
 }
+
+// permanent ends a wait at once.
+type permanent struct{ err error }
+
+func (p *permanent) Error() string { return p.err.Error() }

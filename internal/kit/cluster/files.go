@@ -51,12 +51,15 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
     sandbox = %[6]q
 
 [plugins."io.containerd.cri.v1.runtime"]
+  # This machine withholds CAP_SYS_RESOURCE even from root: no process may
+  # lower its oom_score_adj, so containers keep containerd's (0).
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "runc"
+        BinaryName = %[10]q
         Root = %[7]q
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
@@ -67,7 +70,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 `, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"), c.path("containerd", "containerd.sock.ttrpc"),
-			c.path("containerd", "opt"), SandboxImage, c.path("containerd", "runc"), cniBin, c.path("cni")),
+			c.path("containerd", "opt"), SandboxImage, c.path("containerd", "runc"), cniBin, c.path("cni"), runtimeBin()),
 		"cni/10-callerauth.conflist": fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "callerauth",
@@ -112,6 +115,7 @@ hostnameOverride: %[2]s
 mode: iptables
 clusterCIDR: %[3]s
 bindAddress: %[4]s
+nodePortAddresses: [primary]
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack:
@@ -328,4 +332,11 @@ func (c *Cluster) logTails() string {
 		fmt.Fprintf(&b, "--- %s:\n%s\n", filepath.Base(l), data)
 	}
 	return b.String()
+}
+
+func runtimeBin() string {
+	if b := os.Getenv("CALLERAUTH_NODE_RUNTIME"); b != "" {
+		return b
+	}
+	return "runc"
 }
