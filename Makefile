@@ -55,11 +55,11 @@ IMAGE_TAG      ?= $(VERSION)
 IMAGES_OUT     ?= $(CURDIR)/dist/images
 PLATFORMS      ?=
 
-.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
+.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools node-tools cluster generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
 
 all: lint test
 
-test: kube-tools hydra-tools opa-tools ffmpeg postgresql runc skopeo
+test: kube-tools node-tools hydra-tools opa-tools ffmpeg postgresql runc skopeo
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
@@ -113,6 +113,39 @@ $(KUBE_BIN)/etcd:
 	@mkdir -p $(KUBE_BIN)
 	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
+
+# A node for test/cluster and make cluster (internal/kit/cluster): the
+# kubelet, kube-scheduler, kube-controller-manager and kube-proxy of the
+# same k8s.io/kubernetes, containerd, its runc shim and ctr from
+# containerd's Go module (Debian's containerd is too old for a 1.37
+# kubelet), and Debian's runc, CNI plugins and iptables. Cold: a few
+# minutes more than kube-tools, whose packages they share.
+CONTAINERD_VERSION := v2.4.2
+CONTAINERD_BIN     := $(CACHE)/containerd/$(CONTAINERD_VERSION)
+export CALLERAUTH_CONTAINERD_BIN := $(CONTAINERD_BIN)
+NODE_KUBE := kubelet kube-scheduler kube-controller-manager kube-proxy kubectl
+NODE_CONTAINERD := containerd containerd-shim-runc-v2 ctr
+
+node-tools: kube-tools runc $(addprefix $(KUBE_BIN)/,$(NODE_KUBE)) $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD))
+	@test -x /usr/lib/cni/bridge || { $(call apt-install,containernetworking-plugins,the test cluster's pod network); }
+	@command -v iptables >/dev/null 2>&1 || { $(call apt-install,iptables,kube-proxy's rules in the test cluster); }
+
+$(addprefix $(KUBE_BIN)/,$(NODE_KUBE)):
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(notdir $@)
+	mv $@.tmp $@
+
+$(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD)):
+	@mkdir -p $(CONTAINERD_BIN)
+	cd test/tools/containerd && CGO_ENABLED=0 $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+	  -ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
+	  -o $@.tmp github.com/containerd/containerd/v2/cmd/$(notdir $@)
+	mv $@.tmp $@
+
+# A cluster of one node on this machine, for a person: prints how to reach
+# it and runs until interrupted, then stops everything it started (root).
+cluster: node-tools
+	$(GO) run ./cmd/dev-cluster
 
 opa-tools: $(OPA_BIN)/opa
 

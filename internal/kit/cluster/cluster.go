@@ -33,6 +33,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/kubeapi"
 	"github.com/callerauth/callerauth/internal/kit/proc"
 )
@@ -127,6 +128,11 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Others may pass through (not list): the hostPath directories of
+	// HostDir are under it, and pods not running as root reach them.
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // traversal only, as a node's / is
+		return nil, err
+	}
 	id := rand.IntN(250) + 1
 	c := &Cluster{Dir: dir, name: fmt.Sprintf("callerauth-%d-%d", os.Getpid(), id), kubeBin: kubeBin, ctrBin: ctrBin,
 		cgroupRoot: "/" + filepath.Base(dir)}
@@ -145,7 +151,11 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	for _, t := range componentTokens {
 		tokens = append(tokens, t)
 	}
-	c.API, err = kubeapi.StartWith(ctx, kubeapi.Options{Address: c.Address, NetNS: c.NetNS, Tokens: tokens})
+	kubeletClient, err := c.kubeletClientCert()
+	if err != nil {
+		return nil, err
+	}
+	c.API, err = kubeapi.StartWith(ctx, kubeapi.Options{Address: c.Address, NetNS: c.NetNS, Tokens: tokens, Extra: kubeletClient})
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +189,41 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("cluster: the controller-manager made no default ServiceAccount and root CA: %w", err)
 	}
 	return c, nil
+}
+
+// HostDir is where a hostPath of path (absolute, as a chart names it) is
+// on this node: under the cluster's directory, never the machine's own
+// path, so a chart's hostPath directories go with the cluster.
+func (c *Cluster) HostDir(path string) string { return c.path("host", path) }
+
+// ProjectedFile is the path on this node of file in the projected volume
+// of a pod (its uid): what the kubelet wrote there, a service-account
+// token say, read as the pod reads it (through the ..data link).
+func (c *Cluster) ProjectedFile(podUID, volume, file string) string {
+	return c.path("kubelet", "pods", podUID, "volumes", "kubernetes.io~projected", volume, file)
+}
+
+// kubeletClientCert makes the certificate the API server presents to the
+// kubelet (logs, exec), signed by a CA the kubelet trusts, and returns the
+// API server's flags for it.
+func (c *Cluster) kubeletClientCert() ([]string, error) {
+	ca, err := pki.NewCA("callerauth-cluster kubelet clients")
+	if err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := ca.IssueClient("kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ca.WriteCA(c.path("kubelet-client-ca.crt")); err != nil {
+		return nil, err
+	}
+	for name, b := range map[string][]byte{"kubelet-client.crt": certPEM, "kubelet-client.key": keyPEM} {
+		if err := os.WriteFile(c.path(name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return []string{"--kubelet-client-certificate=" + c.path("kubelet-client.crt"), "--kubelet-client-key=" + c.path("kubelet-client.key")}, nil
 }
 
 // network makes the namespace, the veth pair to it and the routes.

@@ -91,6 +91,7 @@ healthzPort: 10248
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
+  x509: {clientCAFile: %[5]s}
 authorization:
   mode: Webhook
 cgroupDriver: cgroupfs
@@ -106,7 +107,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 registerNode: true
 maxPods: 60
-`, c.Address, c.cgroupRoot, c.path("containerd", "containerd.sock"), c.path("pod-logs")),
+`, c.Address, c.cgroupRoot, c.path("containerd", "containerd.sock"), c.path("pod-logs"), c.path("kubelet-client-ca.crt")),
 		"kube-proxy.yaml": fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:

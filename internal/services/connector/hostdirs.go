@@ -42,9 +42,25 @@ func newHostDirsCommand(stdout io.Writer) *cobra.Command {
 				if !fi.IsDir() {
 					return fmt.Errorf("%s: not a directory (%s)", d, fi.Mode().Type())
 				}
-				// The mode first, while root still owns it: after the chown,
-				// changing it would need CAP_FOWNER too.
-				if err := os.Chmod(d, os.FileMode(mode&0o777)|modeBits(mode)); err != nil {
+				want := os.FileMode(mode&0o777) | modeBits(mode)
+				st, _ := fi.Sys().(*syscall.Stat_t)
+				if st != nil && int(st.Uid) == uid && int(st.Gid) == gid && fi.Mode()&(os.ModePerm|os.ModeSetgid|os.ModeSticky|os.ModeSetuid) == want {
+					// Every start of the pod after the first: nothing to do
+					// (and chmod, no longer root's file, would need
+					// CAP_FOWNER, which this container does not have).
+					fmt.Fprintf(stdout, "%s: owner %d:%d, mode %04o already\n", d, uid, gid, mode)
+					continue
+				}
+				// The mode needs the owner (or CAP_FOWNER): a directory
+				// given away before, to another owner or with another mode,
+				// is taken back first (CAP_CHOWN), then the mode set and the
+				// owner given.
+				if st != nil && int(st.Uid) != os.Geteuid() {
+					if err := os.Lchown(d, os.Geteuid(), -1); err != nil {
+						return err
+					}
+				}
+				if err := os.Chmod(d, want); err != nil {
 					return err
 				}
 				if err := os.Lchown(d, uid, gid); err != nil {

@@ -12,7 +12,9 @@ import (
 )
 
 // TestHostDirs: a directory gets the mode and the owner (here the test's
-// own, which any user may give); a file, a symbolic link, a missing path
+// own, which any user may give), and a second run finds nothing to do (on
+// a node, chmod of a directory no longer root's would need CAP_FOWNER:
+// test/cluster restarts the DaemonSet's pod); a file, a symbolic link, a missing path
 // and a malformed owner or mode are refused, naming what is wrong.
 func TestHostDirs(t *testing.T) {
 	dir := t.TempDir()
@@ -42,6 +44,17 @@ func TestHostDirs(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	if fi, _ := os.Stat(d); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	// The pod's next start (a restart, a rollout): nothing to change.
+	if out, err := run("--owner", owner, "--mode", "0755", d); err != nil || !strings.Contains(out, "mode 0755 already") {
+		t.Fatalf("again: %v %s", err, out)
+	}
+	// Another mode asked of a directory given away before.
+	if out, err := run("--owner", owner, "--mode", "0750", d); err != nil || !strings.Contains(out, "mode 0750\n") {
+		t.Fatalf("a new mode: %v %s", err, out)
+	}
+	if fi, _ := os.Stat(d); fi.Mode().Perm() != 0o750 {
 		t.Fatalf("mode %v", fi.Mode())
 	}
 	for _, c := range []struct {

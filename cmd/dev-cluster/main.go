@@ -1,0 +1,105 @@
+// Command dev-cluster (make cluster) starts a Kubernetes cluster of one
+// node on this machine — the kubelet, containerd and runc of
+// internal/kit/cluster, in a network namespace of its own — loads the
+// images make images builds into it, prints how to reach it, and runs
+// until interrupted; then it stops everything it started. It writes the
+// admin kubeconfig to <state>/kubeconfig, and removes it on the way out.
+// It needs root.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/callerauth/callerauth/internal/kit/cluster"
+	"github.com/callerauth/callerauth/internal/kit/kubeapi"
+	"github.com/callerauth/callerauth/internal/tools/images"
+)
+
+func main() {
+	state := flag.String("state", ".cache/cluster", "where the kubeconfig is written while the cluster runs")
+	withImages := flag.Bool("images", true, "build the images (make images, tagged as the charts name them) and load them into the node")
+	flag.Parse()
+	if err := run(*state, *withImages); err != nil {
+		fmt.Fprintln(os.Stderr, "dev-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(state string, withImages bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	state, err := filepath.Abs(state)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "starting a cluster of one node (the kubelet, containerd, runc; kube-apiserver, scheduler, controller-manager, kube-proxy)...")
+	c, err := cluster.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	kubeconfig := filepath.Join(state, "kubeconfig")
+	defer os.Remove(kubeconfig)
+	loaded := "none"
+	if withImages {
+		tag, err := chartTag()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "building the images and loading them into the node...")
+		built, err := images.Build(ctx, images.Options{Root: ".", Out: filepath.Join(c.Dir, "images"), Registry: "ghcr.io/callerauth", Tag: tag, BuildVCS: "false"})
+		if err != nil {
+			return err
+		}
+		var refs []string
+		for _, im := range built {
+			if err := c.Import(ctx, im.Tarballs[0]); err != nil {
+				return err
+			}
+			refs = append(refs, im.Ref)
+		}
+		loaded = strings.Join(refs, " ")
+	}
+	b, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
+		return err
+	}
+	bin, _ := kubeapi.BinDir()
+	fmt.Printf(`The cluster is up: node %s at %s, API server %s.
+Reach it with kubectl (built beside the kubelet):
+
+  export KUBECONFIG=%s
+  export PATH=%s:$PATH
+  kubectl get nodes
+
+Images on the node: %s
+Stop it with Ctrl-C (or kill %d): every process, mount, cgroup and the
+network namespace go with it.
+`, cluster.NodeName, c.Address, c.API.URL, kubeconfig, bin, loaded, os.Getpid())
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "stopping the cluster...")
+	return nil
+}
+
+// chartTag is the tag the charts name their images by: their appVersion,
+// the VERSION file's.
+func chartTag() (string, error) {
+	b, err := os.ReadFile("VERSION")
+	if err != nil {
+		return "", fmt.Errorf("the charts' image tag: %w (run from the repository's root)", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,109 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/callerauth/callerauth/internal/kit/charts"
+)
+
+// namespace makes ns at a Pod Security level (enforced, as docs/deploy.md
+// asks).
+func namespace(t *testing.T, ctx context.Context, ns, level string) {
+	t.Helper()
+	_, err := node.API.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// install renders the chart deploy/charts/<chart> as release in ns (made
+// at level), applies it, and waits until each of its Deployments and
+// DaemonSets is Ready. It returns the objects.
+func install(t *testing.T, ctx context.Context, chart, release, ns, level, values string) []*unstructured.Unstructured {
+	t.Helper()
+	namespace(t, ctx, ns, level)
+	docs, err := charts.Render(filepath.Join("../../deploy/charts", chart), release, ns, values)
+	if err != nil {
+		t.Fatalf("rendering %s: %v", chart, err)
+	}
+	var texts []string
+	for _, d := range docs {
+		texts = append(texts, d)
+	}
+	objs := charts.Objects(t, texts...)
+	for _, err := range charts.NewCluster(t, node.API.REST).Apply(ctx, ns, objs) {
+		t.Errorf("installing %s: %v", chart, err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" || o.GetKind() == "DaemonSet" {
+			waitReady(t, ctx, ns, o.GetKind(), o.GetName())
+		}
+	}
+	return objs
+}
+
+// waitReady waits up to three minutes for a Deployment's or DaemonSet's
+// pods to be Ready at its current generation.
+func waitReady(t *testing.T, ctx context.Context, ns, kind, name string) {
+	t.Helper()
+	apps := node.API.Client.AppsV1()
+	err := poll(ctx, 3*time.Minute, func() error {
+		switch kind {
+		case "Deployment":
+			d, err := apps.Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			want := int32(1)
+			if d.Spec.Replicas != nil {
+				want = *d.Spec.Replicas
+			}
+			if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.ReadyReplicas != want || d.Status.Replicas != want {
+				return fmt.Errorf("deployment %s/%s: %d of %d ready, %d updated", ns, name, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas)
+			}
+		case "DaemonSet":
+			d, err := apps.DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			want := d.Status.DesiredNumberScheduled
+			if d.Status.ObservedGeneration < d.Generation || want == 0 || d.Status.UpdatedNumberScheduled != want || d.Status.NumberReady != want {
+				return fmt.Errorf("daemonset %s/%s: %d of %d ready, %d updated", ns, name, d.Status.NumberReady, want, d.Status.UpdatedNumberScheduled)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poll calls f every 250 ms until it succeeds or limit passes.
+func poll(ctx context.Context, limit time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %s: %w", limit, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
