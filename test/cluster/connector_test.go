@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -23,6 +24,7 @@ import (
 )
 
 const (
+	agentsNS          = "gpu-agents"
 	connectorAudience = "platform-connector.nvsentinel.nvidia.com"
 	tokenVolume       = "platform-connector-token"
 	tokenDir          = "/var/run/secrets/nvsentinel/platform-connector"
@@ -40,17 +42,12 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
 	socketDir, dataDir := node.HostDir("/var/run/nvsentinel"), node.HostDir("/var/lib/platform-connector")
-	values := func(watch bool) string {
-		return fmt.Sprintf("global:\n  platformConnectorAuth:\n    enabled: true\n    mode: enforce\n    tokenExpirationSeconds: 600\n"+
-			"daemonset:\n  socketDir: %s\n  datastoreDir: %s\n  watchBoundObjects: %t\n", socketDir, dataDir, watch)
-	}
+	values := func(watch bool) string { return connectorValues(socketDir, dataDir, watch) }
 	install(t, ctx, "platform-connector", "platform-connector", "nvsentinel", "privileged", values(false))
 	socket := "unix://" + filepath.Join(socketDir, "platform-connector.sock")
 
-	// The agents: privileged, for the socket's hostPath.
-	const agents = "gpu-agents"
-	namespace(t, ctx, agents, "privileged")
-	serviceAccount(t, ctx, agents, "gpu-agent")
+	agents := agentsNS
+	agentsReady(t, ctx)
 
 	// A node agent publishing from its pod, through the CLI in the
 	// callerauth image, with the token the kubelet projected.
@@ -119,6 +116,33 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 	refusedAfterDelete(t, ctx, socket, holder, projected, 5*time.Second)
 }
 
+// connectorInstalled installs the connector's socket role (the
+// bound-object watch on) unless it is, and the agents' namespace; it
+// returns the socket's address and directory.
+func connectorInstalled(t *testing.T, ctx context.Context) (socket, socketDir string) {
+	t.Helper()
+	socketDir, dataDir := node.HostDir("/var/run/nvsentinel"), node.HostDir("/var/lib/platform-connector")
+	install(t, ctx, "platform-connector", "platform-connector", "nvsentinel", "privileged", connectorValues(socketDir, dataDir, true))
+	agentsReady(t, ctx)
+	return "unix://" + filepath.Join(socketDir, "platform-connector.sock"), socketDir
+}
+
+func connectorValues(socketDir, dataDir string, watch bool) string {
+	return fmt.Sprintf("global:\n  platformConnectorAuth:\n    enabled: true\n    mode: enforce\n    tokenExpirationSeconds: 600\n"+
+		"daemonset:\n  socketDir: %s\n  datastoreDir: %s\n  watchBoundObjects: %t\n", socketDir, dataDir, watch)
+}
+
+// agentsReady makes the agents' namespace (privileged, for the socket's
+// hostPath) and their ServiceAccount, unless they are.
+func agentsReady(t *testing.T, ctx context.Context) {
+	t.Helper()
+	namespace(t, ctx, agentsNS, "privileged")
+	_, err := node.API.Client.CoreV1().ServiceAccounts(agentsNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
 // refusedAfterDelete deletes pod and checks that its token is refused
 // within bound, and stays refused.
 func refusedAfterDelete(t *testing.T, ctx context.Context, socket string, pod *corev1.Pod, token string, bound time.Duration) {
@@ -167,13 +191,6 @@ func agentPod(name, ns, socketDir string, c *corev1.Container) *corev1.Pod {
 			{Name: "socket", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: socketDir, Type: ptr.To(corev1.HostPathDirectory)}}},
 		},
 	}}
-}
-
-func serviceAccount(t *testing.T, ctx context.Context, ns, name string) {
-	t.Helper()
-	if _, err := node.API.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func createPod(t *testing.T, ctx context.Context, p *corev1.Pod) *corev1.Pod {

@@ -362,6 +362,12 @@ func (c *Cluster) RestartKubelet(ctx context.Context) error {
 	if err := c.kubelet.Stop(); err != nil && !isSignalled(err) {
 		return fmt.Errorf("cluster: stopping the kubelet: %w", err)
 	}
+	for i, p := range c.procs {
+		if p == c.kubelet {
+			c.procs = append(c.procs[:i], c.procs[i+1:]...)
+			break
+		}
+	}
 	if err := c.startKubelet(); err != nil {
 		return err
 	}
