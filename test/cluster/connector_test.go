@@ -223,13 +223,21 @@ func otherNode(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
-// readProjected reads the token the kubelet wrote into pod's volume.
+// readProjected reads the connector's token the kubelet wrote into pod's
+// volume.
 func readProjected(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	return readProjectedFrom(t, pod, tokenVolume)
+}
+
+// readProjectedFrom reads the token the kubelet wrote into pod's
+// projected volume.
+func readProjectedFrom(t *testing.T, pod *corev1.Pod, volume string) string {
 	t.Helper()
 	var tok []byte
 	err := poll(context.Background(), 30*time.Second, func() error {
 		var err error
-		tok, err = os.ReadFile(node.ProjectedFile(string(pod.UID), tokenVolume, "token"))
+		tok, err = os.ReadFile(node.ProjectedFile(string(pod.UID), volume, "token"))
 		return err
 	})
 	if err != nil {

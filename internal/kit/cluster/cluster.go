@@ -15,7 +15,8 @@
 //
 // The machine has cgroups v1: the kubelet is told failCgroupV1: false.
 // There is no registry to pull from: images are imported into containerd
-// (Import), the pod sandbox image too (built from ./pause).
+// (Import), the pod sandbox image too (built from ./pause), and a plain
+// HTTP application for the tests' pods (./echo).
 package cluster
 
 import (
@@ -52,6 +53,9 @@ const ServiceCIDR = "10.0.0.0/24"
 
 // SandboxImage is the pause image the cluster builds and imports.
 const SandboxImage = "callerauth.test/pause:1"
+
+// EchoImage is a plain HTTP upstream the cluster builds and imports (./echo).
+const EchoImage = "callerauth.test/echo:1"
 
 // Static tokens of the cluster's own components, each its own user as
 // kubeadm makes them (the default ClusterRoleBindings name these users).
@@ -276,11 +280,16 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := c.waitUp(ctx, time.Minute, func() error { return c.ctr(ctx, "version") }); err != nil {
 		return fmt.Errorf("cluster: containerd did not answer: %w", err)
 	}
-	img, err := c.pauseImage(ctx)
-	if err != nil {
-		return err
+	for _, im := range []struct{ pkg, ref string }{{"pause", SandboxImage}, {"echo", EchoImage}} {
+		tarball, err := c.testImage(ctx, im.pkg, im.ref, "65535:65535")
+		if err != nil {
+			return err
+		}
+		if err := c.Import(ctx, tarball); err != nil {
+			return err
+		}
 	}
-	return c.Import(ctx, img)
+	return nil
 }
 
 // ctr runs ctr against the cluster's containerd, in its Kubernetes

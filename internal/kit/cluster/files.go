@@ -158,15 +158,15 @@ current-context: callerauth
 `, server, caFile, token)
 }
 
-// pauseImage builds ./pause into a one-file image and writes it as a
-// docker tarball named SandboxImage.
-func (c *Cluster) pauseImage(ctx context.Context) (string, error) {
-	bin := c.path("pause-image", "pause")
-	pkg := filepath.Join(sourceDir(), "pause")
+// testImage builds the main package ./<pkg> of this directory into a
+// one-file image (the binary as /<pkg>, its entrypoint, run as user) and
+// writes it as a docker tarball named ref.
+func (c *Cluster) testImage(ctx context.Context, pkg, ref, user string) (string, error) {
+	bin := c.path("test-images", pkg, pkg)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
-	cmd.Dir, cmd.Env = pkg, append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Dir, cmd.Env = filepath.Join(sourceDir(), pkg), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cluster: building the pause image's binary: %w: %s", err, out)
+		return "", fmt.Errorf("cluster: building the %s image's binary: %w: %s", pkg, err, out)
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -174,7 +174,7 @@ func (c *Cluster) pauseImage(ctx context.Context) (string, error) {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: pkg, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
 		return "", err
 	}
 	if _, err := tw.Write(b); err != nil {
@@ -191,7 +191,7 @@ func (c *Cluster) pauseImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	img, err = mutate.Config(img, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"})
+	img, err = mutate.Config(img, v1.Config{Entrypoint: []string{"/" + pkg}, User: user})
 	if err != nil {
 		return "", err
 	}
@@ -199,12 +199,12 @@ func (c *Cluster) pauseImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ref, err := name.ParseReference(SandboxImage)
+	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", err
 	}
-	out := c.path("pause-image", "pause.tar")
-	return out, tarball.WriteToFile(out, ref, img)
+	out := c.path("test-images", pkg+".tar")
+	return out, tarball.WriteToFile(out, r, img)
 }
 
 func withPlatform(img v1.Image) *v1.ConfigFile {
