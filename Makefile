@@ -144,8 +144,9 @@ $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD)):
 
 # A cluster of one node on this machine, for a person: prints how to reach
 # it and runs until interrupted, then stops everything it started (root).
+# CLUSTER_FLAGS=--images=false starts it without building the images.
 cluster: node-tools
-	$(GO) run ./cmd/dev-cluster
+	$(GO) run ./cmd/dev-cluster $(CLUSTER_FLAGS)
 
 opa-tools: $(OPA_BIN)/opa
 

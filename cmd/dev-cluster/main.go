@@ -3,7 +3,8 @@
 // internal/kit/cluster, in a network namespace of its own — loads the
 // images make images builds into it, prints how to reach it, and runs
 // until interrupted; then it stops everything it started. It writes the
-// admin kubeconfig to <state>/kubeconfig, and removes it on the way out.
+// admin kubeconfig to <state>/kubeconfig and its pid to <state>/pid, and
+// removes them on the way out.
 // It needs root.
 package main
 
@@ -47,9 +48,14 @@ func run(state string, withImages bool) error {
 	if err != nil {
 		return err
 	}
-	defer c.Stop()
-	kubeconfig := filepath.Join(state, "kubeconfig")
+	defer func() {
+		if serr := c.Stop(); serr != nil {
+			fmt.Fprintln(os.Stderr, "dev-cluster:", serr)
+		}
+	}()
+	kubeconfig, pidFile := filepath.Join(state, "kubeconfig"), filepath.Join(state, "pid")
 	defer os.Remove(kubeconfig)
+	defer os.Remove(pidFile)
 	loaded := "none"
 	if withImages {
 		tag, err := chartTag()
@@ -74,6 +80,10 @@ func run(state string, withImages bool) error {
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(pidFile, []byte(fmt.Sprintln(os.Getpid())), 0o600); err != nil {
+		return err
+	}
+	// The kubeconfig last: a script waits for it, then finds the pid.
 	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
 		return err
 	}
@@ -86,9 +96,9 @@ Reach it with kubectl (built beside the kubelet):
   kubectl get nodes
 
 Images on the node: %s
-Stop it with Ctrl-C (or kill %d): every process, mount, cgroup and the
-network namespace go with it.
-`, cluster.NodeName, c.Address, c.API.URL, kubeconfig, bin, loaded, os.Getpid())
+Stop it with Ctrl-C (or kill %d, also in %s): every process, mount,
+cgroup and the network namespace go with it.
+`, cluster.NodeName, c.Address, c.API.URL, kubeconfig, bin, loaded, os.Getpid(), pidFile)
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "stopping the cluster...")
 	return nil

@@ -27,7 +27,7 @@ var (
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "test/cluster: a node needs root (network namespaces, mounts, cgroups); make test runs as root in CI")
 		return 1
@@ -50,7 +50,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer node.Stop()
+	defer func() {
+		// Everything it started goes with it, or the run fails.
+		if err := node.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}()
 	for _, im := range imgs {
 		if err := node.Import(ctx, im.Tarballs[0]); err != nil {
 			fmt.Fprintln(os.Stderr, err)

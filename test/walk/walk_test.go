@@ -1,6 +1,6 @@
 // Package walk_test runs the local walks of the operator docs — every
 // fenced block marked "sh walk" in docs/pdp.md, docs/embedding.md, docs/proxy.md,
-// docs/platform-connector.md and docs/vmafx.md — with the real binaries, and checks that the
+// docs/platform-connector.md, docs/vmafx.md and docs/deploy.md — with the real binaries, and checks that the
 // output the docs show is
 // the output the commands print ("# => " lines). A walk that rots fails
 // here.
@@ -75,17 +75,19 @@ func run(t *testing.T, doc string) {
 			exports = append(exports, line)
 		}
 	}
-	if len(exports) != 1 {
+	switch {
+	case len(exports) == 1:
+		free := loopbackAddr.ReplaceAllStringFunc(exports[0], func(string) string {
+			a, err := loopback.Addr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		})
+		script = strings.Replace(script, exports[0], free, 1)
+	case len(exports) > 1 || loopbackAddr.MatchString(script):
 		t.Fatalf("docs/%s: want one export line with the walk's addresses, found %d", doc, len(exports))
 	}
-	free := loopbackAddr.ReplaceAllStringFunc(exports[0], func(string) string {
-		a, err := loopback.Addr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	})
-	script = strings.Replace(script, exports[0], free, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
@@ -133,3 +135,6 @@ func TestVmafxWalk(t *testing.T) { run(t, "vmafx.md") }
 func TestEmbeddingWalk(t *testing.T) { run(t, "embedding.md") }
 
 func TestProxyWalk(t *testing.T) { run(t, "proxy.md") }
+
+// TestDeployWalk starts make cluster (a node on this machine: root).
+func TestDeployWalk(t *testing.T) { run(t, "deploy.md") }

@@ -145,7 +145,9 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w\n%s", err, c.logTails())
-			c.Stop()
+			if serr := c.Stop(); serr != nil {
+				err = fmt.Errorf("%w\n%w", err, serr)
+			}
 		}
 	}()
 	if err := c.network(id); err != nil {
@@ -410,8 +412,9 @@ func (c *Cluster) nodeReady(ctx context.Context) error {
 }
 
 // Stop stops every component, the pods' containers with them, and removes
-// the mounts, the cgroups, the namespace and the directory.
-func (c *Cluster) Stop() {
+// the mounts, the cgroups, the namespace and the directory; it returns
+// what it could not remove.
+func (c *Cluster) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if c.kubelet != nil {
@@ -430,9 +433,25 @@ func (c *Cluster) Stop() {
 	if c.name != "" {
 		_ = exec.Command("ip", "netns", "delete", c.name).Run()
 	}
-	if os.Getenv("CALLERAUTH_KEEP_CLUSTER") == "" {
-		_ = os.RemoveAll(c.Dir)
+	var left []string
+	if _, err := os.Stat(c.NetNS); c.name != "" && err == nil {
+		left = append(left, "the network namespace "+c.NetNS)
 	}
+	if points := mountsUnder(c.Dir); len(points) > 0 {
+		left = append(left, fmt.Sprintf("%d mounts under %s", len(points), c.Dir))
+	}
+	if cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroupRoot)); c.cgroupRoot != "" && len(cgroups) > 0 {
+		left = append(left, fmt.Sprintf("the cgroup %s in %d hierarchies", c.cgroupRoot, len(cgroups)))
+	}
+	if os.Getenv("CALLERAUTH_KEEP_CLUSTER") == "" && len(left) == 0 {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("cluster: stopped, but left %s", strings.Join(left, ", "))
+	}
+	return nil
 }
 
 // alive fails when a component has exited.

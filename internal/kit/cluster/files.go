@@ -54,6 +54,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
   # This machine withholds CAP_SYS_RESOURCE even from root: no process may
   # lower its oom_score_adj, so containers keep containerd's (0).
   restrict_oom_score_adj = true
+  # Pods' network namespaces under the state directory, not /run/netns:
+  # they go with the cluster.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -299,12 +302,19 @@ func (c *Cluster) killCgroups() {
 // unmountUnder unmounts every mount under dir, deepest first (lazily: a
 // mount still busy goes when its last user does).
 func unmountUnder(dir string) {
+	for _, p := range mountsUnder(dir) {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+// mountsUnder lists the mount points under dir, deepest first.
+func mountsUnder(dir string) []string {
 	if dir == "" {
-		return
+		return nil
 	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return
+		return nil
 	}
 	defer f.Close()
 	var points []string
@@ -316,9 +326,7 @@ func unmountUnder(dir string) {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		_ = syscall.Unmount(p, syscall.MNT_DETACH)
-	}
+	return points
 }
 
 // logTails is the end of each component's log, for an error.
