@@ -273,7 +273,9 @@ func (c *Cluster) run(bin string, args ...string) (*proc.Process, error) {
 	return p, nil
 }
 
-func (c *Cluster) path(parts ...string) string { return filepath.Join(append([]string{c.Dir}, parts...)...) }
+func (c *Cluster) path(parts ...string) string {
+	return filepath.Join(append([]string{c.Dir}, parts...)...)
+}
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	if _, err := c.run(filepath.Join(c.ctrBin, "containerd"), "--config", c.path("containerd.toml")); err != nil {
