@@ -41,6 +41,7 @@ func install(t *testing.T, ctx context.Context, chart, release, ns, level, value
 		texts = append(texts, d)
 	}
 	objs := charts.Objects(t, texts...)
+	ownGrantsOnly(t, ns, objs)
 	for _, err := range charts.NewCluster(t, node.API.REST).Apply(ctx, ns, objs) {
 		t.Errorf("installing %s: %v", chart, err)
 	}
@@ -53,6 +54,41 @@ func install(t *testing.T, ctx context.Context, chart, release, ns, level, value
 		}
 	}
 	return objs
+}
+
+// ownGrantsOnly checks, when t ends, that no ServiceAccount of the chart
+// was refused anything by the API server (its audit log): each workload
+// runs as its own account, and its chart's RBAC is all it needs.
+func ownGrantsOnly(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	t.Cleanup(func() {
+		seen, accounts := 0, 0
+		defer func() {
+			// Not a vacuous check: the chart's workloads called the API
+			// server as their accounts, and the log has it.
+			if accounts > 0 && seen == 0 && !t.Failed() {
+				t.Errorf("the audit log has no request of the chart's %d ServiceAccounts in %s", accounts, ns)
+			}
+		}()
+		for _, o := range objs {
+			if o.GetKind() != "ServiceAccount" {
+				continue
+			}
+			accounts++
+			user := "system:serviceaccount:" + ns + ":" + o.GetName()
+			reqs, err := node.API.Requests(user)
+			if err != nil {
+				t.Errorf("the audit log: %v", err)
+				return
+			}
+			seen += len(reqs)
+			for _, r := range reqs {
+				if r.Code == 403 {
+					t.Errorf("%s was refused %s %s/%s/%s in %q: its chart grants less than it does", user, r.Verb, r.APIGroup, r.Resource, r.Subresource, r.Namespace)
+				}
+			}
+		}
+	})
 }
 
 // waitReady waits up to three minutes for a Deployment's or DaemonSet's
