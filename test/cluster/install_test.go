@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,8 +38,10 @@ func install(t *testing.T, ctx context.Context, chart, release, ns, level, value
 		t.Fatalf("rendering %s: %v", chart, err)
 	}
 	var texts []string
-	for _, d := range docs {
-		texts = append(texts, d)
+	for file, d := range docs {
+		if !strings.HasSuffix(file, "NOTES.txt") { // shown to a person, as helm does
+			texts = append(texts, d)
+		}
 	}
 	objs := charts.Objects(t, texts...)
 	ownGrantsOnly(t, ns, objs)

@@ -1,0 +1,257 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/cli"
+)
+
+// TestSeed002PDPOnTheNode: the pdp installed from its chart (enforce),
+// called through its Service from the node with tokens the kubelet
+// projected into pods of the secrets-engine namespace: the positive check
+// is allowed and its record verifies with callerauth decision verify
+// against the JWKS the pdp serves; N1–N4 are refused as seed 002 states.
+// N4, a token past exp, is the secrets-engine pod's own token with its
+// times moved 20 minutes back and signed again with the cluster's
+// service-account key (the API server mints none shorter than 10 minutes):
+// the API server's TokenReview refuses it.
+func TestSeed002PDPOnTheNode(t *testing.T) {
+	readoutOnFailure(t)
+	ctx := context.Background()
+	const ns, callers, service = "flex-auth", "secrets-engine", "flex-auth-pdp"
+	namespace(t, ctx, ns, "restricted")
+	cs := node.API.Client
+	ca, err := pki.NewCA("test-cluster pdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fqdn := service + "." + ns + ".svc"
+	crt, key, err := ca.Issue(service, fqdn, service+"."+ns+".svc.cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keygen bytes.Buffer
+	signing := filepath.Join(t.TempDir(), "signing.pem")
+	if err := cli.Execute(ctx, &cli.Options{Stdout: &keygen, Stderr: &keygen}, []string{"decision", "keygen", "--out", signing}); err != nil {
+		t.Fatalf("decision keygen: %v\n%s", err, keygen.String())
+	}
+	signingPEM, err := os.ReadFile(signing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]map[string][]byte{"flex-auth-tls": {"tls.crt": crt, "tls.key": key}, "flex-auth-signing": {"signing.pem": signingPEM}} {
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install(t, ctx, "pdp", "flex-auth", ns, "restricted", pdpValues(t))
+
+	// The callers: pods of secrets-engine's own account and of its
+	// namespace's default one, each with the token the kubelet projects.
+	namespace(t, ctx, callers, "restricted")
+	if _, err := cs.CoreV1().ServiceAccounts(callers).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "secrets-engine"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]string{}
+	for _, p := range []struct{ name, sa, audience string }{
+		{"secrets-engine", "secrets-engine", "flex-auth"},
+		{"default-account", "default", "flex-auth"},
+		{"api-audience", "secrets-engine", "https://kubernetes.default.svc.cluster.local"},
+	} {
+		pod := createPod(t, ctx, tokenPod(p.name, callers, p.sa, "token", p.audience))
+		if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
+			t.Fatal(err)
+		}
+		tokens[p.name] = readProjectedFrom(t, pod, "token")
+	}
+	expired := pastExp(t, tokens["secrets-engine"], 20*time.Minute)
+	resigned := pastExp(t, tokens["secrets-engine"], 0) // the control: only the times differ
+
+	svc, err := cs.CoreV1().Services(ns).Get(ctx, service, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("https://%s:%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: node.DialContext,
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: fqdn, MinVersion: tls.VersionTLS12}}}
+	request, err := os.ReadFile("../../examples/secrets-engine/check_request_allow_rotate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(token string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/check", bytes.NewReader(request))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	for _, c := range []struct {
+		name, token string
+		code        int
+		reason      string
+	}{
+		{"N1 no Authorization header", "", 401, "token_missing"},
+		{"N2 secrets-engine:default, right audience", tokens["default-account"], 403, "principal_cannot_represent_system"},
+		{"N3 minted without the flex-auth audience", tokens["api-audience"], 401, "token_invalid"},
+		{"N4 past exp", expired, 401, "token_invalid"},
+		{"N4's control: the same token signed again, its times kept", resigned, 200, ""},
+	} {
+		code, body := check(c.token)
+		var got struct{ Reason string }
+		_ = json.Unmarshal(body, &got)
+		if code != c.code || got.Reason != c.reason {
+			t.Errorf("%s: %d %s; want %d %s", c.name, code, body, c.code, c.reason)
+		}
+	}
+
+	// The positive check, and its record verified against the JWKS the
+	// pdp serves, by the CLI a consumer runs.
+	code, body := check(tokens["secrets-engine"])
+	if code != 200 || !json.Valid(body) {
+		t.Fatalf("the positive check: %d %s", code, body)
+	}
+	dir := t.TempDir()
+	resp, err := client.Get(base + "/.well-known/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the pdp's JWKS: %s %v", resp.Status, err)
+	}
+	files := map[string][]byte{"jwks.json": jwks, "request.json": request, "response.json": body}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	err = cli.Execute(ctx, &cli.Options{Stdout: &out, Stderr: &out}, []string{"decision", "verify",
+		"--jwks", filepath.Join(dir, "jwks.json"), "--request", filepath.Join(dir, "request.json"), filepath.Join(dir, "response.json")})
+	if err != nil {
+		t.Fatalf("callerauth decision verify: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{`"effect": "allow"`, `"reason": "catalog_lane_policy_matched"`, `"policy_version": "v2"`, `"principal": "system:serviceaccount:secrets-engine:secrets-engine"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the verified record lacks %s:\n%s", want, out.String())
+		}
+	}
+}
+
+// pdpValues are the pdp chart's values for the secrets-engine example:
+// its policy package and registry, the system bound to secrets-engine's
+// account.
+func pdpValues(t *testing.T) string {
+	t.Helper()
+	const example = "../../examples/secrets-engine"
+	files := map[string]string{}
+	entries, err := os.ReadDir(filepath.Join(example, "policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(example, "policy", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = string(b)
+	}
+	registry, err := os.ReadFile(filepath.Join(example, "registry.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(map[string]any{
+		"tls":        map[string]any{"secretName": "flex-auth-tls"},
+		"signingKey": map[string]any{"secretName": "flex-auth-signing"},
+		"policy":     map[string]any{"files": files},
+		"registry":   map[string]any{"json": string(registry)},
+		"caller":     map[string]any{"bindings": map[string]any{"secrets-engine": "system:serviceaccount:secrets-engine:secrets-engine"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// pastExp is token with iat, nbf and exp moved back by ago, signed again
+// with the cluster's service-account key (its kid kept): a token the API
+// server would have issued that long ago.
+func pastExp(t *testing.T, token string, ago time.Duration) string {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a compact JWS: %d parts", len(parts))
+	}
+	var header struct{ Kid string }
+	var claims map[string]any
+	for i, into := range []any{&header, &claims} {
+		b, err := base64.RawURLEncoding.DecodeString(parts[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"iat", "nbf", "exp"} {
+		claims[k] = claims[k].(float64) - ago.Seconds()
+	}
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(node.API.Dir, "sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := pki.ParsePrivateKey(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", header.Kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jws.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
