@@ -45,7 +45,12 @@ func install(t *testing.T, ctx context.Context, chart, release, ns, level, value
 	}
 	objs := charts.Objects(t, texts...)
 	ownGrantsOnly(t, ns, objs)
-	for _, err := range charts.NewCluster(t, node.API.REST).Apply(ctx, ns, objs) {
+	apply := charts.NewCluster(t, node.API.REST)
+	// The chart's crds/ first, as helm install applies them.
+	if crds, _ := filepath.Glob(filepath.Join("../../deploy/charts", chart, "crds", "*.yaml")); len(crds) > 0 {
+		apply.ApplyCRDs(ctx, t, crds...)
+	}
+	for _, err := range apply.Apply(ctx, ns, objs) {
 		t.Errorf("installing %s: %v", chart, err)
 	}
 	if t.Failed() {
