@@ -118,7 +118,8 @@ $(KUBE_BIN)/etcd:
 # kubelet, kube-scheduler, kube-controller-manager and kube-proxy of the
 # same k8s.io/kubernetes, containerd, its runc shim and ctr from
 # containerd's Go module (Debian's containerd is too old for a 1.37
-# kubelet), and Debian's runc, CNI plugins and iptables. Cold: a few
+# kubelet), and Debian's runc, CNI plugins and iptables; kubectl and helm
+# for a person (make cluster). Cold: a few
 # minutes more than kube-tools, whose packages they share.
 CONTAINERD_VERSION := v2.4.2
 CONTAINERD_BIN     := $(CACHE)/containerd/$(CONTAINERD_VERSION)
@@ -126,13 +127,19 @@ export CALLERAUTH_CONTAINERD_BIN := $(CONTAINERD_BIN)
 NODE_KUBE := kubelet kube-scheduler kube-controller-manager kube-proxy kubectl
 NODE_CONTAINERD := containerd containerd-shim-runc-v2 ctr
 
-node-tools: kube-tools runc $(addprefix $(KUBE_BIN)/,$(NODE_KUBE)) $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD))
+node-tools: kube-tools runc $(addprefix $(KUBE_BIN)/,$(NODE_KUBE) helm) $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD))
 	@test -x /usr/lib/cni/bridge || { $(call apt-install,containernetworking-plugins,the test cluster's pod network); }
 	@command -v iptables >/dev/null 2>&1 || { $(call apt-install,iptables,kube-proxy's rules in the test cluster); }
 
 $(addprefix $(KUBE_BIN)/,$(NODE_KUBE)):
 	@mkdir -p $(KUBE_BIN)
 	cd test/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(notdir $@)
+	mv $@.tmp $@
+
+# helm, beside kubectl, for docs/deploy.md's "Try it on a node".
+$(KUBE_BIN)/helm:
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0' -o $@.tmp helm.sh/helm/v3/cmd/helm
 	mv $@.tmp $@
 
 $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD)):
@@ -146,6 +153,9 @@ $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD)):
 # it and runs until interrupted, then stops everything it started (root).
 # CLUSTER_FLAGS=--images=false starts it without building the images.
 cluster: node-tools
+	@if [ -s .cache/cluster/pid ] && kill -0 "$$(cat .cache/cluster/pid)" 2>/dev/null; then \
+	  echo "a cluster runs already (pid $$(cat .cache/cluster/pid)): stop it first"; exit 1; fi
+	@rm -f .cache/cluster/env .cache/cluster/pid .cache/cluster/kubeconfig
 	$(GO) run ./cmd/dev-cluster $(CLUSTER_FLAGS)
 
 opa-tools: $(OPA_BIN)/opa

@@ -3,7 +3,9 @@
 // internal/kit/cluster, in a network namespace of its own — loads the
 // images make images builds into it, prints how to reach it, and runs
 // until interrupted; then it stops everything it started. It writes the
-// admin kubeconfig to <state>/kubeconfig and its pid to <state>/pid, and
+// admin kubeconfig to <state>/kubeconfig, its pid to <state>/pid and the
+// shell settings to reach it to <state>/env (KUBECONFIG, PATH with kubectl
+// and helm, CLUSTER_HOST: where the node's hostPath volumes are), and
 // removes them on the way out.
 // It needs root.
 package main
@@ -53,9 +55,10 @@ func run(state string, withImages bool) error {
 			fmt.Fprintln(os.Stderr, "dev-cluster:", serr)
 		}
 	}()
-	kubeconfig, pidFile := filepath.Join(state, "kubeconfig"), filepath.Join(state, "pid")
-	defer os.Remove(kubeconfig)
-	defer os.Remove(pidFile)
+	kubeconfig, pidFile, envFile := filepath.Join(state, "kubeconfig"), filepath.Join(state, "pid"), filepath.Join(state, "env")
+	for _, f := range []string{kubeconfig, pidFile, envFile} {
+		defer os.Remove(f)
+	}
 	loaded := "none"
 	if withImages {
 		tag, err := chartTag()
@@ -80,6 +83,14 @@ func run(state string, withImages bool) error {
 	if err != nil {
 		return err
 	}
+	bin, err := kubeapi.BinDir()
+	if err != nil {
+		return err
+	}
+	env := fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport CLUSTER_HOST=%s\n", kubeconfig, bin, c.HostDir("/"))
+	if err := os.WriteFile(envFile, []byte(env), 0o600); err != nil {
+		return err
+	}
 	if err := os.WriteFile(pidFile, []byte(fmt.Sprintln(os.Getpid())), 0o600); err != nil {
 		return err
 	}
@@ -87,18 +98,16 @@ func run(state string, withImages bool) error {
 	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
 		return err
 	}
-	bin, _ := kubeapi.BinDir()
 	fmt.Printf(`The cluster is up: node %s at %s, API server %s.
-Reach it with kubectl (built beside the kubelet):
+Reach it with kubectl and helm (built beside the kubelet):
 
-  export KUBECONFIG=%s
-  export PATH=%s:$PATH
+  . %s     # KUBECONFIG, PATH, and CLUSTER_HOST: the node's / for hostPath volumes
   kubectl get nodes
 
 Images on the node: %s
 Stop it with Ctrl-C (or kill %d, also in %s): every process, mount,
-cgroup and the network namespace go with it.
-`, cluster.NodeName, c.Address, c.API.URL, kubeconfig, bin, loaded, os.Getpid(), pidFile)
+cgroup, the network namespace and $CLUSTER_HOST go with it.
+`, cluster.NodeName, c.Address, c.API.URL, envFile, loaded, os.Getpid(), pidFile)
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "stopping the cluster...")
 	return nil

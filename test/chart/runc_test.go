@@ -56,7 +56,7 @@ func buildImages() (func(), error) {
 	return func() { _ = os.RemoveAll(dir) }, nil
 }
 
-func makeImages(out string) ([]images.Image, error) { return charts.MakeImages("../..", out) }
+func makeImages(out string) ([]images.Image, error) { return images.Make("../..", out) }
 
 // TestImagesAreReproducible: building every image again gives the same
 // digests, and each has its SBOM.

@@ -76,6 +76,13 @@ func TestValuesSchemas(t *testing.T) {
 					t.Errorf("%s: %v; want a refusal naming %s", bad.what, err, bad.want)
 				}
 			}
+			if c.name == "platform-connector" {
+				// A socket path over 107 bytes cannot be bound.
+				long := c.values + "\ndaemonset: {socketDir: /" + strings.Repeat("d", 83) + "}\n"
+				if _, err := renderChart(t, c.dir, "r", "ns", long); err == nil || !strings.Contains(err.Error(), "socketDir") {
+					t.Errorf("a socketDir of 84 bytes: %v; want a refusal naming socketDir", err)
+				}
+			}
 		})
 	}
 }

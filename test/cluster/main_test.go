@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/kit/charts"
 	"github.com/callerauth/callerauth/internal/kit/cluster"
 	"github.com/callerauth/callerauth/internal/tools/images"
 )
@@ -38,7 +37,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	imgs, err := charts.MakeImages("../..", dir)
+	imgs, err := images.Make("../..", dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

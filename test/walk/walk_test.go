@@ -67,7 +67,10 @@ var loopbackAddr = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 // run executes a walk from the repository root with the built binaries
 // first on PATH, its fixed loopback ports replaced by free ones, and checks
 // every "# verified…"/"# DENY…" line the doc shows against the output.
-func run(t *testing.T, doc string) {
+func run(t *testing.T, doc string) { runFor(t, doc, 3*time.Minute) }
+
+// runFor is run with a time limit of its own.
+func runFor(t *testing.T, doc string, limit time.Duration) {
 	script := walk(t, doc)
 	var exports []string
 	for _, line := range strings.Split(script, "\n") {
@@ -88,16 +91,27 @@ func run(t *testing.T, doc string) {
 	case len(exports) > 1 || loopbackAddr.MatchString(script):
 		t.Fatalf("docs/%s: want one export line with the walk's addresses, found %d", doc, len(exports))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
+	// Short, and passable by every user (not listable), as /tmp is: a node
+	// started under it (make cluster) gives pods hostPath volumes there, a
+	// Unix socket among them (a path of at most 107 bytes).
+	tmp, err := os.MkdirTemp("", "walk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // traversal only
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	// A walk stops what it started: once the script has ended, nothing of
 	// its process group may be left running. (Whatever is goes with the
 	// group all the same.)
@@ -136,5 +150,6 @@ func TestEmbeddingWalk(t *testing.T) { run(t, "embedding.md") }
 
 func TestProxyWalk(t *testing.T) { run(t, "proxy.md") }
 
-// TestDeployWalk starts make cluster (a node on this machine: root).
-func TestDeployWalk(t *testing.T) { run(t, "deploy.md") }
+// TestDeployWalk starts make cluster (a node on this machine: root), which
+// builds the images first.
+func TestDeployWalk(t *testing.T) { runFor(t, "deploy.md", 10*time.Minute) }

@@ -137,6 +137,10 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // traversal only, as a node's / is
 		return nil, err
 	}
+	if err := traversable(filepath.Dir(dir)); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	id := rand.IntN(250) + 1
 	c := &Cluster{Dir: dir, name: fmt.Sprintf("callerauth-%d-%d", os.Getpid(), id), kubeBin: kubeBin, ctrBin: ctrBin,
 		cgroupRoot: "/" + filepath.Base(dir)}
@@ -161,7 +165,10 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.API, err = kubeapi.StartWith(ctx, kubeapi.Options{Address: c.Address, NetNS: c.NetNS, Tokens: tokens, Extra: kubeletClient})
+	// The kubelet by its address: the node's name resolves nowhere (no
+	// cluster DNS, nothing in /etc/hosts).
+	extra := append(kubeletClient, "--kubelet-preferred-address-types=InternalIP")
+	c.API, err = kubeapi.StartWith(ctx, kubeapi.Options{Address: c.Address, NetNS: c.NetNS, Tokens: tokens, Extra: extra})
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +202,25 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("cluster: the controller-manager made no default ServiceAccount and root CA: %w", err)
 	}
 	return c, nil
+}
+
+// traversable fails when a user other than root cannot pass through dir
+// or one above it: a pod running as such a user could not reach its
+// hostPath volumes under the cluster's directory.
+func traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("cluster: %s (mode %04o) would keep pods that do not run as root from their hostPath volumes under it: "+
+				"set TMPDIR to a directory every user may pass through (chmod o+x)", d, fi.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // HostDir is where a hostPath of path (absolute, as a chart names it) is

@@ -2,6 +2,7 @@ package connector_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -430,5 +431,28 @@ func TestPublisherShare(t *testing.T) {
 	}
 	if a := stored["pod:uid-a"]; a < 256<<10 || a > 256<<10+8*(16<<10+512) {
 		t.Errorf("publisher a holds %d bytes with a share of %d", a, 256<<10)
+	}
+}
+
+// TestSocketPathBound: a --socket longer than a Unix socket's path may be
+// (107 bytes) stops the connector at start-up naming both lengths and the
+// chart value, rather than failing readiness with "bind: invalid
+// argument" (a long daemonset.socketDir; test/cluster's nodes found it).
+func TestSocketPathBound(t *testing.T) {
+	o := options(t, `{"enableNodeBindingAuth": false}`)
+	o.Datastore = filepath.Join(t.TempDir(), "events.db")
+	for _, c := range []struct {
+		socket string
+		ok     bool
+	}{
+		{"/" + strings.Repeat("d", 106-len("/platform-connector.sock")) + "/platform-connector.sock", true},
+		{"/" + strings.Repeat("d", 107-len("/platform-connector.sock")) + "/platform-connector.sock", false},
+	} {
+		o.Socket = c.socket
+		_, err := o.Complete()
+		bad := err != nil && strings.Contains(err.Error(), fmt.Sprintf("is %d bytes: a Unix socket's path is at most 107 (daemonset.socketDir at most 83)", len(c.socket)))
+		if bad == c.ok || (c.ok && err != nil) {
+			t.Errorf("--socket of %d bytes: %v", len(c.socket), err)
+		}
 	}
 }

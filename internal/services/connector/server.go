@@ -129,6 +129,9 @@ type Config struct {
 // and the datastore's bound.
 const (
 	DefaultSocket            = "/var/run/nvsentinel/platform-connector.sock"
+	// MaxSocketPath is the longest path a Unix socket may have on Linux
+	// (sun_path holds 108 bytes, the last a NUL).
+	MaxSocketPath = 107
 	DefaultMaxBatchEvents    = 1000
 	DefaultMaxMessageBytes   = 4 << 20
 	DefaultQuotaEvents       = 60000
@@ -181,6 +184,10 @@ func (o Options) Complete() (Config, error) {
 			errs = append(errs, errors.New("connector: the socket role needs its node: set NODE_NAME or --node-name"))
 		}
 		o.Socket = cmp.Or(o.Socket, DefaultSocket)
+		if len(o.Socket) > MaxSocketPath {
+			errs = append(errs, fmt.Errorf("connector: --socket %s is %d bytes: a Unix socket's path is at most %d (daemonset.socketDir at most %d)",
+				o.Socket, len(o.Socket), MaxSocketPath, MaxSocketPath-len("/platform-connector.sock")))
+		}
 		if o.Serve.Listen != "" || o.Serve.HasTLS() {
 			errs = append(errs, errors.New("connector: --listen, --tls-cert-file and --tls-key-file belong to the deployment role"))
 		}
