@@ -128,10 +128,10 @@ type Config struct {
 // Defaults of the socket, the batch limits, the quota, the key retention
 // and the datastore's bound.
 const (
-	DefaultSocket            = "/var/run/nvsentinel/platform-connector.sock"
+	DefaultSocket = "/var/run/nvsentinel/platform-connector.sock"
 	// MaxSocketPath is the longest path a Unix socket may have on Linux
 	// (sun_path holds 108 bytes, the last a NUL).
-	MaxSocketPath = 107
+	MaxSocketPath            = 107
 	DefaultMaxBatchEvents    = 1000
 	DefaultMaxMessageBytes   = 4 << 20
 	DefaultQuotaEvents       = 60000
