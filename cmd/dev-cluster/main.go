@@ -88,15 +88,14 @@ func run(state string, withImages bool) error {
 		return err
 	}
 	env := fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport CLUSTER_HOST=%s\n", kubeconfig, bin, c.HostDir("/"))
-	if err := os.WriteFile(envFile, []byte(env), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(pidFile, []byte(fmt.Sprintln(os.Getpid())), 0o600); err != nil {
-		return err
-	}
-	// The kubeconfig last: a script waits for it, then finds the pid.
-	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
-		return err
+	// The env file last: a script waits for it, then finds the rest.
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{pidFile, []byte(fmt.Sprintln(os.Getpid()))}, {kubeconfig, b}, {envFile, []byte(env)}} {
+		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
+			return err
+		}
 	}
 	fmt.Printf(`The cluster is up: node %s at %s, API server %s.
 Reach it with kubectl and helm (built beside the kubelet):

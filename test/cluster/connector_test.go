@@ -43,18 +43,18 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	socketDir, dataDir := node.HostDir("/var/run/nvsentinel"), node.HostDir("/var/lib/platform-connector")
 	values := func(watch bool) string { return connectorValues(socketDir, dataDir, watch) }
-	install(t, ctx, "platform-connector", "platform-connector", "nvsentinel", "privileged", values(false))
+	install(ctx, t, "platform-connector", "platform-connector", "nvsentinel", "privileged", values(false))
 	socket := "unix://" + filepath.Join(socketDir, "platform-connector.sock")
 
 	agents := agentsNS
-	agentsReady(t, ctx)
+	agentsReady(ctx, t)
 
 	// A node agent publishing from its pod, through the CLI in the
 	// callerauth image, with the token the kubelet projected.
-	agent := agentPod("agent", agents, socketDir, &corev1.Container{Name: "publish", Image: built["callerauth"].Ref, ImagePullPolicy: corev1.PullNever,
+	agent := agentPod("agent", socketDir, &corev1.Container{Name: "publish", Image: built["callerauth"].Ref, ImagePullPolicy: corev1.PullNever,
 		Args: []string{"publish", "--address", socket, "--token-file", tokenDir + "/token", "--check-name", "GpuXid", "--message", "xid 79 from the agent pod", "--retry", "60s"}})
 	agent.Spec.RestartPolicy = corev1.RestartPolicyNever
-	agent = createPod(t, ctx, agent)
+	agent = createPod(ctx, t, agent)
 	if err := poll(ctx, 2*time.Minute, func() error { return podPhase(ctx, agent, corev1.PodSucceeded) }); err != nil {
 		t.Fatalf("the agent's publish: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 
 	// A pod whose token the test presents itself: what the kubelet
 	// projected, read where the kubelet wrote it.
-	holder := createPod(t, ctx, agentPod("holder", agents, socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
+	holder := createPod(ctx, t, agentPod("holder", socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
 	if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, holder, corev1.PodRunning) }); err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,10 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 
 	// A token bound to a pod on another node (a Node object no kubelet
 	// runs; tainted, so that the DaemonSet leaves it alone).
-	otherNode(t, ctx, "node-2")
+	otherNode(ctx, t, "node-2")
 	away := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "away", Namespace: agents},
 		Spec: corev1.PodSpec{NodeName: "node-2", ServiceAccountName: "gpu-agent", Containers: []corev1.Container{{Name: "pause", Image: cluster.SandboxImage}}}}
-	away = createPod(t, ctx, away)
+	away = createPod(ctx, t, away)
 	tr, err := node.API.Client.CoreV1().ServiceAccounts(agents).CreateToken(ctx, "gpu-agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		Audiences: []string{connectorAudience}, ExpirationSeconds: ptr.To[int64](600),
 		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: away.Name, UID: away.UID}}}, metav1.CreateOptions{})
@@ -101,11 +101,11 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 	// Deleted: with the watch off, a TokenReview per verdict-cache miss:
 	// refused once the cache (--caller-cache-ttl, 2m) and the API
 	// server's own (about 10 s) have let go.
-	refusedAfterDelete(t, ctx, socket, holder, projected, 2*time.Minute+20*time.Second)
+	refusedAfterDelete(ctx, t, socket, holder, projected, 2*time.Minute+20*time.Second)
 
 	// On: refused within the watch's delay.
-	install(t, ctx, "platform-connector", "platform-connector", "nvsentinel", "privileged", values(true))
-	holder = createPod(t, ctx, agentPod("holder-watched", agents, socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
+	install(ctx, t, "platform-connector", "platform-connector", "nvsentinel", "privileged", values(true))
+	holder = createPod(ctx, t, agentPod("holder-watched", socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
 	if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, holder, corev1.PodRunning) }); err != nil {
 		t.Fatal(err)
 	}
@@ -113,17 +113,17 @@ func TestSeed003ConnectorOnTheNode(t *testing.T) {
 	if err := poll(ctx, time.Minute, func() error { return publish(ctx, socket, projected, "") }); err != nil {
 		t.Fatalf("the watched holder's projected token: %v", err)
 	}
-	refusedAfterDelete(t, ctx, socket, holder, projected, 5*time.Second)
+	refusedAfterDelete(ctx, t, socket, holder, projected, 5*time.Second)
 }
 
 // connectorInstalled installs the connector's socket role (the
 // bound-object watch on) unless it is, and the agents' namespace; it
 // returns the socket's address and directory.
-func connectorInstalled(t *testing.T, ctx context.Context) (socket, socketDir string) {
+func connectorInstalled(ctx context.Context, t *testing.T) (socket, socketDir string) {
 	t.Helper()
 	socketDir, dataDir := node.HostDir("/var/run/nvsentinel"), node.HostDir("/var/lib/platform-connector")
-	install(t, ctx, "platform-connector", "platform-connector", "nvsentinel", "privileged", connectorValues(socketDir, dataDir, true))
-	agentsReady(t, ctx)
+	install(ctx, t, "platform-connector", "platform-connector", "nvsentinel", "privileged", connectorValues(socketDir, dataDir, true))
+	agentsReady(ctx, t)
 	return "unix://" + filepath.Join(socketDir, "platform-connector.sock"), socketDir
 }
 
@@ -134,9 +134,9 @@ func connectorValues(socketDir, dataDir string, watch bool) string {
 
 // agentsReady makes the agents' namespace (privileged, for the socket's
 // hostPath) and their ServiceAccount, unless they are.
-func agentsReady(t *testing.T, ctx context.Context) {
+func agentsReady(ctx context.Context, t *testing.T) {
 	t.Helper()
-	namespace(t, ctx, agentsNS, "privileged")
+	namespace(ctx, t, agentsNS, "privileged")
 	_, err := node.API.Client.CoreV1().ServiceAccounts(agentsNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gpu-agent"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func agentsReady(t *testing.T, ctx context.Context) {
 
 // refusedAfterDelete deletes pod and checks that its token is refused
 // within bound, and stays refused.
-func refusedAfterDelete(t *testing.T, ctx context.Context, socket string, pod *corev1.Pod, token string, bound time.Duration) {
+func refusedAfterDelete(ctx context.Context, t *testing.T, socket string, pod *corev1.Pod, token string, bound time.Duration) {
 	t.Helper()
 	if err := node.API.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
@@ -176,12 +176,12 @@ func refusedAfterDelete(t *testing.T, ctx context.Context, socket string, pod *c
 // agentPod is a pod of the gpu-agent account on this node, running as
 // the socket's owner, with the connector's projected token and the
 // socket's directory.
-func agentPod(name, ns, socketDir string, c *corev1.Container) *corev1.Pod {
+func agentPod(name, socketDir string, c *corev1.Container) *corev1.Pod {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: tokenVolume, MountPath: tokenDir, ReadOnly: true},
 		corev1.VolumeMount{Name: "socket", MountPath: socketDir})
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: agentsNS}, Spec: corev1.PodSpec{
 		ServiceAccountName: "gpu-agent", AutomountServiceAccountToken: ptr.To(false),
 		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), RunAsNonRoot: ptr.To(true)},
 		Containers:      []corev1.Container{*c},
@@ -193,7 +193,7 @@ func agentPod(name, ns, socketDir string, c *corev1.Container) *corev1.Pod {
 	}}
 }
 
-func createPod(t *testing.T, ctx context.Context, p *corev1.Pod) *corev1.Pod {
+func createPod(ctx context.Context, t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	out, err := node.API.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
@@ -214,7 +214,7 @@ func podPhase(ctx context.Context, p *corev1.Pod, want corev1.PodPhase) error {
 }
 
 // otherNode makes a Node object no kubelet runs, tainted NoSchedule.
-func otherNode(t *testing.T, ctx context.Context, name string) {
+func otherNode(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	_, err := node.API.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "callerauth.test/no-kubelet", Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{})

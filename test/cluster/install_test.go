@@ -18,7 +18,7 @@ import (
 
 // namespace makes ns at a Pod Security level (enforced, as docs/deploy.md
 // asks).
-func namespace(t *testing.T, ctx context.Context, ns, level string) {
+func namespace(ctx context.Context, t *testing.T, ns, level string) {
 	t.Helper()
 	_, err := node.API.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}, metav1.CreateOptions{})
@@ -29,10 +29,10 @@ func namespace(t *testing.T, ctx context.Context, ns, level string) {
 
 // install renders the chart deploy/charts/<chart> as release in ns (made
 // at level), applies it, and waits until each of its Deployments and
-// DaemonSets is Ready. It returns the objects.
-func install(t *testing.T, ctx context.Context, chart, release, ns, level, values string) []*unstructured.Unstructured {
+// DaemonSets is Ready.
+func install(ctx context.Context, t *testing.T, chart, release, ns, level, values string) {
 	t.Helper()
-	namespace(t, ctx, ns, level)
+	namespace(ctx, t, ns, level)
 	docs, err := charts.Render(filepath.Join("../../deploy/charts", chart), release, ns, values)
 	if err != nil {
 		t.Fatalf("rendering %s: %v", chart, err)
@@ -58,10 +58,9 @@ func install(t *testing.T, ctx context.Context, chart, release, ns, level, value
 	}
 	for _, o := range objs {
 		if o.GetKind() == "Deployment" || o.GetKind() == "DaemonSet" {
-			waitReady(t, ctx, ns, o.GetKind(), o.GetName())
+			waitReady(ctx, t, ns, o.GetKind(), o.GetName())
 		}
 	}
-	return objs
 }
 
 // ownGrantsOnly checks, when t ends, that no ServiceAccount of the chart
@@ -101,7 +100,7 @@ func ownGrantsOnly(t *testing.T, ns string, objs []*unstructured.Unstructured) {
 
 // waitReady waits up to three minutes for a Deployment's or DaemonSet's
 // pods to be Ready at its current generation.
-func waitReady(t *testing.T, ctx context.Context, ns, kind, name string) {
+func waitReady(ctx context.Context, t *testing.T, ns, kind, name string) {
 	t.Helper()
 	apps := node.API.Client.AppsV1()
 	err := poll(ctx, 3*time.Minute, func() error {

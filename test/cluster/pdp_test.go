@@ -37,7 +37,7 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
 	const ns, callers, service = "flex-auth", "secrets-engine", "flex-auth-pdp"
-	namespace(t, ctx, ns, "restricted")
+	namespace(ctx, t, ns, "restricted")
 	cs := node.API.Client
 	ca, err := pki.NewCA("test-cluster pdp")
 	if err != nil {
@@ -62,11 +62,11 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	install(t, ctx, "pdp", "flex-auth", ns, "restricted", pdpValues(t))
+	install(ctx, t, "pdp", "flex-auth", ns, "restricted", pdpValues(t))
 
 	// The callers: pods of secrets-engine's own account and of its
 	// namespace's default one, each with the token the kubelet projects.
-	namespace(t, ctx, callers, "restricted")
+	namespace(ctx, t, callers, "restricted")
 	if _, err := cs.CoreV1().ServiceAccounts(callers).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "secrets-engine"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 		{"default-account", "default", "flex-auth"},
 		{"api-audience", "secrets-engine", "https://kubernetes.default.svc.cluster.local"},
 	} {
-		pod := createPod(t, ctx, tokenPod(p.name, callers, p.sa, "token", p.audience))
+		pod := createPod(ctx, t, tokenPod(p.name, callers, p.sa, "token", p.audience))
 		if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func TestProxySidecarRBAC(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
 	const ns, callers, audience = "monitoring", "callers", "metrics-app.monitoring.svc"
-	namespace(t, ctx, ns, "restricted")
+	namespace(ctx, t, ns, "restricted")
 	ca, err := pki.NewCA("test-cluster proxy")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestProxySidecarRBAC(t *testing.T) {
 		Data: map[string][]byte{"tls.crt": crt, "tls.key": key}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	install(t, ctx, "callerauth-proxy", "metrics", ns, "restricted", `deployment: {enabled: false}
+	install(ctx, t, "callerauth-proxy", "metrics", ns, "restricted", `deployment: {enabled: false}
 upstream: http://127.0.0.1:8080
 tls: {secretName: metrics-proxy-tls}
 caller: {audience: `+audience+`}
@@ -92,10 +92,10 @@ ignorePaths: [/healthz]
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, ns, "Deployment", "metrics-app")
+	waitReady(ctx, t, ns, "Deployment", "metrics-app")
 
 	// Two callers, one granted get on services/proxy of metrics-app.
-	namespace(t, ctx, callers, "restricted")
+	namespace(ctx, t, callers, "restricted")
 	for _, sa := range []string{"granted", "other"} {
 		if _, err := cs.CoreV1().ServiceAccounts(callers).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ ignorePaths: [/healthz]
 		status int
 		want   string
 	}{{"granted", http.StatusOK, "system:serviceaccount:callers:granted"}, {"other", http.StatusForbidden, "rbac_denied"}} {
-		pod := createPod(t, ctx, tokenPod(c.sa, callers, c.sa, "token", audience))
+		pod := createPod(ctx, t, tokenPod(c.sa, callers, c.sa, "token", audience))
 		if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
 			t.Fatal(err)
 		}

@@ -27,8 +27,8 @@ import (
 func TestRotationByTheKubelet(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
-	socket, socketDir := connectorInstalled(t, ctx)
-	pod := createPod(t, ctx, agentPod("rotating", agentsNS, socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
+	socket, socketDir := connectorInstalled(ctx, t)
+	pod := createPod(ctx, t, agentPod("rotating", socketDir, &corev1.Container{Name: "pause", Image: cluster.SandboxImage, ImagePullPolicy: corev1.PullNever}))
 	if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
 		t.Fatal(err)
 	}

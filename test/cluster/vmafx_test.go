@@ -45,7 +45,7 @@ func TestSeed000VmafxOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	const ns, service = "vmafx", "vmafx-controller"
 	cs := node.API.Client
-	namespace(t, ctx, ns, "privileged") // the node DaemonSet's clip hostPath (docs/deploy.md)
+	namespace(ctx, t, ns, "privileged") // the node DaemonSet's clip hostPath (docs/deploy.md)
 
 	// The tenants' identity providers, where the controller's pod reaches
 	// them.
@@ -126,7 +126,7 @@ func TestSeed000VmafxOnTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	install(t, ctx, "vmafx", "vmafx", ns, "privileged", string(values))
+	install(ctx, t, "vmafx", "vmafx", ns, "privileged", string(values))
 
 	// tenant-b's own job, submitted to the controller from the node.
 	conn, err := grpc.NewClient(fmt.Sprintf("%s:8443", svc.Spec.ClusterIP),

@@ -103,7 +103,7 @@ func runFor(t *testing.T, doc string, limit time.Duration) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // traversal only
+	if err := os.Chmod(tmp, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp)

@@ -141,7 +141,7 @@ func Start(ctx context.Context) (_ *Cluster, err error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	id := rand.IntN(250) + 1
+	id := rand.IntN(250) + 1 //nolint:gosec // a subnet for the veth pair, not a secret
 	c := &Cluster{Dir: dir, name: fmt.Sprintf("callerauth-%d-%d", os.Getpid(), id), kubeBin: kubeBin, ctrBin: ctrBin,
 		cgroupRoot: "/" + filepath.Base(dir)}
 	c.NetNS = "/run/netns/" + c.name
@@ -274,11 +274,11 @@ func (c *Cluster) network(id int) error {
 		// node itself needs a route to start from.
 		{"-n", c.name, "route", "add", ServiceCIDR, "dev", "eth0"},
 	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil { //nolint:gosec // our own arguments
 			return fmt.Errorf("cluster: ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	if out, err := exec.Command("nsenter", "--net="+c.NetNS, "--", "sysctl", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("nsenter", "--net="+c.NetNS, "--", "sysctl", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil { //nolint:gosec // the namespace this cluster made
 		return fmt.Errorf("cluster: sysctl in the namespace: %w: %s", err, out)
 	}
 	return nil
@@ -370,7 +370,7 @@ func (c *Cluster) makeCgroupRoot() error {
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, h := range hierarchies {
 		d := filepath.Join(h, c.cgroupRoot)
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o755); err != nil { //nolint:gosec // a cgroup, as the kubelet makes them
 			return fmt.Errorf("cluster: the kubelet's cgroup root: %w", err)
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
@@ -459,7 +459,7 @@ func (c *Cluster) Stop() error {
 	c.killCgroups()
 	unmountUnder(c.Dir)
 	if c.name != "" {
-		_ = exec.Command("ip", "netns", "delete", c.name).Run()
+		_ = exec.Command("ip", "netns", "delete", c.name).Run() //nolint:gosec // the namespace this cluster made
 	}
 	var left []string
 	if _, err := os.Stat(c.NetNS); c.name != "" && err == nil {
@@ -487,7 +487,7 @@ func (c *Cluster) alive() error {
 	for _, p := range c.procs {
 		select {
 		case <-p.Done():
-			return fmt.Errorf("%s exited: %v", p.Name, p.Err())
+			return fmt.Errorf("%s exited: %w", p.Name, p.Err())
 		default:
 		}
 	}

@@ -166,7 +166,7 @@ current-context: callerauth
 // writes it as a docker tarball named ref.
 func (c *Cluster) testImage(ctx context.Context, pkg, ref, user string) (string, error) {
 	bin := c.path("test-images", pkg, pkg)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".") //nolint:gosec // a path of this cluster's
 	cmd.Dir, cmd.Env = filepath.Join(sourceDir(), pkg), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cluster: building the %s image's binary: %w: %s", pkg, err, out)
