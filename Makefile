@@ -136,10 +136,11 @@ $(addprefix $(KUBE_BIN)/,$(NODE_KUBE)):
 	cd test/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(notdir $@)
 	mv $@.tmp $@
 
-# helm, beside kubectl, for docs/deploy.md's "Try it on a node".
+# helm, beside kubectl, for docs/deploy.md's "Try it on a node", from a
+# tools module of its own (test/tools/helm).
 $(KUBE_BIN)/helm:
 	@mkdir -p $(KUBE_BIN)
-	cd test/tools/kube && $(GO) build -trimpath -ldflags '-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0' -o $@.tmp helm.sh/helm/v3/cmd/helm
+	cd test/tools/helm && $(GO) build -trimpath -ldflags '-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0' -o $@.tmp helm.sh/helm/v3/cmd/helm
 	mv $@.tmp $@
 
 $(addprefix $(CONTAINERD_BIN)/,$(NODE_CONTAINERD)):

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -134,7 +135,8 @@ func waitReady(ctx context.Context, t *testing.T, ns, kind, name string) {
 	}
 }
 
-// poll calls f every 250 ms until it succeeds or limit passes.
+// poll calls f every 250 ms until it succeeds or limit passes, or f
+// returns a *stop.
 func poll(ctx context.Context, limit time.Duration, f func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -142,6 +144,10 @@ func poll(ctx context.Context, limit time.Duration, f func() error) error {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		var s *stop
+		if errors.As(err, &s) {
+			return s.error
 		}
 		select {
 		case <-ctx.Done():

@@ -3,12 +3,9 @@ package cluster_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +22,15 @@ import (
 )
 
 // TestSeed002PDPOnTheNode: the pdp installed from its chart (enforce),
-// called through its Service from the node with tokens the kubelet
-// projected into pods of the secrets-engine namespace: the positive check
-// is allowed and its record verifies with callerauth decision verify
-// against the JWKS the pdp serves; N1–N4 are refused as seed 002 states.
+// called through its Service by pods of the secrets-engine namespace with
+// the tokens the kubelet projects into them: the positive check is
+// allowed and its record verifies with callerauth decision verify against
+// the JWKS the pdp serves; N1–N4 are refused as seed 002 states.
 // N4, a token past exp, is the secrets-engine pod's own token with its
 // times moved 20 minutes back and signed again with the cluster's
 // service-account key (the API server mints none shorter than 10 minutes):
-// the API server's TokenReview refuses it.
+// the API server's TokenReview refuses it, where the same token signed
+// again with its times kept is allowed.
 func TestSeed002PDPOnTheNode(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
@@ -64,94 +62,69 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 	}
 	install(ctx, t, "pdp", "flex-auth", ns, "restricted", pdpValues(t))
 
-	// The callers: pods of secrets-engine's own account and of its
-	// namespace's default one, each with the token the kubelet projects.
+	// The callers, pods of the secrets-engine namespace: its own account's
+	// and the namespace's default one, each presenting the token the
+	// kubelet projects, through the pdp's Service.
 	namespace(ctx, t, callers, "restricted")
 	if _, err := cs.CoreV1().ServiceAccounts(callers).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "secrets-engine"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tokens := map[string]string{}
-	for _, p := range []struct{ name, sa, audience string }{
-		{"secrets-engine", "secrets-engine", "flex-auth"},
-		{"default-account", "default", "flex-auth"},
-		{"api-audience", "secrets-engine", "https://kubernetes.default.svc.cluster.local"},
-	} {
-		pod := createPod(ctx, t, tokenPod(p.name, callers, p.sa, "token", p.audience))
-		if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
+	// N4's token: the secrets-engine pod's own, moved back (and, for the
+	// control, the same signed again with its times kept).
+	holder := createPod(ctx, t, tokenPod("token-holder", callers, "secrets-engine", "token", "flex-auth"))
+	if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, holder, corev1.PodRunning) }); err != nil {
+		t.Fatal(err)
+	}
+	projected := readProjectedFrom(t, holder, "token")
+	for name, tok := range map[string]string{"expired-token": pastExp(t, projected, 20*time.Minute), "resigned-token": pastExp(t, projected, 0)} {
+		if _, err := cs.CoreV1().Secrets(callers).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"token": []byte(tok)}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		tokens[p.name] = readProjectedFrom(t, pod, "token")
 	}
-	expired := pastExp(t, tokens["secrets-engine"], 20*time.Minute)
-	resigned := pastExp(t, tokens["secrets-engine"], 0) // the control: only the times differ
-
+	request, err := os.ReadFile("../../examples/secrets-engine/check_request_allow_rotate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMap(ctx, t, callers, "fetch-ca", map[string]string{"ca.crt": string(ca.PEM)})
+	configMap(ctx, t, callers, "fetch-bodies", map[string]string{"check.json": string(request)})
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, service, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := fmt.Sprintf("https://%s:%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: node.DialContext,
-		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: fqdn, MinVersion: tls.VersionTLS12}}}
-	request, err := os.ReadFile("../../examples/secrets-engine/check_request_allow_rotate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := func(token string) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/check", bytes.NewReader(request))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, b
+	check := func(name, sa, audience, secret string) call {
+		return call{name: name, serviceAccount: sa, audience: audience, secret: secret, method: "POST", url: base + "/v1/check", serverName: fqdn, body: "check.json"}
 	}
 	for _, c := range []struct {
-		name, token string
-		code        int
-		reason      string
+		call   call
+		code   int
+		reason string
 	}{
-		{"N1 no Authorization header", "", 401, "token_missing"},
-		{"N2 secrets-engine:default, right audience", tokens["default-account"], 403, "principal_cannot_represent_system"},
-		{"N3 minted without the flex-auth audience", tokens["api-audience"], 401, "token_invalid"},
-		{"N4 past exp", expired, 401, "token_invalid"},
-		{"N4's control: the same token signed again, its times kept", resigned, 200, ""},
+		{check("n1", "secrets-engine", "", ""), 401, "token_missing"},
+		{check("n2", "default", "flex-auth", ""), 403, "principal_cannot_represent_system"},
+		{check("n3", "secrets-engine", "https://kubernetes.default.svc.cluster.local", ""), 401, "token_invalid"},
+		{check("n4", "secrets-engine", "", "expired-token"), 401, "token_invalid"},
+		{check("n4-control", "secrets-engine", "", "resigned-token"), 200, ""},
 	} {
-		code, body := check(c.token)
+		code, body := fromPod(ctx, t, callers, c.call)
 		var got struct{ Reason string }
 		_ = json.Unmarshal(body, &got)
 		if code != c.code || got.Reason != c.reason {
-			t.Errorf("%s: %d %s; want %d %s", c.name, code, body, c.code, c.reason)
+			t.Errorf("pod %s (%s): %d %s; want %d %s", c.call.name, c.call.serviceAccount, code, body, c.code, c.reason)
 		}
 	}
 
 	// The positive check, and its record verified against the JWKS the
 	// pdp serves, by the CLI a consumer runs.
-	code, body := check(tokens["secrets-engine"])
+	code, body := fromPod(ctx, t, callers, check("positive", "secrets-engine", "flex-auth", ""))
 	if code != 200 || !json.Valid(body) {
 		t.Fatalf("the positive check: %d %s", code, body)
 	}
+	code, jwks := fromPod(ctx, t, callers, call{name: "jwks", serviceAccount: "default", method: "GET", url: base + "/.well-known/jwks.json", serverName: fqdn})
+	if code != 200 {
+		t.Fatalf("the pdp's JWKS: %d %s", code, jwks)
+	}
 	dir := t.TempDir()
-	resp, err := client.Get(base + "/.well-known/jwks.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwks, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("the pdp's JWKS: %s %v", resp.Status, err)
-	}
 	files := map[string][]byte{"jwks.json": jwks, "request.json": request, "response.json": body}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {

@@ -2,13 +2,10 @@ package cluster_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,9 +22,9 @@ import (
 // HTTP application (the chart's sidecar form, docs/proxy.md#deploying),
 // its RBAC decided by the real API server: a caller whose ServiceAccount
 // is granted get on services/proxy of the application goes through, with
-// its identity passed on; another is refused rbac_denied. Both present the
-// token the kubelet projected into their pods, through the application's
-// Service (kube-proxy's rules), from the node.
+// its identity passed on; another is refused rbac_denied. Each calls from
+// its pod, through the application's Service, with the token the kubelet
+// projects into it.
 func TestProxySidecarRBAC(t *testing.T) {
 	readoutOnFailure(t)
 	ctx := context.Background()
@@ -110,23 +107,17 @@ ignorePaths: [/healthz]
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "granted", Namespace: callers}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: node.DialContext,
-		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: audience, MinVersion: tls.VersionTLS12}}}
+	configMap(ctx, t, callers, "fetch-ca", map[string]string{"ca.crt": string(ca.PEM)})
 	url := fmt.Sprintf("https://%s:8443/metrics", svc.Spec.ClusterIP)
 	for _, c := range []struct {
 		sa     string
 		status int
 		want   string
 	}{{"granted", http.StatusOK, "system:serviceaccount:callers:granted"}, {"other", http.StatusForbidden, "rbac_denied"}} {
-		pod := createPod(ctx, t, tokenPod(c.sa, callers, c.sa, "token", audience))
-		if err := poll(ctx, time.Minute, func() error { return podPhase(ctx, pod, corev1.PodRunning) }); err != nil {
-			t.Fatal(err)
-		}
-		tok := readProjectedFrom(t, pod, "token")
+		code, body := fromPod(ctx, t, callers, call{name: c.sa, serviceAccount: c.sa, audience: audience, method: "GET", url: url, serverName: audience})
 		var got map[string]any
-		code, err := getJSON(ctx, client, url, tok, &got)
-		if err != nil {
-			t.Fatalf("%s: %v", c.sa, err)
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatalf("%s: %d %s", c.sa, code, body)
 		}
 		field := "user"
 		if c.status != http.StatusOK {
@@ -152,26 +143,4 @@ func tokenPod(name, ns, serviceAccount, volume, audience string) *corev1.Pod {
 		Volumes: []corev1.Volume{{Name: volume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
 			ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: audience, ExpirationSeconds: ptr.To[int64](600), Path: "token"}}}}}}},
 	}}
-}
-
-// getJSON GETs url with a bearer token and decodes the JSON answer.
-func getJSON(ctx context.Context, c *http.Client, url, token string, into any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if err := json.Unmarshal(b, into); err != nil {
-		return resp.StatusCode, fmt.Errorf("%s: %w: %s", resp.Status, err, b)
-	}
-	return resp.StatusCode, nil
 }

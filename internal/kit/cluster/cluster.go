@@ -15,8 +15,8 @@
 //
 // The machine has cgroups v1: the kubelet is told failCgroupV1: false.
 // There is no registry to pull from: images are imported into containerd
-// (Import), the pod sandbox image too (built from ./pause), and a plain
-// HTTP application for the tests' pods (./echo).
+// (Import), the pod sandbox image too (built from ./pause), a plain HTTP
+// application for the tests' pods (./echo) and an HTTPS caller (./fetch).
 package cluster
 
 import (
@@ -56,6 +56,10 @@ const SandboxImage = "callerauth.test/pause:1"
 
 // EchoImage is a plain HTTP upstream the cluster builds and imports (./echo).
 const EchoImage = "callerauth.test/echo:1"
+
+// FetchImage is an HTTPS caller for pods the cluster builds and imports
+// (./fetch): one request with a token file, the answer in its log.
+const FetchImage = "callerauth.test/fetch:1"
 
 // Static tokens of the cluster's own components, each its own user as
 // kubeadm makes them (the default ClusterRoleBindings name these users).
@@ -310,7 +314,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := c.waitUp(ctx, time.Minute, func() error { return c.ctr(ctx, "version") }); err != nil {
 		return fmt.Errorf("cluster: containerd did not answer: %w", err)
 	}
-	for _, im := range []struct{ pkg, ref string }{{"pause", SandboxImage}, {"echo", EchoImage}} {
+	for _, im := range []struct{ pkg, ref string }{{"pause", SandboxImage}, {"echo", EchoImage}, {"fetch", FetchImage}} {
 		tarball, err := c.testImage(ctx, im.pkg, im.ref, "65535:65535")
 		if err != nil {
 			return err
