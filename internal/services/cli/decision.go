@@ -208,7 +208,7 @@ With --authzen, RESPONSE is what an AuthZEN endpoint answered:
 					return "", nil, err
 				}
 				b, _ := json.MarshalIndent(rec, "", "  ")
-				return fmt.Sprintf("verified: effect %s, reason %s, caller %s", rec.Effect, rec.Reason, callerName(rec)), b, nil
+				return fmt.Sprintf("verified: effect %s, reason %s, policy %s, caller %s", rec.Effect, rec.Reason, rec.PolicyVersion, callerName(rec)), b, nil
 			}
 			if len(args) == 1 {
 				resp, err := readArg(o, args[0])
