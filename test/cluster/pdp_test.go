@@ -2,8 +2,8 @@ package cluster_test
 
 import (
 	"bytes"
+	"crypto"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/kit/forge"
 	"github.com/callerauth/callerauth/internal/services/cli"
 )
 
@@ -184,27 +185,9 @@ func pdpValues(t *testing.T) string {
 // server would have issued that long ago.
 func pastExp(t *testing.T, token string, ago time.Duration) string {
 	t.Helper()
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		t.Fatalf("not a compact JWS: %d parts", len(parts))
-	}
-	var header struct{ Kid string }
-	var claims map[string]any
-	for i, into := range []any{&header, &claims} {
-		b, err := base64.RawURLEncoding.DecodeString(parts[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, into); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claims := forge.Claims(token)
 	for _, k := range []string{"iat", "nbf", "exp"} {
 		claims[k] = claims[k].(float64) - ago.Seconds()
-	}
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
 	}
 	keyPEM, err := os.ReadFile(filepath.Join(node.API.Dir, "sa.key"))
 	if err != nil {
@@ -214,17 +197,5 @@ func pastExp(t *testing.T, token string, ago time.Duration) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", header.Kid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jws, err := signer.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return forge.Sign(claims, key.(crypto.Signer), jose.RS256, forge.KeyID(token))
 }
