@@ -2,8 +2,8 @@ package cluster_test
 
 import (
 	"bytes"
-	"crypto"
 	"context"
+	"crypto"
 	"encoding/json"
 	"fmt"
 	"os"
