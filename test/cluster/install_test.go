@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/charts"
 )
 
@@ -62,6 +63,31 @@ func install(ctx context.Context, t *testing.T, chart, release, ns, level, value
 			waitReady(ctx, t, ns, o.GetKind(), o.GetName())
 		}
 	}
+}
+
+// secret makes a Secret of ns.
+func secret(ctx context.Context, t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	if _, err := node.API.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// servingSecret makes a CA of its own and the Secret name in ns holding a
+// serving pair it signed for hosts (tls.crt, tls.key) and the CA (ca.crt);
+// it returns the CA, which the service's callers trust.
+func servingSecret(ctx context.Context, t *testing.T, ns, name string, hosts ...string) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA("test-cluster " + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := ca.Issue(hosts[0], hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret(ctx, t, ns, name, map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.PEM})
+	return ca
 }
 
 // ownGrantsOnly checks, when t ends, that no ServiceAccount of the chart

@@ -38,15 +38,8 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 	const ns, callers, service = "flex-auth", "secrets-engine", "flex-auth-pdp"
 	namespace(ctx, t, ns, "restricted")
 	cs := node.API.Client
-	ca, err := pki.NewCA("test-cluster pdp")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fqdn := service + "." + ns + ".svc"
-	crt, key, err := ca.Issue(service, fqdn, service+"."+ns+".svc.cluster.local")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := servingSecret(ctx, t, ns, "flex-auth-tls", service, fqdn, fqdn+".cluster.local")
 	var keygen bytes.Buffer
 	signing := filepath.Join(t.TempDir(), "signing.pem")
 	if err := cli.Execute(ctx, &cli.Options{Stdout: &keygen, Stderr: &keygen}, []string{"decision", "keygen", "--out", signing}); err != nil {
@@ -56,11 +49,7 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string]map[string][]byte{"flex-auth-tls": {"tls.crt": crt, "tls.key": key}, "flex-auth-signing": {"signing.pem": signingPEM}} {
-		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	secret(ctx, t, ns, "flex-auth-signing", map[string][]byte{"signing.pem": signingPEM})
 	install(ctx, t, "pdp", "flex-auth", ns, "restricted", pdpValues(t))
 
 	// The callers, pods of the secrets-engine namespace: its own account's
@@ -78,9 +67,7 @@ func TestSeed002PDPOnTheNode(t *testing.T) {
 	}
 	projected := readProjectedFrom(t, holder, "token")
 	for name, tok := range map[string]string{"expired-token": pastExp(t, projected, 20*time.Minute), "resigned-token": pastExp(t, projected, 0)} {
-		if _, err := cs.CoreV1().Secrets(callers).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"token": []byte(tok)}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		secret(ctx, t, callers, name, map[string][]byte{"token": []byte(tok)})
 	}
 	request, err := os.ReadFile("../../examples/secrets-engine/check_request_allow_rotate.json")
 	if err != nil {

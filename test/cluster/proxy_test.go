@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/cluster"
 )
 
@@ -30,19 +29,8 @@ func TestProxySidecarRBAC(t *testing.T) {
 	ctx := context.Background()
 	const ns, callers, audience = "monitoring", "callers", "metrics-app.monitoring.svc"
 	namespace(ctx, t, ns, "restricted")
-	ca, err := pki.NewCA("test-cluster proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Issue("metrics-app", audience)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := servingSecret(ctx, t, ns, "metrics-proxy-tls", "metrics-app", audience)
 	cs := node.API.Client
-	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "metrics-proxy-tls"}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{"tls.crt": crt, "tls.key": key}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	install(ctx, t, "callerauth-proxy", "metrics", ns, "restricted", `deployment: {enabled: false}
 upstream: http://127.0.0.1:8080
 tls: {secretName: metrics-proxy-tls}
@@ -58,7 +46,7 @@ ignorePaths: [/healthz]
 	labels := map[string]string{"app": "metrics-app"}
 	restricted := &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
-	_, err = cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "metrics-app"}, Spec: appsv1.DeploymentSpec{
+	_, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "metrics-app"}, Spec: appsv1.DeploymentSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 			ServiceAccountName: "metrics-callerauth-proxy",

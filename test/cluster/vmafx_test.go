@@ -26,7 +26,6 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/cli"
 	"github.com/callerauth/callerauth/token"
 )
@@ -78,23 +77,9 @@ func TestSeed000VmafxOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	serverName := service + "." + ns + ".svc"
-	ca, err := pki.NewCA("test-cluster vmafx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Issue(service, serverName, serverName+".cluster.local")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string]map[string][]byte{
-		"vmafx-controller-tls": {"tls.crt": crt, "tls.key": key, "ca.crt": ca.PEM},
-		"vmafx-node-token":     {"token": []byte(mint("tenant-a", "node-1", "vmafx:node"))},
-		"vmafx-operator-token": {"token": []byte(mint("tenant-a", "operator", "vmafx:reader vmafx:submitter"))},
-	} {
-		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ca := servingSecret(ctx, t, ns, "vmafx-controller-tls", service, serverName, serverName+".cluster.local")
+	secret(ctx, t, ns, "vmafx-node-token", map[string][]byte{"token": []byte(mint("tenant-a", "node-1", "vmafx:node"))})
+	secret(ctx, t, ns, "vmafx-operator-token", map[string][]byte{"token": []byte(mint("tenant-a", "operator", "vmafx:reader vmafx:submitter"))})
 
 	// tenant-a's clips on the node, where the node DaemonSet reads them.
 	clips := node.HostDir("/var/lib/vmafx/clips")
