@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,31 +198,15 @@ func TestSeed000VmafxOnTheNode(t *testing.T) {
 	}
 }
 
-// serveIssuer opens a dev issuer, a tenant's identity provider, and serves
-// it over HTTPS on the node's address (a port of its own), where pods
-// reach it.
+// serveIssuer serves a tenant's identity provider where the controller's
+// pod reaches it, until t ends.
 func serveIssuer(t *testing.T) *devissuer.Issuer {
 	t.Helper()
-	lis, err := node.Listen("tcp", node.Address+":0")
+	iss, closeIssuer, err := node.ServeIssuer(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://" + lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := iss.IssueServingCert(t.TempDir(), node.Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: iss.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
-	go func() { _ = srv.ServeTLS(lis, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(closeIssuer)
 	return iss
 }
 
