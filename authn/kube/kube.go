@@ -14,6 +14,30 @@
 //
 // TokenReview sees revocation: a deleted pod's tokens are refused (after the
 // API server's own short cache). Offline verification (authn/oidc) cannot.
+//
+// # The bound-object view
+//
+// The bound-object view ([Bound]) sees it without a review per token. It
+// vouches only for what has reached its store, and proves it
+// through the API server itself: every few seconds it asks, for each
+// resource, a consistent list of one object (resourceVersion "", the
+// watch's field selector) — the resource version R that list returns
+// says how far the cluster had got when it was asked at T, and a
+// consistent read also brings the API server's watch cache up to R. Once
+// the store has applied a change, a list or a bookmark at R or later, the
+// watch has delivered everything before T: the view is current as of T.
+// Each watch is opened with a short server-side timeout, so that the API
+// server's bookmark two seconds before the deadline carries the cache's
+// progress even when nothing the view watches changed. The view answers
+// while both resources were proven current within MaxWatchBreak and no
+// watch has failed since: a watch that fails to open or ends before its
+// deadline (a closed or reset connection, a refused dial, an API server
+// restarting, an empty watch that client-go returns after its own
+// retries, an error event), one still open past its deadline (replies
+// swallowed), or a proof that fails stops the view at once until a proof
+// begun after the failure completes. No token of an object deleted at t is
+// accepted from the view after t + MaxWatchBreak, whatever the network
+// does.
 package kube
 
 import (
