@@ -23,7 +23,7 @@ func (c *Cluster) ServeIssuer(dir string) (iss *devissuer.Issuer, close func(), 
 	}
 	defer func() {
 		if err != nil {
-			lis.Close()
+			_ = lis.Close()
 		}
 	}()
 	if iss, err = devissuer.Open(dir, devissuer.Config{Issuer: "https://" + lis.Addr().String()}); err != nil {
