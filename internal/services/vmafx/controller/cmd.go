@@ -42,6 +42,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.MaxSubmissionsPerMinute, "max-submissions-per-minute", o.MaxSubmissionsPerMinute, "each tenant's quota of submissions a minute, per controller replica: beyond, ResourceExhausted tenant_submission_rate with the delay to retry after (1 to 1,000,000)")
 	f.IntVar(&o.MaxJobsPerTenant, "max-jobs-per-tenant", o.MaxJobsPerTenant, "each tenant's jobs stored, in any state: a submission beyond is refused ResourceExhausted tenant_jobs_quota until finished ones expire (1 to 10,000,000)")
 	f.DurationVar(&o.FinishedJobRetention, "finished-job-retention", o.FinishedJobRetention, "how long a finished job (SUCCEEDED, FAILED, CANCELLED) is kept for GetJob and ListJobs before it is deleted (at least 1m)")
+	f.Float64Var(&o.TenantShare, "tenant-share", o.TenantShare, "while another tenant is active, the most of the datastore's time one tenant's calls may hold (measured over the last second); a tenant over it has its next call held back (0.1 to 1; 1: tenants only take turns)")
 	f.StringArrayVar(&o.TenantQuotas, "tenant-quota", o.TenantQuotas, "one tenant's quotas instead of the defaults, TENANT=PENDING/PER_MINUTE (repeatable), e.g. tenant-a=5000/1200")
 	f.BoolVar(&o.Reflection, "grpc-reflection", o.Reflection, "serve gRPC server reflection (for grpcurl); a caller needs the vmafx:reader role, as for GetJob")
 	serve.AddCallerFlags(f, &o.Callers)

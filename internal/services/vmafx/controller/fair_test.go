@@ -13,7 +13,7 @@ import (
 // keep their order; a call that gives up leaves the queue, and a slot
 // handed to a call that has just given up goes on to the next.
 func TestFairGateTakesTurns(t *testing.T) {
-	g := newFairGate(1)
+	g := newFairGate(1, 1, time.Now)
 	ctx := context.Background()
 	if err := g.acquire(ctx, "a"); err != nil { // the slot, held
 		t.Fatal(err)
@@ -98,4 +98,51 @@ func TestFairGateTakesTurns(t *testing.T) {
 	if g.free != 1 || len(g.turn) != 0 || len(g.queues) != 0 {
 		t.Fatalf("the gate at rest: free %d, turn %v, queues %v", g.free, g.turn, g.queues)
 	}
+}
+
+// TestFairGatePacesATenantOverItsShare, on a clock of the test's: a
+// tenant alone is never held back, however much of the datastore its
+// calls hold; once another tenant is active, the busy one is held to its
+// share of the datastore's time (a half), and the other, under its share,
+// is never held back.
+func TestFairGatePacesATenantOverItsShare(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g := newFairGate(1, 0.5, func() time.Time { return now })
+	slept := time.Duration(0)
+	g.sleep = func(_ context.Context, d time.Duration) error { now = now.Add(d); slept += d; return nil }
+	ctx := context.Background()
+	call := func(tenant string, hold time.Duration) {
+		t.Helper()
+		done, err := g.enter(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(hold)
+		done()
+	}
+	for range 1000 { // a alone, back to back
+		call("a", time.Millisecond)
+	}
+	if n := g.paced.Load(); n != 0 {
+		t.Fatalf("a tenant alone was held back %d times", n)
+	}
+	// b active, a busy: over 2,000 of a's calls, a holds the datastore
+	// about half the time; b, calling every 10 ms for 1 ms, never waits.
+	start, held := now, time.Duration(0)
+	for i := range 2000 {
+		if i%10 == 0 {
+			before := g.paced.Load()
+			call("b", time.Millisecond)
+			if g.paced.Load() != before {
+				t.Fatalf("b, under its share, was held back")
+			}
+		}
+		call("a", time.Millisecond)
+		held += time.Millisecond
+	}
+	share := float64(held) / float64(now.Sub(start))
+	if share < 0.4 || share > 0.55 {
+		t.Fatalf("a held the datastore %.2f of the time with b active, want about 0.5 (slept %s over %s)", share, slept, now.Sub(start))
+	}
+	t.Logf("a's share with b active: %.3f; held back %d times", share, g.paced.Load())
 }

@@ -70,6 +70,11 @@ const (
 	// finished job is kept (--finished-job-retention).
 	DefaultMaxJobsPerTenant     = 100_000
 	DefaultFinishedJobRetention = 7 * 24 * time.Hour
+	// DefaultTenantShare is the most of the datastore's time one tenant's
+	// calls hold while another tenant is active (--tenant-share).
+	DefaultTenantShare = 0.5
+	// minTenantShare: below it a busy tenant would crawl.
+	minTenantShare = 0.1
 	// expireBatch bounds the jobs one expiry deletes in a transaction.
 	expireBatch     = 1000
 	maxPageSize     = 500
@@ -111,6 +116,9 @@ type Options struct {
 	// job (SUCCEEDED, FAILED, CANCELLED) is kept (--finished-job-retention).
 	MaxJobsPerTenant     int
 	FinishedJobRetention time.Duration
+	// TenantShare is the most of the datastore's time one tenant's calls
+	// hold while another tenant is active (--tenant-share; 1: turns only).
+	TenantShare float64
 	// Reflection serves gRPC server reflection (--grpc-reflection), for
 	// grpcurl and the like; a caller needs the reader role.
 	Reflection bool
@@ -122,7 +130,7 @@ type Options struct {
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: stack.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
 		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute,
-		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention}
+		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention, TenantShare: DefaultTenantShare}
 	o.Callers.Backend = stack.BackendOIDC
 	return o
 }
@@ -145,6 +153,8 @@ type Config struct {
 	// --finished-job-retention.
 	MaxJobs   int
 	Retention time.Duration
+	// TenantShare is --tenant-share.
+	TenantShare float64
 	// LeaseCheck is how often expired leases are looked for
 	// (DefaultLeaseCheck); Now the clock of leases (time.Now).
 	LeaseCheck time.Duration
@@ -196,11 +206,15 @@ func (o Options) Complete() (Config, error) {
 	if o.FinishedJobRetention < time.Minute {
 		errs = append(errs, fmt.Errorf("controller: --finished-job-retention %s: want at least 1m (a submitter must be able to read its job's outcome)", o.FinishedJobRetention))
 	}
+	if !(o.TenantShare >= minTenantShare && o.TenantShare <= 1) { // NaN too
+		errs = append(errs, fmt.Errorf("controller: --tenant-share %v: want %v to 1 (1: tenants take turns at the datastore, none is held to a share)", o.TenantShare, minTenantShare))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	return Config{Serve: o.Serve, Callers: callers, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
-		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now, MaxJobs: o.MaxJobsPerTenant, Retention: o.FinishedJobRetention}, nil
+		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now, MaxJobs: o.MaxJobsPerTenant, Retention: o.FinishedJobRetention,
+		TenantShare: o.TenantShare}, nil
 }
 
 // Validate refuses options that cannot be honoured: what
@@ -283,11 +297,15 @@ func New(c Config) (*Server, error) {
 	}
 	s.health.AddReadyCheck("datastore", s.store.Ping)
 	// The datastore's work in turn, tenant by tenant: as many calls at once
-	// as it has connections (SQLite one, PostgreSQL ten).
-	s.fair = newFairGate(s.store.db.Stats().MaxOpenConnections)
+	// as it has connections (SQLite one, PostgreSQL ten), a busy tenant
+	// held to its share while another is active.
+	s.fair = newFairGate(s.store.db.Stats().MaxOpenConnections, cmp.Or(c.TenantShare, DefaultTenantShare), time.Now)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vmafx_controller_calls_waiting",
 		Help: "Calls waiting for their tenant's turn at the datastore (every tenant's); a tenant that sends faster than it is served waits behind its own calls."},
-		func() float64 { return float64(s.fair.waiting()) }))
+		func() float64 { return float64(s.fair.waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vmafx_controller_calls_paced_total",
+			Help: "Calls of a tenant held back because its calls held the datastore more than its share (--tenant-share) while another tenant was active."},
+			func() float64 { return float64(s.fair.paced.Load()) }))
 	// Every stream is guarded too: the JobService has none, but server
 	// reflection (--grpc-reflection) is one.
 	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
