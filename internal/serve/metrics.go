@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
 // Health is a service's metrics registry (with the Go and process
@@ -95,4 +98,15 @@ func (h *Health) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", h.Healthz)
 	mux.HandleFunc("GET /readyz", h.Readyz)
 	return mux
+}
+
+// BuildInfo is the <prefix>_build_info gauge: 1, labelled with the build
+// (version.Get).
+func BuildInfo(prefix string) prometheus.Collector {
+	i := version.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "_build_info",
+		Help:        "The build running: always 1, labelled with the module version, the VCS revision, whether the tree was modified, and the Go version.",
+		ConstLabels: prometheus.Labels{"version": i.Version, "revision": i.Revision, "dirty": strconv.FormatBool(i.Dirty), "goversion": i.Go}})
+	g.Set(1)
+	return g
 }

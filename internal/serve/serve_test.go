@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 )
 
@@ -196,5 +198,22 @@ func TestRemovedFormats(t *testing.T) {
 	err := f.Parse([]string{"--caller-oidc-issuers", "issuers.json"})
 	if err == nil || !strings.Contains(err.Error(), "was removed: callerauth config convert FILE") || !strings.Contains(err.Error(), "--caller-authentication-config") {
 		t.Fatalf("--caller-oidc-issuers: %v", err)
+	}
+}
+
+// TestBuildInfo: the gauge is 1, labelled with the build.
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(BuildInfo("x"))
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetName() != "x_build_info" || mfs[0].GetMetric()[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("x_build_info: %v %v", mfs, err)
+	}
+	labels := map[string]string{}
+	for _, l := range mfs[0].GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if i := version.Get(); labels["version"] != i.Version || labels["goversion"] != i.Go {
+		t.Fatalf("labels %v; want the build's %+v", labels, i)
 	}
 }

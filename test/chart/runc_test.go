@@ -535,8 +535,8 @@ func TestConnectorImageRunsUnderItsChart(t *testing.T) {
 
 // TestVmafxImagesRunUnderTheirChart: the controller, the node and the
 // operator images, each run as the chart runs it, answer their probes;
-// the callerauth image (the token refresher's) prints its version under
-// the same restrictions.
+// the token refresher's image (callerauth-refresher) prints its version
+// under the same restrictions.
 func TestVmafxImagesRunUnderTheirChart(t *testing.T) {
 	checkArch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -578,15 +578,15 @@ func TestVmafxImagesRunUnderTheirChart(t *testing.T) {
 			t.Logf("%s: probes 200", w.bin)
 		})
 	}
-	t.Run("callerauth", func(t *testing.T) {
+	t.Run("callerauth-refresher", func(t *testing.T) {
 		tmpl := tmpls["Deployment/vmafx-controller"].DeepCopy()
 		c := tmpl.Spec.Containers[0].DeepCopy()
-		c.Image, c.Args, c.Env, c.VolumeMounts = built["callerauth"].Ref, []string{"--version"}, nil, nil
+		c.Image, c.Args, c.Env, c.VolumeMounts = built["callerauth-refresher"].Ref, []string{"--version"}, nil, nil
 		r := newRunc(t, &podFiles{objs: objs, namespace: ns, caCert: mustCA(t)})
-		out, err := r.start(tmpl, c, "callerauth", map[string]string{}, true)
-		if err != nil || !strings.Contains(r.output(out), "callerauth") {
-			t.Fatalf("callerauth --version: %v\n%s", err, r.output(out))
+		out, err := r.start(tmpl, c, "callerauth-refresher", map[string]string{}, true)
+		if err != nil || !strings.Contains(r.output(out), "callerauth-refresher version") {
+			t.Fatalf("callerauth-refresher --version: %v\n%s", err, r.output(out))
 		}
-		t.Logf("callerauth image: %s", strings.TrimSpace(r.output(out)))
+		t.Logf("callerauth-refresher image: %s", strings.TrimSpace(r.output(out)))
 	})
 }

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
+	"github.com/callerauth/callerauth/internal/services/refresher"
 	"github.com/callerauth/callerauth/internal/services/vmafx/controller"
 	"github.com/callerauth/callerauth/internal/services/vmafx/node"
 )
@@ -127,6 +129,25 @@ func TestVmafxChartFeedsTheBinaries(t *testing.T) {
 			hasSidecar := strings.Contains(out["vmafx/templates/node.yaml"], "token-refresher") && strings.Contains(out["vmafx/templates/operator.yaml"], "token-refresher")
 			if hasSidecar != (mode == "refresher") {
 				t.Fatalf("refresher sidecars rendered: %v in mode %s", hasSidecar, mode)
+			}
+			for _, c := range ds.Spec.Template.Spec.Containers {
+				if c.Name != "token-refresher" {
+					continue
+				}
+				// The sidecar is the refresher's own image, and its
+				// arguments pass the refresher's flag parsing.
+				if !strings.HasSuffix(c.Image, "/callerauth-refresher:"+strings.TrimSpace(string(mustReadFile(t, "../../VERSION")))) {
+					t.Fatalf("token-refresher image %s; want callerauth-refresher", c.Image)
+				}
+				o := refresher.NewOptions()
+				fs := pflag.NewFlagSet("callerauth-refresher", pflag.ContinueOnError)
+				o.AddFlags(fs)
+				if err := fs.Parse(c.Args); err != nil {
+					t.Fatalf("callerauth-refresher refuses the chart's arguments %v: %v", c.Args, err)
+				}
+				if o.Out != "/var/run/vmafx/token/token" || o.TokenURL != "https://idp.tenant-a.example/oauth2/token" || o.Audience != "vmafx-controller" {
+					t.Fatalf("the refresher's options from the chart: %+v", o)
+				}
 			}
 		})
 	}

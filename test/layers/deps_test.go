@@ -3,11 +3,14 @@ package layers_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/callerauth/callerauth/internal/tools/images"
 )
 
 // budgets bound what each library package links: its non-standard
@@ -132,4 +135,68 @@ func TestAGuardedServiceLinksNoAPIServer(t *testing.T) {
 func isLibrary(rel string) bool {
 	top, _, _ := strings.Cut(rel, "/")
 	return top != "internal" && top != "cmd" && top != "test" && top != "api" && top != "examples" && !strings.HasSuffix(rel, "test")
+}
+
+// binaryBudgets bound each shipped binary (an image each, make images):
+// the non-standard packages it links, and its size in MiB built as the
+// images build it (CGO_ENABLED=0, -trimpath, -ldflags='-s -w'). The
+// sidecar that refreshes a token links what refreshing needs, nothing
+// else. docs/deploy.md's "Sizes" table states each budget.
+var binaryBudgets = map[string][2]int{
+	"pdp":                  {420, 38},
+	"platform-connector":   {440, 44},
+	"vmafx-controller":     {440, 44},
+	"vmafx-node":           {390, 36},
+	"vmafx-operator":       {800, 56},
+	"callerauth-proxy":     {390, 36},
+	"callerauth-refresher": {15, 8},
+	"callerauth":           {930, 66},
+}
+
+// TestBinaryBudget builds every shipped binary as the images do and holds
+// it to its budget, and docs/deploy.md's table to the budgets.
+func TestBinaryBudget(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| ([0-9]+) \\| ([0-9]+) MiB \\|")
+	stated := map[string][2]int{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		pkgs, _ := strconv.Atoi(m[2])
+		mib, _ := strconv.Atoi(m[3])
+		stated[m[1]] = [2]int{pkgs, mib}
+	}
+	dir := t.TempDir()
+	for _, bin := range images.Binaries {
+		budget, ok := binaryBudgets[bin]
+		if !ok {
+			t.Errorf("shipped binary %s has no budget (test/layers/deps_test.go)", bin)
+			continue
+		}
+		if got := stated[bin]; got != budget {
+			t.Errorf("docs/deploy.md's Sizes row for %s: want | `%s` | %d | %d MiB |, found %v", bin, bin, budget[0], budget[1], got)
+		}
+		deps := nonStandardDeps(t, "cmd/"+bin)
+		out := filepath.Join(dir, bin)
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../../cmd/"+bin)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", bin, err, b)
+		}
+		fi, err := os.Stat(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mib := float64(fi.Size()) / (1 << 20)
+		if len(deps) > budget[0] || mib > float64(budget[1]) {
+			t.Errorf("%s links %d non-standard packages and is %.1f MiB; its budget is %d and %d MiB", bin, len(deps), mib, budget[0], budget[1])
+		}
+		t.Logf("%-21s %4d packages  %5.1f MiB", bin, len(deps), mib)
+	}
+	for bin := range binaryBudgets {
+		if !slices.Contains(images.Binaries, bin) {
+			t.Errorf("a budget for %s, which is not a shipped binary", bin)
+		}
+	}
 }

@@ -1,6 +1,6 @@
 // Package operator_test runs the whole vmafx chain for real: the
 // kube-apiserver with the VmafxJob CRD, two tenants' Ory Hydra identity
-// providers, `callerauth token refresh` keeping the operator's and the
+// providers, callerauth-refresher keeping the operator's and the
 // node's token files current, and the vmafx-controller, vmafx-node and
 // vmafx-operator binaries. It checks the seed's consequences as a user sees
 // them in the VmafxJob's status and events.
@@ -45,7 +45,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	e2e.Main(m, &bins, []string{"cmd/vmafx-controller", "cmd/vmafx-node", "cmd/vmafx-operator", "cmd/callerauth"}, kubeapi.ForTests(&apiserver))
+	e2e.Main(m, &bins, []string{"cmd/vmafx-controller", "cmd/vmafx-node", "cmd/vmafx-operator", "cmd/callerauth-refresher"}, kubeapi.ForTests(&apiserver))
 }
 
 func write(t *testing.T, path, body string) string {
@@ -139,12 +139,12 @@ func TestOperator(t *testing.T) {
 		}
 		secretFile := write(t, filepath.Join(dir, client+".secret"), secret)
 		tokenFile := filepath.Join(dir, client+".token")
-		args := []string{"token", "refresh", "--token-url", idp[tenantName].TokenURL, "--ca-file", caFile, "--client-id", client,
+		args := []string{"--token-url", idp[tenantName].TokenURL, "--ca-file", caFile, "--client-id", client,
 			"--client-secret-file", secretFile, "--audience", "vmafx-controller", "--out", tokenFile}
 		for _, s := range scopes {
 			args = append(args, "--scope", s)
 		}
-		return tokenFile, func() *e2e.Process { return e2e.Start(t, bins["callerauth"], args) }
+		return tokenFile, func() *e2e.Process { return e2e.Start(t, bins["callerauth-refresher"], args) }
 	}
 	connection := func(name, tokenFile string) string {
 		return write(t, filepath.Join(dir, name+".yaml"), fmt.Sprintf("controller:\n  address: %s\n  tls: true\n  ca_file: %s\n  server_name: 127.0.0.1\n  token_file: %s\n", addr, caFile, tokenFile))

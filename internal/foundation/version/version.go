@@ -6,9 +6,6 @@ package version
 import (
 	"fmt"
 	"runtime/debug"
-	"strconv"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Info is what a binary knows of its build.
@@ -54,14 +51,4 @@ func (i Info) String() string {
 		dirty = ", dirty"
 	}
 	return fmt.Sprintf("%s (revision %s%s) %s", i.Version, i.Revision, dirty, i.Go)
-}
-
-// Collector is the <prefix>_build_info gauge: 1, labelled with the build.
-func Collector(prefix string) prometheus.Collector {
-	i := Get()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "_build_info",
-		Help:        "The build running: always 1, labelled with the module version, the VCS revision, whether the tree was modified, and the Go version.",
-		ConstLabels: prometheus.Labels{"version": i.Version, "revision": i.Revision, "dirty": strconv.FormatBool(i.Dirty), "goversion": i.Go}})
-	g.Set(1)
-	return g
 }

@@ -29,7 +29,6 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/reason"
@@ -274,7 +273,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connector: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("platform_connector"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("platform_connector"))
 	log := m.Logger()
 	s := &Server{opts: c, auth: c.Auth, m: m, log: log, health: m.Health(), mode: c.Mode, failOpen: c.FailOpen}
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",

@@ -20,7 +20,6 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -95,7 +94,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("pdp"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("pdp"))
 	s := &Server{c: c, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})

@@ -8,11 +8,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/textproto"
 	"net/url"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -386,36 +385,20 @@ func (o Options) Validate() error {
 	return err
 }
 
-// maxCAFileBytes bounds a CA bundle.
-const maxCAFileBytes = 1 << 20
-
 // readCAs reads a CA bundle flag's file.
 func readCAs(flag, name string) (*x509.CertPool, error) {
-	pem, err := readFlagFile(flag, name, maxCAFileBytes)
+	pool, err := fsutil.ReadCAs(flag, name)
 	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("proxy: %s %s holds no PEM certificate", flag, name)
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return pool, nil
 }
 
-// readFlagFile reads the file a flag names, at most limit bytes; its
-// errors name the flag and the file.
+// readFlagFile reads the file a flag names, at most limit bytes.
 func readFlagFile(flag, name string, limit int) ([]byte, error) {
-	f, err := os.Open(name)
+	b, err := fsutil.ReadFlagFile(flag, name, limit)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: %s: %w", flag, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("proxy: %s %s: %w", flag, name, err)
-	case len(b) > limit:
-		return nil, fmt.Errorf("proxy: %s %s: larger than %d bytes", flag, name, limit)
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return b, nil
 }

@@ -34,7 +34,6 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/copybuf"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/reason"
 )
@@ -85,7 +84,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("proxy"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("proxy"))
 	s := &Server{c: c, m: m, log: m.Logger(), health: m.Health()}
 	s.upstreamErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "proxy_upstream_errors_total",
 		Help: "Allowed requests the upstream did not answer (unreachable, or no response headers in time): answered 503 upstream_unavailable."})

@@ -42,9 +42,9 @@ import (
 )
 
 // Binaries are the commands shipped as images, each from ./cmd/<name>:
-// the services' binaries, callerauth-proxy, and the callerauth CLI (the
-// token refresher sidecar, and an operator's tool).
-var Binaries = []string{"pdp", "platform-connector", "vmafx-controller", "vmafx-node", "vmafx-operator", "callerauth-proxy", "callerauth"}
+// the services' binaries, callerauth-proxy, the token-refresher sidecar
+// (callerauth-refresher), and the callerauth CLI (an operator's tool).
+var Binaries = []string{"pdp", "platform-connector", "vmafx-controller", "vmafx-node", "vmafx-operator", "callerauth-proxy", "callerauth-refresher", "callerauth"}
 
 // User is the user and group every image runs as (the "nonroot" user of
 // distroless images); the charts' securityContexts name it too.

@@ -203,13 +203,11 @@ controller:
 {{- $c := index .root.Values.credentials .who -}}
 {{- if eq .root.Values.credentials.mode "refresher" }}
 - name: token-refresher
-  image: {{ include "vmafx.image" (dict "root" .root "bin" "callerauth") }}
+  image: {{ include "vmafx.image" (dict "root" .root "bin" "callerauth-refresher") }}
   {{- include "vmafx.container" (dict "root" .root "res" .root.Values.credentials.refresher.resources) | nindent 2 }}
     - name: CLIENT_ID
       valueFrom: {secretKeyRef: {name: {{ $c.clientSecret }}, key: client-id}}
   args:
-    - token
-    - refresh
     - --token-url={{ .root.Values.credentials.refresher.tokenURL }}
     - --client-id=$(CLIENT_ID)
     - --client-secret-file=/etc/vmafx/client/client-secret

@@ -28,7 +28,6 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -262,7 +261,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("vmafx_controller"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("vmafx_controller"))
 	s := &Server{o: o, m: m, log: m.Logger(), health: m.Health()}
 	reg := s.health.Registry
 	s.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "vmafx_controller_lease_expiries_total", Help: "Running jobs returned to PENDING because their node's lease expired."})

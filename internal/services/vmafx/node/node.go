@@ -28,7 +28,6 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
 	"github.com/callerauth/callerauth/internal/services/vmafx/measure"
@@ -159,7 +158,7 @@ func New(c Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("vmafx_node"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("vmafx_node"))
 	n := &Node{o: c, m: m, log: m.Logger()}
 	n.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmafx_node_jobs_total",
 		Help: "Jobs this node claimed, by outcome: succeeded or failed (reported), given_back (to the queue: stopping, or past --max-job-duration), stopped (the controller refused a progress report: lease lost or job cancelled), unreported (the report was not accepted)."}, []string{"outcome"})

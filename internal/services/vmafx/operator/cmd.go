@@ -25,7 +25,6 @@ import (
 
 	jobsv1 "github.com/callerauth/callerauth/api/vmafxjob/v1alpha1"
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
 )
@@ -140,7 +139,7 @@ func New(c Config) (_ *Operator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator: %w", err)
 	}
-	m.Health().Registry.MustRegister(version.Collector("vmafx_operator"))
+	m.Health().Registry.MustRegister(serve.BuildInfo("vmafx_operator"))
 	log := m.Logger()
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	// The skeleton serves /metrics, /healthz and /readyz; controller-runtime's
