@@ -178,11 +178,20 @@ func (o Options) offline() bool {
 	return o.Backend == BackendOIDC || (o.tokenReview() && (o.ReviewInterval > 0 || o.WatchBoundObjects))
 }
 
-// Validate refuses settings that cannot be honoured, naming the flag,
+// Validate refuses settings that cannot be honoured: what
+// [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
+}
+
+// Complete refuses settings that cannot be honoured, naming the flag,
 // and — once AddFlags registered the flags — every flag given on the
 // command line that the settings chosen never read (--caller-review-qps
-// with --caller-backend oidc, say): no flag does nothing.
-func (o Options) Validate() error {
+// with --caller-backend oidc, say): no flag does nothing. Otherwise it
+// returns the completed configuration [Build] reads, with nothing left
+// to parse or default.
+func (o Options) Complete() (Config, error) {
 	var errs []error
 	refused := map[string]bool{} // flags already named in an error
 	bad := func(flag, format string, a ...any) {
@@ -249,14 +258,8 @@ func (o Options) Validate() error {
 			}
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// Complete validates o and returns the completed configuration [Build]
-// reads, with nothing left to parse or default.
-func (o Options) Complete() (Config, error) {
-	if err := o.Validate(); err != nil {
-		return Config{}, err
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
 	}
 	o.changed = nil
 	o.Issuers = append([]string(nil), o.Issuers...)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
@@ -33,32 +32,6 @@ node-binding settings; see docs/platform-connector.md.`,
 	o.AddFlags(cmd.Flags())
 	cmd.AddCommand(newEventsCommand(stdout), newHostDirsCommand(stdout))
 	return cmd
-}
-
-// AddFlags registers the connector's flags, with o's values as their
-// defaults.
-func (o *Options) AddFlags(f *pflag.FlagSet) {
-	f.StringVar((*string)(&o.Role), "role", string(o.Role), "socket (node-local DaemonSet) or deployment")
-	f.StringVar(&o.ConfigFile, "config", o.ConfigFile, "config.json with the node-binding settings")
-	f.StringVar(&o.NodeName, "node-name", o.NodeName, "socket role: this node (default $NODE_NAME)")
-	f.StringVar(&o.Socket, "socket", o.Socket, "socket role: the Unix socket to listen on (default "+DefaultSocket+")")
-	f.StringVar(&o.Datastore, "datastore", o.Datastore, "where events are stored: an SQLite file (or sqlite:///path), or a postgres:// URL for deployment-role replicas sharing one database (password from PGPASSWORD or PGPASSFILE)")
-	f.StringVar(&o.DatastoreURLFile, "datastore-url-file", o.DatastoreURLFile, datastore.FileFlagHelp)
-	f.IntVar(&o.MaxBatchEvents, "max-batch-events", o.MaxBatchEvents, "most events one call may carry; a larger batch is refused whole (InvalidArgument)")
-	f.IntVar(&o.MaxMessageBytes, "max-message-bytes", o.MaxMessageBytes, "largest request message; a larger one is refused whole (ResourceExhausted)")
-	f.IntVar(&o.QuotaEvents, "caller-quota-events", o.QuotaEvents, "events one caller (its pod, for a pod-bound token; all tokenless callers together) may store per --caller-quota-window; beyond, ResourceExhausted publisher_quota with the delay to retry after")
-	f.DurationVar(&o.QuotaWindow, "caller-quota-window", o.QuotaWindow, "the window --caller-quota-events counts in (at least 1s)")
-	f.DurationVar(&o.KeyRetention, "idempotency-key-retention", o.KeyRetention, "how long a batch's idempotency key is kept: a retry later than that is stored as a new batch (at least 1m)")
-	f.Int64Var(&o.MaxDatastoreBytes, "max-datastore-bytes", o.MaxDatastoreBytes, "what the datastore may hold (the SQLite file's pages and write-ahead log, or the PostgreSQL tables); past it, new batches are refused ResourceExhausted datastore_full, never the disk filled (at least 1 MiB)")
-	f.Int64Var(&o.MaxPublisherBytes, "max-publisher-bytes", o.MaxPublisherBytes, "each publisher's share of --max-datastore-bytes (its pod, for a pod-bound token; its account for another; its user on the node without one): past it, that publisher's batches are refused ResourceExhausted publisher_share_full, the others' still stored (0: a sixteenth of --max-datastore-bytes; 64 KiB at least)")
-	o.Serve.AddFlags(f)
-	serve.AddCallerFlags(f, &o.Callers)
-	// The names these two had before every service shared one set.
-	for old, name := range map[string]string{"auth-cache-ttl": "caller-cache-ttl", "auth-review-timeout": "caller-review-timeout"} {
-		f.AddFlag(&pflag.Flag{Name: old, Value: f.Lookup(name).Value, DefValue: f.Lookup(name).DefValue})
-	}
-	_ = f.MarkDeprecated("auth-cache-ttl", "use --caller-cache-ttl")
-	_ = f.MarkDeprecated("auth-review-timeout", "use --caller-review-timeout")
 }
 
 func newEventsCommand(stdout io.Writer) *cobra.Command {

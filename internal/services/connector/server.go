@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,84 +45,6 @@ const (
 	RoleDeployment Role = "deployment"
 )
 
-// Options are the connector's flags. Start from [NewOptions], which holds
-// every default; [Options.Complete] validates them and returns the
-// [Config] that [New] reads.
-type Options struct {
-	Role       Role
-	ConfigFile string // config.json
-	NodeName   string // socket role: this node
-	// Socket is the socket role's Unix socket; empty: DefaultSocket.
-	Socket string
-	// Serve: --listen, --tls-cert-file, --tls-key-file (deployment role),
-	// --metrics-listen, --log-level, --shutdown-timeout, --http-*.
-	Serve serve.Options
-	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl,
-	// --caller-review-timeout and the rest. The audience, mode and
-	// fail-open come from config.json.
-	Callers   stack.Options
-	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
-	// DatastoreURLFile, when set, holds the datastore URL instead
-	// (--datastore-url-file; datastore.Resolve).
-	DatastoreURLFile string
-	// MaxBatchEvents is the most events one HealthEventOccurredV1 call may
-	// carry; a larger batch is refused whole (InvalidArgument).
-	MaxBatchEvents int
-	// MaxMessageBytes is the largest request message accepted; gRPC refuses
-	// a larger one whole (ResourceExhausted).
-	MaxMessageBytes int
-	// QuotaEvents bounds the events one caller — its pod, for a pod-bound
-	// token; its account otherwise; all tokenless callers together — may
-	// store in QuotaWindow (--caller-quota-events, --caller-quota-window).
-	QuotaEvents int
-	QuotaWindow time.Duration
-	// KeyRetention is how long a batch's idempotency key is kept
-	// (--idempotency-key-retention): a retry later than that is stored as
-	// a new batch.
-	KeyRetention time.Duration
-	// MaxDatastoreBytes bounds what the datastore may hold; past it, new
-	// batches are refused (--max-datastore-bytes), never the disk filled.
-	MaxDatastoreBytes int64
-	// MaxPublisherBytes is each publisher's share of it
-	// (--max-publisher-bytes): past its share, a publisher's batches are
-	// refused, the others' still stored. 0: a sixteenth of
-	// MaxDatastoreBytes.
-	MaxPublisherBytes int64
-}
-
-// NewOptions returns the connector's defaults: the one place they are
-// written. nodeName is the socket role's node ($NODE_NAME).
-func NewOptions(nodeName string) Options {
-	return Options{Role: RoleSocket, ConfigFile: "/etc/platform-connector/config.json", NodeName: nodeName,
-		Serve: serve.NewOptions("", "127.0.0.1:2112"), Callers: stack.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
-		MaxBatchEvents: DefaultMaxBatchEvents, MaxMessageBytes: DefaultMaxMessageBytes, QuotaEvents: DefaultQuotaEvents, QuotaWindow: DefaultQuotaWindow,
-		KeyRetention: DefaultKeyRetention, MaxDatastoreBytes: DefaultMaxDatastoreBytes}
-}
-
-// Config is the connector's completed configuration, as [New] reads it.
-type Config struct {
-	Role     Role
-	NodeName string
-	Socket   string
-	Serve    serve.Options
-	// Callers is the caller authentication; Complete makes it from the
-	// flags, a program may set stack.Custom instead.
-	Callers stack.Config
-	// Logger nil: JSON at --log-level on standard error.
-	Logger *slog.Logger
-	// Auth is config.json as written; Mode and FailOpen are what is in
-	// force (the deployment role always enforces and never fails open).
-	Auth     AuthConfig
-	Mode     guard.Mode
-	FailOpen bool
-	// Datastore is the resolved target (--datastore or the first line of
-	// --datastore-url-file).
-	Datastore                                    string
-	MaxBatchEvents, MaxMessageBytes, QuotaEvents int
-	QuotaWindow, KeyRetention                    time.Duration
-	MaxDatastoreBytes, MaxPublisherBytes         int64
-}
-
 // Defaults of the socket, the batch limits, the quota, the key retention
 // and the datastore's bound.
 const (
@@ -138,99 +59,6 @@ const (
 	DefaultKeyRetention      = 24 * time.Hour
 	DefaultMaxDatastoreBytes = 4 << 30
 )
-
-// Complete loads config.json and validates the options against it —
-// refusing every one that cannot be honoured, naming its flag or key —
-// and returns the configuration New reads: config.json parsed, the
-// datastore resolved, the role's defaults and settings in force.
-func (o Options) Complete() (Config, error) {
-	auth, err := LoadAuthConfig(o.ConfigFile)
-	if err != nil {
-		return Config{}, err
-	}
-	var errs []error
-	if err := o.Serve.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	callers, err := o.Callers.Complete()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if o.MaxBatchEvents < 1 {
-		errs = append(errs, fmt.Errorf("connector: --max-batch-events %d: want at least 1", o.MaxBatchEvents))
-	}
-	if o.MaxMessageBytes < 1<<10 {
-		errs = append(errs, fmt.Errorf("connector: --max-message-bytes %d: want at least 1024", o.MaxMessageBytes))
-	}
-	if o.QuotaEvents < 1 {
-		errs = append(errs, fmt.Errorf("connector: --caller-quota-events %d: want at least 1", o.QuotaEvents))
-	}
-	if o.QuotaWindow < time.Second {
-		errs = append(errs, fmt.Errorf("connector: --caller-quota-window %s: want at least 1s", o.QuotaWindow))
-	}
-	if o.KeyRetention < time.Minute {
-		errs = append(errs, fmt.Errorf("connector: --idempotency-key-retention %s: want at least 1m (a publisher's retries must find their key)", o.KeyRetention))
-	}
-	if o.MaxDatastoreBytes < 1<<20 {
-		errs = append(errs, fmt.Errorf("connector: --max-datastore-bytes %d: want at least 1 MiB", o.MaxDatastoreBytes))
-	}
-	if o.MaxPublisherBytes < 0 || o.MaxPublisherBytes > o.MaxDatastoreBytes || (o.MaxPublisherBytes > 0 && o.MaxPublisherBytes < 64<<10) {
-		errs = append(errs, fmt.Errorf("connector: --max-publisher-bytes %d: want 64 KiB to --max-datastore-bytes (%d), or 0 for a sixteenth of it", o.MaxPublisherBytes, o.MaxDatastoreBytes))
-	}
-	switch o.Role {
-	case RoleSocket:
-		if o.NodeName == "" {
-			errs = append(errs, errors.New("connector: the socket role needs its node: set NODE_NAME or --node-name"))
-		}
-		o.Socket = cmp.Or(o.Socket, DefaultSocket)
-		if len(o.Socket) > MaxSocketPath {
-			errs = append(errs, fmt.Errorf("connector: --socket %s is %d bytes: a Unix socket's path is at most %d (daemonset.socketDir at most %d)",
-				o.Socket, len(o.Socket), MaxSocketPath, MaxSocketPath-len("/platform-connector.sock")))
-		}
-		if o.Serve.Listen != "" || o.Serve.HasTLS() {
-			errs = append(errs, errors.New("connector: --listen, --tls-cert-file and --tls-key-file belong to the deployment role"))
-		}
-	case RoleDeployment:
-		if !auth.EnableNodeBindingAuth {
-			errs = append(errs, fmt.Errorf("connector: the deployment role requires %s: true; with no local node there is nothing to pin an unauthenticated caller to", KeyEnable))
-		}
-		if o.Serve.Listen == "" {
-			errs = append(errs, errors.New("connector: the deployment role needs --listen"))
-		}
-		if !o.Serve.HasTLS() {
-			errs = append(errs, errors.New("connector: the deployment role serves TLS only: set --tls-cert-file and --tls-key-file (bearer tokens never travel over plaintext TCP)"))
-		}
-		if o.Socket != "" {
-			errs = append(errs, errors.New("connector: --socket belongs to the socket role"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("connector: --role %q: want socket or deployment", o.Role))
-	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("connector: %w", err))
-	}
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
-	}
-	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callers, Auth: auth, Datastore: target,
-		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,
-		MaxBatchEvents: o.MaxBatchEvents, MaxMessageBytes: o.MaxMessageBytes, QuotaEvents: o.QuotaEvents, QuotaWindow: o.QuotaWindow,
-		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes, MaxPublisherBytes: cmp.Or(o.MaxPublisherBytes, o.MaxDatastoreBytes/16)}
-	if o.Role == RoleDeployment {
-		// With no node to fall back on, the deployment connector always
-		// enforces and never fails open.
-		c.Mode, c.FailOpen = guard.Enforce, false
-	}
-	return c, nil
-}
-
-// Validate refuses options that cannot be honoured: what
-// [Options.Complete] refuses.
-func (o Options) Validate() error {
-	_, err := o.Complete()
-	return err
-}
 
 // Server is a running connector.
 type Server struct {

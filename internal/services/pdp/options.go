@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
@@ -65,6 +67,33 @@ func NewOptions() Options {
 	return Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
 		CallerAuthMode: ModeEnforce, CallerAudience: "flex-auth", ReloadInterval: 2 * time.Second,
 		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
+}
+
+// AddFlags registers the pdp's flags, with o's values as their defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	o.Serve.AddFlags(f)
+	serve.AddCallerFlags(f, &o.Callers)
+	f.BoolVar(&o.InsecureHTTP, "insecure-http", o.InsecureHTTP, "serve plain HTTP instead (only on a loopback --listen): bearer tokens would otherwise cross the network in clear")
+	f.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "policy package: manifest.json, *.cedar, one *.cedarschema")
+	f.StringVar(&o.Registry, "registry", o.Registry, "registry snapshot: a JSON array of Cedar entities")
+	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", o.CallerAuthMode, "enforce, warn or off")
+	f.BoolVar(&o.AllowAuthOff, "insecure-caller-auth-off", o.AllowAuthOff, "allow --caller-auth-mode off: callers are not authenticated at all")
+	f.StringVar(&o.CallerAudience, "caller-audience", o.CallerAudience, "the audience callers' tokens must be minted for")
+	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
+	f.StringVar(&o.SigningKeyFile, "signing-key-file", o.SigningKeyFile, "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
+	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", o.AuthZENBaseURL, "the https:// URL the AuthZEN metadata names as this PDP (default: the serving certificate's first name and the port served on; never the request's Host; none over plain HTTP)")
+	f.IntVar(&o.SignGroupMax, "sign-group-max", o.SignGroupMax, "the most /v1/check records one signature covers: checks that arrive while one is being signed share the next, through a Merkle root (0: each record its own signature)")
+	f.Int64Var(&o.AuthZENMaxBody, "authzen-max-body-bytes", o.AuthZENMaxBody, "the largest AuthZEN request body (POST /v1/check keeps its 64 KiB)")
+	f.IntVar(&o.SearchPageSize, "authzen-search-page-size", o.SearchPageSize, "a search page's results when the request names no page.limit, and the most page.limit may ask")
+	f.IntVar(&o.SearchMaxCandidates, "authzen-search-max-candidates", o.SearchMaxCandidates, "the candidates one search page evaluates at most; a page that reaches it ends there, with a next_token")
+	f.DurationVar(&o.ReloadInterval, "reload-interval", o.ReloadInterval, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
+}
+
+// Validate refuses options that cannot be honoured, naming the flags:
+// what [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
 }
 
 // Config is the pdp's completed configuration: everything parsed and
@@ -182,13 +211,6 @@ func (o Options) Complete() (Config, error) {
 		c.Mode, _ = callerAuthMode(o.CallerAuthMode) // refused above if it does not parse
 	}
 	return c, nil
-}
-
-// Validate refuses options that cannot be honoured, naming the flags:
-// what [Options.Complete] refuses.
-func (o Options) Validate() error {
-	_, err := o.Complete()
-	return err
 }
 
 // callerAuthMode reads --caller-auth-mode other than off: enforce, or warn

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
@@ -131,33 +133,6 @@ type Options struct {
 	kubeRBACProxy []krpFlag
 }
 
-// Defaults.
-const (
-	DefaultUserHeader        = "X-Remote-User"
-	DefaultSystemHeader      = "X-Callerauth-System"
-	DefaultGroupHeader       = "X-Remote-Group"
-	DefaultExtraHeaderPrefix = "X-Remote-Extra-"
-	// DefaultStreamTimeout is the proxy's --http-read-timeout and
-	// --http-write-timeout: a proxied stream (a gRPC watch, a download)
-	// lasts at most this long.
-	DefaultStreamTimeout         = time.Hour
-	DefaultUpstreamHeaderTimeout = 30 * time.Second
-	// The --authorization rbac defaults: kube-rbac-proxy's TTLs (the
-	// kubelet's), a bounded cache, the review timeout of TokenReview.
-	DefaultAuthorizationAllowTTL        = 5 * time.Minute
-	DefaultAuthorizationDenyTTL         = 30 * time.Second
-	DefaultAuthorizationCacheMaxEntries = 10000
-	DefaultAuthorizationTimeout         = 5 * time.Second
-	DefaultAuthorizationQPS             = 100
-	DefaultAuthorizationBurst           = 200
-)
-
-// The --authorization values.
-const (
-	AuthorizationAllow = "allow"
-	AuthorizationRBAC  = "rbac"
-)
-
 // NewOptions returns the proxy's defaults: the one place they are written.
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
@@ -169,6 +144,52 @@ func NewOptions() Options {
 		IdentityAssertionTTL: DefaultAssertionTTL, SystemHeader: DefaultSystemHeader}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
+}
+
+// AddFlags registers the proxy's flags, with o's values as their defaults.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	o.Serve.AddFlags(f)
+	serve.AddCallerFlags(f, &o.Callers)
+	f.StringVar(&o.Upstream, "upstream", o.Upstream, "where allowed requests go: http://HOST:PORT[/PATH], https://HOST:PORT[/PATH] or unix:///PATH")
+	f.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA bundle (PEM) an https:// upstream's certificate is checked against (default: the system roots)")
+	f.BoolVar(&o.UpstreamHTTP2, "upstream-http2", o.UpstreamHTTP2, "speak HTTP/2 to the upstream (prior knowledge over plain TCP or a Unix socket, ALPN over TLS); a gRPC upstream needs it")
+	f.DurationVar(&o.UpstreamHeaderTimeout, "upstream-header-timeout", o.UpstreamHeaderTimeout, "how long the upstream may take to send its response headers (the body then streams)")
+	f.StringVar(&o.CallerAudience, "caller-audience", o.CallerAudience, "the audience callers' tokens must be minted for (required)")
+	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", o.CallerAuthMode, "enforce, or audit: refusals are logged and counted but let through")
+	f.StringArrayVar(&o.AllowServiceAccounts, "allow-service-account", o.AllowServiceAccounts, "NAMESPACE:NAME or NAMESPACE:*: a service account let through (repeatable)")
+	f.StringArrayVar(&o.AllowGroups, "allow-group", o.AllowGroups, "a group whose members are let through (repeatable)")
+	f.StringArrayVar(&o.AllowUsers, "allow-user", o.AllowUsers, "a username let through (repeatable)")
+	f.StringSliceVar(&o.AllowPaths, "allow-paths", o.AllowPaths, "the only paths served (path.Match patterns, comma-separated); any other is 404")
+	f.StringSliceVar(&o.IgnorePaths, "ignore-paths", o.IgnorePaths, "paths passed to the upstream without authentication (path.Match patterns, comma-separated)")
+	f.StringVar(&o.UserHeader, "user-header", o.UserHeader, "the header carrying the caller's username to the upstream")
+	f.StringVar(&o.GroupHeader, "group-header", o.GroupHeader, "the header carrying each of the caller's groups (one per group)")
+	f.StringVar(&o.ExtraHeaderPrefix, "extra-header-prefix", o.ExtraHeaderPrefix, "the prefix of the headers carrying the caller's extra values (the key percent-encoded)")
+	f.StringVar(&o.Authorization, "authorization", o.Authorization, "how identified callers are authorized: allow (the --allow-* flags) or rbac (Kubernetes RBAC through SubjectAccessReview, after the --allow-* flags when given)")
+	f.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rbac: kube-rbac-proxy's configuration file (authorization.resourceAttributes, rewrites, static), read as it is (default: the path as a non-resource URL)")
+	f.StringVar(&o.AuthorizationKubeconfig, "authorization-kubeconfig", o.AuthorizationKubeconfig, "rbac: kubeconfig of the API server asked (default: --kubeconfig, else in-cluster)")
+	f.DurationVar(&o.AuthorizationAllowTTL, "authorization-allow-ttl", o.AuthorizationAllowTTL, "rbac: how long an allowed answer is reused (a removed grant is refused at most this much later)")
+	f.DurationVar(&o.AuthorizationDenyTTL, "authorization-deny-ttl", o.AuthorizationDenyTTL, "rbac: how long a denied answer is reused (an added grant is honoured at most this much later)")
+	f.IntVar(&o.AuthorizationCacheMaxEntries, "authorization-cache-max-entries", o.AuthorizationCacheMaxEntries, "rbac: answers kept; beyond, the least recently used is dropped")
+	f.DurationVar(&o.AuthorizationTimeout, "authorization-timeout", o.AuthorizationTimeout, "rbac: how long one SubjectAccessReview may take (past it, rbac_unavailable)")
+	f.Float64Var(&o.AuthorizationQPS, "authorization-qps", o.AuthorizationQPS, "rbac: SubjectAccessReviews sent per second at most; one that would wait past --authorization-timeout fails as rbac_unavailable")
+	f.IntVar(&o.AuthorizationBurst, "authorization-burst", o.AuthorizationBurst, "rbac: SubjectAccessReviews that may be sent at once above --authorization-qps")
+	f.StringVar(&o.RoleFile, "role-file", o.RoleFile, "YAML or JSON: the role each request needs (METHOD /PATH-PATTERN) and the callers given each role (by service account, group, username or extra value); a request no entry names is refused role_missing")
+	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: a request naming SYSTEM in --system-header is let through only from PRINCIPAL (repeatable); one naming no bound system is refused")
+	f.StringVar(&o.SystemHeader, "system-header", o.SystemHeader, "the request header naming the system a caller speaks for (with --caller-binding)")
+	f.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle (PEM): a caller without a token may present a client certificate it signed (common name: the user, organizations: the groups)")
+	f.StringVar(&o.IdentityAssertionAudience, "identity-assertion-audience", o.IdentityAssertionAudience, "send the upstream a signed identity assertion (a JWT in X-Callerauth-Identity) for this audience, the upstream's name; its keys at /.well-known/jwks.json on --metrics-listen (default: none sent)")
+	f.StringVar(&o.IdentityAssertionKeyFile, "identity-assertion-key-file", o.IdentityAssertionKeyFile, "PEM private key(s) signing the assertion (ES256 or EdDSA; the last signs, all are published; callerauth decision keygen makes one) (default: a key made at start-up)")
+	f.DurationVar(&o.IdentityAssertionTTL, "identity-assertion-ttl", o.IdentityAssertionTTL, "how long an assertion is valid (at most 10m)")
+	f.BoolVar(&o.AllowWebSocket, "allow-websocket", o.AllowWebSocket, "forward WebSocket upgrades: the handshake is authenticated and authorized as any request (never on an --ignore-paths path), the frames after it are not (default: refused 400); other upgrades are always refused, an h2c offer declined")
+	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
+	addKubeRBACProxyFlags(f, &o.kubeRBACProxy)
+}
+
+// Validate refuses options that cannot be honoured, naming the flags:
+// what [Options.Complete] refuses.
+func (o Options) Validate() error {
+	_, err := o.Complete()
+	return err
 }
 
 // Config is the proxy's completed configuration, as [New] reads it.
@@ -208,20 +229,6 @@ type Config struct {
 	Bindings     map[string]string
 	SystemHeader string
 	Warnings     []string
-}
-
-// AssertionConfig is the signed identity assertion's.
-type AssertionConfig struct {
-	Audience, KeyFile string
-	TTL               time.Duration
-}
-
-// RBACConfig is --authorization rbac's completed configuration.
-type RBACConfig struct {
-	policy     attributesPolicy
-	ConfigFile string
-	Kubeconfig string
-	access     accessConfig
 }
 
 // Complete validates the options — refusing every one that cannot be
@@ -345,6 +352,47 @@ func (o Options) Complete() (Config, error) {
 	return c, nil
 }
 
+// Defaults.
+const (
+	DefaultUserHeader        = "X-Remote-User"
+	DefaultSystemHeader      = "X-Callerauth-System"
+	DefaultGroupHeader       = "X-Remote-Group"
+	DefaultExtraHeaderPrefix = "X-Remote-Extra-"
+	// DefaultStreamTimeout is the proxy's --http-read-timeout and
+	// --http-write-timeout: a proxied stream (a gRPC watch, a download)
+	// lasts at most this long.
+	DefaultStreamTimeout         = time.Hour
+	DefaultUpstreamHeaderTimeout = 30 * time.Second
+	// The --authorization rbac defaults: kube-rbac-proxy's TTLs (the
+	// kubelet's), a bounded cache, the review timeout of TokenReview.
+	DefaultAuthorizationAllowTTL        = 5 * time.Minute
+	DefaultAuthorizationDenyTTL         = 30 * time.Second
+	DefaultAuthorizationCacheMaxEntries = 10000
+	DefaultAuthorizationTimeout         = 5 * time.Second
+	DefaultAuthorizationQPS             = 100
+	DefaultAuthorizationBurst           = 200
+)
+
+// The --authorization values.
+const (
+	AuthorizationAllow = "allow"
+	AuthorizationRBAC  = "rbac"
+)
+
+// AssertionConfig is the signed identity assertion's.
+type AssertionConfig struct {
+	Audience, KeyFile string
+	TTL               time.Duration
+}
+
+// RBACConfig is --authorization rbac's completed configuration.
+type RBACConfig struct {
+	policy     attributesPolicy
+	ConfigFile string
+	Kubeconfig string
+	access     accessConfig
+}
+
 // completeRBAC reads --authorization rbac's flags and --config-file.
 func (o Options) completeRBAC() (*RBACConfig, error) {
 	var errs []error
@@ -376,13 +424,6 @@ func (o Options) completeRBAC() (*RBACConfig, error) {
 		r.policy = p
 	}
 	return r, errors.Join(errs...)
-}
-
-// Validate refuses options that cannot be honoured, naming the flags:
-// what [Options.Complete] refuses.
-func (o Options) Validate() error {
-	_, err := o.Complete()
-	return err
 }
 
 // readCAs reads a CA bundle flag's file.
