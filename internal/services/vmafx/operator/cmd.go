@@ -153,16 +153,15 @@ func probeAlias(f *pflag.FlagSet, o *Options) error {
 	if !f.Changed("health-probe-bind-address") {
 		return nil
 	}
-	probe := o.HealthProbeBindAddress
-	if probe == "0" {
-		probe = "" // controller-runtime's "off"
+	if o.HealthProbeBindAddress == "0" {
+		o.HealthProbeBindAddress = "" // controller-runtime's "off"
 	}
 	if !f.Changed("metrics-listen") && !f.Changed("metrics-bind-address") {
-		o.Serve.MetricsListen = probe
+		o.Serve.MetricsListen = o.HealthProbeBindAddress
 		return nil
 	}
-	if probe != o.Serve.MetricsListen {
-		return fmt.Errorf("operator: --health-probe-bind-address %s: /healthz and /readyz are served on --metrics-listen %s; give one address", probe, o.Serve.MetricsListen)
+	if o.HealthProbeBindAddress != o.Serve.MetricsListen {
+		return fmt.Errorf("operator: --health-probe-bind-address %s: /healthz and /readyz are served on --metrics-listen %s; give one address", o.HealthProbeBindAddress, o.Serve.MetricsListen)
 	}
 	return nil
 }
