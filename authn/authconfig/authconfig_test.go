@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -385,4 +387,58 @@ func newAuth(t *testing.T, cfg oidc.Config) *oidc.Authenticator {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestReadyOnceEveryIssuerWasAsked: the reloading authenticator is not
+// Ready before it runs; it is once every issuer of its file has been asked
+// for its keys — what a service's listeners wait for (internal/serve's
+// gates) — even with one issuer down, whose tenant must not hold the
+// others' start: that one costs one Base.Timeout. The issuer that
+// answered verifies its tokens.
+func TestReadyOnceEveryIssuerWasAsked(t *testing.T) {
+	issA, srvA := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
+	issB, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-b.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrB := l.Addr().String()
+	_ = l.Close() // B is down
+	b := tenantConfig(t, issB, "https://"+addrB)
+	p := filepath.Join(t.TempDir(), "authn.yaml")
+	if err := os.WriteFile(p, []byte(tenantConfig(t, issA, srvA.URL)+b[strings.Index(b, "jwt:\n")+len("jwt:\n"):]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: p, Base: oidc.Config{Timeout: time.Second},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ready() {
+		t.Fatal("Ready before it ran")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !r.Ready(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not Ready with every issuer asked")
+		}
+	}
+	tok, err := issA.MintIdentity(devissuer.IdentityRequest{Subject: "alice", Audiences: []string{"vmafx-controller"}, Claims: map[string]any{"hd": "tenant-a.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Authenticate(context.Background(), tok.Token); err != nil {
+		t.Fatalf("tenant A's token with B down: %v", err)
+	}
 }

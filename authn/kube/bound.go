@@ -192,6 +192,10 @@ func (v view) answers() bool { return v.synced && v.brokenSince.IsZero() }
 // current within MaxWatchBreak, and no watch failed since.
 func (b *Bound) Healthy() bool { return b.view(b.now()).answers() }
 
+// Ready is Healthy: the view has listed and proven itself current, so
+// tokens are answered from it rather than reviewed.
+func (b *Bound) Ready() bool { return b.Healthy() }
+
 // Stats returns the counts so far and the view's state.
 func (b *Bound) Stats() BoundStats {
 	now := b.now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,14 +91,23 @@ func New(cfg Config) (*Authenticator, error) {
 	return a, nil
 }
 
-// Prefetch fetches every issuer's keys now, returning the first failure.
+// Prefetch fetches every issuer's keys now, all at once, and returns
+// every failure.
 func (a *Authenticator) Prefetch(ctx context.Context) error {
+	errs := make([]error, 0, len(a.issuers))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, iss := range a.issuers {
-		if err := iss.keys.refresh(ctx); err != nil {
-			return fmt.Errorf("oidc: issuer %q: %w", iss.cfg.Issuer, err)
-		}
+		wg.Go(func() {
+			if err := iss.keys.refresh(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("oidc: issuer %q: %w", iss.cfg.Issuer, err))
+				mu.Unlock()
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // claims is the payload callerauth reads: the registered claims, and the

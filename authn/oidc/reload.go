@@ -66,6 +66,10 @@ type Reloading struct {
 
 	reloadsOK, reloadsFailed atomic.Uint64
 	started                  atomic.Bool // the first load done: later ones wait for every issuer
+	// keysTried: every issuer of the configuration in force has been
+	// asked for its keys once (Start asks the first's; a reload goes in
+	// force only once its issuers have answered).
+	keysTried atomic.Bool
 }
 
 type loaded struct {
@@ -211,8 +215,46 @@ func (r *Reloading) Stats() Stats {
 	return s.add(r.v.Get().auth.Stats())
 }
 
-// Start looks at the file every Interval until ctx ends; a serve.Runnable.
-func (r *Reloading) Start(ctx context.Context) error { return r.v.Start(ctx) }
+// Start asks every issuer of the configuration in force for its keys, at
+// once (Ready once each has answered or failed, each within Base.Timeout;
+// a failed one asked again with backoff), and looks at the file every
+// Interval, until ctx ends; a serve.Runnable.
+func (r *Reloading) Start(ctx context.Context) error {
+	go r.prefetch(ctx)
+	return r.v.Start(ctx)
+}
+
+// Ready reports whether every issuer of the configuration in force has
+// been asked for its keys: those that answered verify their first token
+// without a fetch of its own; one that did not (its identity provider
+// down) costs the others no more than one Base.Timeout at start-up.
+func (r *Reloading) Ready() bool { return r.keysTried.Load() }
+
+// prefetch asks the first configuration's issuers for their keys until
+// every one has answered or ctx ends, from a quarter of a second between
+// tries doubling to five seconds.
+func (r *Reloading) prefetch(ctx context.Context) {
+	wait := 250 * time.Millisecond
+	for {
+		l := r.v.Get()
+		fctx, cancel := context.WithTimeout(ctx, l.auth.cfg.Timeout)
+		err := l.auth.Prefetch(fctx)
+		cancel()
+		r.keysTried.Store(true)
+		if err == nil {
+			return
+		}
+		r.cfg.Logger.Warn("oidc: the authentication configuration's issuers are not all ready yet", "err", err, "retry_in", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
 
 // Reload looks at the file now: a changed one (or one refused before, an
 // issuer perhaps ready now) is loaded.

@@ -114,10 +114,14 @@ func (spec Spec) Reasons() []reason.Reason {
 
 // Runnable is what must run beside the service for as long as it does
 // (the shape of controller-runtime's manager.Runnable); String names it
-// in logs.
+// in logs. Ready reports whether the layer it runs has what answering
+// needs — the bound-object view its first proof, the AuthenticationConfiguration's
+// issuers their keys — so that a service opens its listeners after it
+// (internal/serve's manager waits for it, bounded).
 type Runnable interface {
 	Start(ctx context.Context) error
 	String() string
+	Ready() bool
 }
 
 // Stack is a service's built caller authentication.
@@ -197,8 +201,15 @@ type built struct {
 	runnables  []Runnable
 }
 
-func (b *built) run(name string, r interface{ Start(context.Context) error }) {
+func (b *built) run(name string, r layerRunnable) {
 	b.runnables = append(b.runnables, named{name, r})
+}
+
+// layerRunnable is a layer that runs beside the service: the
+// AuthenticationConfiguration's reload, the bound-object view.
+type layerRunnable interface {
+	Start(context.Context) error
+	Ready() bool
 }
 
 func (b *built) backend(o Options, spec Spec) error {
@@ -257,8 +268,9 @@ func (b *built) backend(o Options, spec Spec) error {
 
 type named struct {
 	name string
-	r    interface{ Start(context.Context) error }
+	r    layerRunnable
 }
 
 func (n named) Start(ctx context.Context) error { return n.r.Start(ctx) }
 func (n named) String() string                  { return n.name }
+func (n named) Ready() bool                     { return n.r.Ready() }

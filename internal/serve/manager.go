@@ -3,10 +3,15 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -34,8 +39,28 @@ type Manager struct {
 	certs     *certReloader
 	callers   []any // the caller-authentication settings, once Guard ran
 	runnables []Runnable
-	settings  []any
+	// servers are the API listeners' servers: started once every gate is
+	// ready (or StartGateTimeout has passed).
+	servers  []Runnable
+	gates    []gate
+	serving  atomic.Bool // the API servers started
+	settings []any
 }
+
+// A gate is something a service's handlers need before its listeners
+// serve: the caller stack's bound-object view proven, its issuers' keys
+// fetched.
+type gate struct {
+	name  string
+	ready func() bool
+}
+
+// StartGateTimeout bounds how long the listeners wait for the gates: a
+// gate still closed then is logged and the listeners serve all the same
+// (the caller stack answers without it — a token the view cannot vouch
+// for is reviewed; an issuer whose keys are missing is fetched from on
+// the first token), rather than a service that never serves.
+const StartGateTimeout = 30 * time.Second
 
 // New builds a service's manager. opts must have been validated (the
 // service's Options.Complete does, once). log nil: JSON at --log-level on
@@ -85,6 +110,7 @@ func (m *Manager) Guard(cfg stack.Config, spec stack.Spec) (*guard.Guard, error)
 	}
 	for _, r := range st.Runnables {
 		m.Add(r)
+		m.Gate(r.String(), r.Ready)
 	}
 	m.callers = cfg.Settings()
 	return st.Guard, nil
@@ -93,15 +119,42 @@ func (m *Manager) Guard(cfg stack.Config, spec stack.Spec) (*guard.Guard, error)
 // Add adds a runnable: it starts with [Manager.Run] and stops with it.
 func (m *Manager) Add(r Runnable) { m.runnables = append(m.runnables, r) }
 
-// ServeGRPC adds a gRPC server on lis, drained for --shutdown-timeout.
+// Gate makes the API servers wait, when the manager runs, until ready
+// reports true (at most StartGateTimeout): something their handlers need.
+// Manager.Guard adds the caller stack's.
+func (m *Manager) Gate(name string, ready func() bool) { m.gates = append(m.gates, gate{name, ready}) }
+
+// ServeGRPC adds a gRPC server on lis, drained for --shutdown-timeout,
+// serving once the gates are ready.
 func (m *Manager) ServeGRPC(name string, lis net.Listener, srv *grpc.Server) {
-	m.Add(&grpcServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
+	m.addServer(&grpcServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
 // ServeHTTP adds an HTTP server of h on lis, bounded by the --http-*
-// limits and drained for --shutdown-timeout.
+// limits and drained for --shutdown-timeout, serving once the gates are
+// ready.
 func (m *Manager) ServeHTTP(name string, lis net.Listener, h http.Handler) {
-	m.Add(&httpServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
+	m.addServer(&httpServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
+}
+
+// addServer adds an API server; the first makes /readyz wait for the
+// servers to serve.
+func (m *Manager) addServer(r Runnable) {
+	if len(m.servers) == 0 {
+		m.health.AddReadyCheck("serving", m.servingCheck)
+	}
+	m.servers = append(m.servers, r)
+}
+
+// servingCheck is /readyz's "serving": false until the API servers serve.
+func (m *Manager) servingCheck(context.Context) error {
+	if m.serving.Load() {
+		return nil
+	}
+	if closed := closedGates(m.gates); len(closed) > 0 {
+		return fmt.Errorf("waiting for %s before serving", strings.Join(closed, ", "))
+	}
+	return errors.New("starting the API servers")
 }
 
 // Set records settings (key, value pairs) for the start-up line.
@@ -109,7 +162,10 @@ func (m *Manager) Set(kv ...any) { m.settings = append(m.settings, kv...) }
 
 // Run opens the metrics listener (--metrics-listen), logs one start-up
 // line with the effective settings, and runs every runnable until ctx ends
-// or one fails (runAll); a failure is logged and returned.
+// or one fails (runAll); a failure is logged and returned. The start order:
+// the metrics listener (/healthz, and /readyz false until the API serves)
+// and every other runnable first; the API servers once every gate is
+// ready, or StartGateTimeout has passed.
 func (m *Manager) Run(ctx context.Context) error {
 	metrics, err := m.opts.metricsServer(m.health)
 	if err != nil {
@@ -123,9 +179,70 @@ func (m *Manager) Run(ctx context.Context) error {
 	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
 	line = append(line, m.callers...)
 	m.log.Info(m.name+": serving", append(line, m.settings...)...)
-	if err := runAll(ctx, m.runnables...); err != nil {
+	runnables := m.runnables
+	if len(m.servers) > 0 {
+		g := &gatedServers{gates: m.gates, servers: m.servers, log: m.log, name: m.name, timeout: StartGateTimeout, serving: &m.serving}
+		runnables = append(runnables[:len(runnables):len(runnables)], g)
+	}
+	if err := runAll(ctx, runnables...); err != nil {
 		m.log.Error(m.name+": serving failed", "err", err)
 		return err
 	}
 	return nil
 }
+
+// gatedServers starts the API servers once every gate is ready (or after
+// timeout), then runs them.
+type gatedServers struct {
+	gates   []gate
+	servers []Runnable
+	log     *slog.Logger
+	name    string
+	timeout time.Duration
+	serving *atomic.Bool
+}
+
+func (g *gatedServers) String() string { return "the API servers" }
+
+// Start implements [Runnable].
+func (g *gatedServers) Start(ctx context.Context) error {
+	start := time.Now()
+	deadline := time.NewTimer(g.timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(gatePoll)
+	defer tick.Stop()
+wait:
+	for {
+		waiting := closedGates(g.gates)
+		if len(waiting) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline.C:
+			g.log.Warn(g.name+": serving before every gate is ready", "waited", g.timeout.String(), "not_ready", waiting)
+			break wait
+		case <-tick.C:
+		}
+	}
+	if len(g.gates) > 0 {
+		g.log.Info(g.name+": gates passed, serving the API", "after", time.Since(start).Round(time.Millisecond).String())
+	}
+	g.serving.Store(true)
+	return runAll(ctx, g.servers...)
+}
+
+// closedGates names the gates not ready yet.
+func closedGates(gates []gate) []string {
+	var names []string
+	for _, g := range gates {
+		if !g.ready() {
+			names = append(names, g.name)
+		}
+	}
+	return names
+}
+
+// gatePoll is how often the gates are looked at.
+const gatePoll = 50 * time.Millisecond

@@ -6,10 +6,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,5 +219,75 @@ func TestBuildInfo(t *testing.T) {
 	}
 	if i := version.Get(); labels["version"] != i.Version || labels["goversion"] != i.Go {
 		t.Fatalf("labels %v; want the build's %+v", labels, i)
+	}
+}
+
+// TestTheAPIServesAfterItsGates: the API's listener serves nothing while a
+// gate is closed — a request sent then waits, unhandled, and /readyz says
+// what is awaited — and serves once it opens; /readyz is then ready.
+func TestTheAPIServesAfterItsGates(t *testing.T) {
+	o := NewOptions("", "127.0.0.1:0")
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New("svc", o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Bool
+	m.Gate("the bound-object view", open.Load)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int32
+	m.ServeHTTP("api", lis, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handled.Add(1); _, _ = io.WriteString(w, "ok") }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	readyz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		m.Health().Readyz(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + lis.Addr().String() + "/")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		answered <- err
+	}()
+	// The request is on its way (or waiting in the listener's queue); the
+	// gate is closed, so nothing serves it.
+	for range 20 {
+		if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the bound-object view") {
+			t.Fatalf("/readyz with the gate closed: %d %q", code, body)
+		}
+		if n := handled.Load(); n != 0 {
+			t.Fatalf("%d requests handled with the gate closed", n)
+		}
+		runtime.Gosched()
+	}
+	open.Store(true)
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request was not answered after the gate opened")
+	}
+	if handled.Load() != 1 {
+		t.Fatalf("handled %d", handled.Load())
+	}
+	if code, body := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz once serving: %d %q", code, body)
 	}
 }
