@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ import (
 // proofs of currency and what the view vouches for).
 type Bound struct {
 	offline, review authn.Authenticator
+	audiences       []string
 	nodeName        string
 	maxBreak        time.Duration
 	now             func() time.Time
@@ -57,6 +59,9 @@ type BoundConfig struct {
 	// Offline verifies signature, issuer, audience and expiry (kube.Offline).
 	// Review is the fallback (the TokenReview authenticator). Both required.
 	Offline, Review authn.Authenticator
+	// Audiences are those Review requires (the TokenReview's): the
+	// verdict cache keys its verdicts by them.
+	Audiences []string
 	// NodeName, when set, narrows the pod watch to the pods of that node
 	// (field selector spec.nodeName), as a node agent needs; tokens bound
 	// to pods of other nodes are reviewed.
@@ -143,7 +148,7 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	if cfg.MaxTombstones <= 0 {
 		cfg.MaxTombstones = 1 << 16
 	}
-	b := &Bound{offline: cfg.Offline, review: cfg.Review, nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now, made: cfg.Now()}
+	b := &Bound{offline: cfg.Offline, review: cfg.Review, audiences: slices.Clone(cfg.Audiences), nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now, made: cfg.Now()}
 	var podSelector string
 	if cfg.NodeName != "" {
 		podSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
@@ -210,13 +215,9 @@ func (b *Bound) Stats() BoundStats {
 	}
 }
 
-// RequiredAudiences are the reviewer's, for the verdict cache's key.
-func (b *Bound) RequiredAudiences() []string {
-	if a, ok := b.review.(authn.Audienced); ok {
-		return a.RequiredAudiences()
-	}
-	return nil
-}
+// RequiredAudiences are BoundConfig.Audiences, for the verdict cache's
+// key.
+func (b *Bound) RequiredAudiences() []string { return slices.Clone(b.audiences) }
 
 // Authenticate verifies the token offline, then checks its bound objects
 // in the view — or reviews it when the view cannot answer.

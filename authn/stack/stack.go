@@ -247,7 +247,7 @@ func (b *built) backend(o Options, spec Spec) error {
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}
-		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: review, NodeName: spec.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
+		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: review, Audiences: review.RequiredAudiences(), NodeName: spec.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}
