@@ -12,6 +12,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,12 +52,30 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	var stopOnce sync.Once
+	stop := func() (err error) {
+		stopOnce.Do(func() { err = node.Stop() })
+		return err
+	}
 	defer func() {
 		// Everything it started goes with it, or the run fails.
-		if err := node.Stop(); err != nil {
+		if err := stop(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
+	}()
+	// A run cancelled (a CI job stopped: SIGTERM; Ctrl-C) stops the
+	// cluster before it exits: no kubelet, pod or mount is left behind.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "test/cluster: %s: stopping the cluster\n", s)
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
 	}()
 	for _, im := range imgs {
 		if err := node.Import(ctx, im.Tarballs[0]); err != nil {
