@@ -66,9 +66,13 @@ func TestAuthZENCallerRefusedBeforeItsBodyIsRead(t *testing.T) {
 	if code != 403 {
 		t.Fatalf("an unbound caller: %d; want 403", code)
 	}
-	// The client's own copy of the body and net/http's discarding of
-	// what was not read are all that is left.
-	if n > uint64(len(body))*2 {
+	// The client's own copy of the body and the drain of what was not
+	// read are all that is left; how much the drain reads depends on how
+	// much of the body had arrived when the refusal was sent (measured
+	// 1.3–2.05 bytes a request byte, in-process, client included).
+	// Decoding it would cost hundreds (TestAuthZENCostIsLinearInItsBytes:
+	// ~23 KB for a ~40-byte item).
+	if n > uint64(len(body))*3 {
 		t.Fatalf("refusing an unbound caller allocated %d bytes for a %d-byte body: its body was decoded", n, len(body))
 	}
 }
