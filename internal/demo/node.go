@@ -20,8 +20,8 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/kit/eventsvc"
@@ -67,7 +67,7 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 	if err != nil {
 		return nil, err
 	}
-	st, err := stack.Build(stack.Custom(auth, "TokenReview"), stack.Spec{
+	st, err := callers.Build(callers.Custom(auth, "TokenReview"), callers.Spec{
 		Mode: mode, FailOpenOnUnavailable: failOpen,
 		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}, Metrics: nm}),
 		Registry: reg, MetricsPrefix: "platform_connector",

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 )
@@ -27,7 +27,7 @@ import (
 // and calls [Manager.Run]:
 //
 //	m, err := serve.New("pdp", cfg.Serve, cfg.Logger)
-//	g, err := m.Guard(cfg.Callers, stack.Spec{Audience: ..., Rule: ...})
+//	g, err := m.Guard(cfg.Callers, callers.Spec{Audience: ..., Rule: ...})
 //	m.ServeHTTP("api", lis, handler)
 //	m.Set("policy_version", v)
 //	return m.Run(ctx) // + the metrics listener, one start-up line, until ctx ends
@@ -99,12 +99,12 @@ func (m *Manager) TLSConfig() *tls.Config {
 	return m.certs.TLSConfig()
 }
 
-// Guard builds the service's caller authentication (stack.Build) with
+// Guard builds the service's caller authentication (callers.Build) with
 // the manager's registry and logger, adds what must run beside it, and
 // puts its settings on the start-up line. Call it at most once.
-func (m *Manager) Guard(cfg stack.Config, spec stack.Spec) (*guard.Guard, error) {
+func (m *Manager) Guard(cfg callers.Config, spec callers.Spec) (*guard.Guard, error) {
 	spec.Registry, spec.Logger = m.health.Registry, m.log
-	st, err := stack.Build(cfg, spec)
+	st, err := callers.Build(cfg, spec)
 	if err != nil {
 		return nil, err
 	}

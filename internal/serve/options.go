@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 )
 
@@ -201,8 +201,8 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, stderr io.W
 }
 
 // AddCallerFlags registers the caller-authentication flags of o
-// (stack.Options.AddFlags) and the removed --caller-oidc-issuers.
-func AddCallerFlags(f *pflag.FlagSet, o *stack.Options) {
+// (callers.Options.AddFlags) and the removed --caller-oidc-issuers.
+func AddCallerFlags(f *pflag.FlagSet, o *callers.Options) {
 	o.AddFlags(f)
 	RemovedFlag(f, "caller-oidc-issuers", "the JSON issuers file")
 }

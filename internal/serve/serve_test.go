@@ -21,7 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/foundation/version"
 	"github.com/callerauth/callerauth/internal/kit/capture"
@@ -195,7 +195,7 @@ func TestCommandVersion(t *testing.T) {
 // TestRemovedFormats: the JSON issuers file is gone; its flag stops the
 // process saying what to do instead.
 func TestRemovedFormats(t *testing.T) {
-	o := stack.NewOptions()
+	o := callers.NewOptions()
 	f := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	f.SetOutput(io.Discard)
 	AddCallerFlags(f, &o)

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/services/pdp"
@@ -170,7 +170,7 @@ func TestPDPChartFeedsThePDP(t *testing.T) {
 		t.Fatalf("the pdp refuses what the chart renders: %v", err)
 	}
 	// No API server here: the caller backend is the one thing replaced.
-	c.Callers = stack.Custom(authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
+	c.Callers = callers.Custom(authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) {
 		return &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Expiry: time.Now().Add(time.Hour)}, nil
 	}), "TokenReview")
 	if _, err := pdp.New(c); err != nil {

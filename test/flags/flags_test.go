@@ -5,7 +5,7 @@
 // composite literal's value, an assignment) is followed to that field, and
 // a check (a comparison in Validate or Complete, an error message) is not a
 // read. The caller-authentication flags that only one backend reads are
-// refused at start-up when given with another (authn/stack's
+// refused at start-up when given with another (callers's
 // TestFlagsNeverRead); this test proves the others are read at all.
 package flags_test
 
@@ -29,7 +29,7 @@ const module = "github.com/callerauth/callerauth"
 // service, the serving skeleton and the caller-authentication stack.
 var packages = []string{
 	"internal/services/pdp", "internal/services/connector", "internal/services/vmafx/controller",
-	"internal/services/vmafx/node", "internal/services/vmafx/operator", "internal/services/proxy", "internal/serve", "authn/stack",
+	"internal/services/vmafx/node", "internal/services/vmafx/operator", "internal/services/proxy", "internal/serve", "callers",
 }
 
 // values are the pflag.Value types a flag may be registered with by
@@ -291,7 +291,7 @@ func exprString(e ast.Expr) string {
 	return ""
 }
 
-// specOnlyOn are the stack.Spec fields one backend alone reads, and why
+// specOnlyOn are the callers.Spec fields one backend alone reads, and why
 // the other has nothing to read them with. Any other field backend()
 // reads must be read on every branch: a service's setting (its
 // --caller-audience, above all) holds whatever --caller-backend says.
@@ -300,7 +300,7 @@ var specOnlyOn = map[string]string{
 	"CheckIssuers": "oidc: the service's requirement of an AuthenticationConfiguration's issuers; TokenReview reads no file of issuers",
 }
 
-// TestSpecHoldsOnEveryBackend: every field of authn/stack's Spec that
+// TestSpecHoldsOnEveryBackend: every field of callers's Spec that
 // picks or shapes the backend is read in each backend's branch of
 // built.backend (the AuthenticationConfiguration's and TokenReview's), or
 // is listed in specOnlyOn with the reason. The fields Build reads outside
@@ -308,8 +308,8 @@ var specOnlyOn = map[string]string{
 // construction. This is the class the audience once escaped: read by
 // TokenReview alone, never under oidc.
 func TestSpecHoldsOnEveryBackend(t *testing.T) {
-	pkgs := typecheck.Load(t, "../../authn/stack")
-	c := typecheck.Check(t, pkgs, module+"/authn/stack")
+	pkgs := typecheck.Load(t, "../../callers")
+	c := typecheck.Check(t, pkgs, module+"/callers")
 	var backend *ast.FuncDecl
 	for _, f := range c.Files {
 		for _, d := range f.Decls {
@@ -319,7 +319,7 @@ func TestSpecHoldsOnEveryBackend(t *testing.T) {
 		}
 	}
 	if backend == nil {
-		t.Fatal("authn/stack has no built.backend: the test must follow the code")
+		t.Fatal("callers has no built.backend: the test must follow the code")
 	}
 	// The oidc branch: the if whose condition names BackendOIDC; the
 	// TokenReview branch: everything after it.

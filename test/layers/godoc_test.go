@@ -23,7 +23,7 @@ var mainTypes = map[string]string{
 	"authn/kube":       "Authenticator",
 	"authn/oidc":       "Authenticator",
 	"authn/authconfig": "",
-	"authn/stack":      "Options",
+	"callers":          "Options",
 	"binding":          "Rule",
 	"guard":            "Guard",
 	"decision":         "Signer",

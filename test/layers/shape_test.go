@@ -106,7 +106,7 @@ func callsOf(body *ast.BlockStmt, recv string) map[string]bool {
 // caller stack's, the skeleton's) keep the same direction: a Complete
 // never calls its own Validate.
 func TestValidateIsCompleteDiscarded(t *testing.T) {
-	for _, dir := range []string{"authn/stack", "internal/serve"} {
+	for _, dir := range []string{"callers", "internal/serve"} {
 		{
 			for _, f := range parseDir(t, filepath.Join("../..", dir)) {
 				for _, d := range f.Decls {

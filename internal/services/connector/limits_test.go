@@ -19,7 +19,7 @@ import (
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/servicetest"
@@ -160,7 +160,7 @@ func newServer(t testing.TB, o connector.Options, auth authn.Authenticator) *con
 	t.Helper()
 	return servicetest.New(t, o, func(c *connector.Config) {
 		if auth != nil {
-			c.Callers = stack.Custom(auth, "TokenReview")
+			c.Callers = callers.Custom(auth, "TokenReview")
 		}
 	}, connector.New)
 }

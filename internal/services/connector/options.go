@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -30,7 +30,7 @@ type Options struct {
 	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl,
 	// --caller-review-timeout and the rest. The audience, mode and
 	// fail-open come from config.json.
-	Callers   stack.Options
+	Callers   callers.Options
 	Datastore string // an SQLite file or a postgres:// URL (datastore.Parse)
 	// DatastoreURLFile, when set, holds the datastore URL instead
 	// (--datastore-url-file; datastore.Resolve).
@@ -64,7 +64,7 @@ type Options struct {
 // written. nodeName is the socket role's node ($NODE_NAME).
 func NewOptions(nodeName string) Options {
 	return Options{Role: RoleSocket, ConfigFile: "/etc/platform-connector/config.json", NodeName: nodeName,
-		Serve: serve.NewOptions("", "127.0.0.1:2112"), Callers: stack.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
+		Serve: serve.NewOptions("", "127.0.0.1:2112"), Callers: callers.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
 		MaxBatchEvents: DefaultMaxBatchEvents, MaxMessageBytes: DefaultMaxMessageBytes, QuotaEvents: DefaultQuotaEvents, QuotaWindow: DefaultQuotaWindow,
 		KeyRetention: DefaultKeyRetention, MaxDatastoreBytes: DefaultMaxDatastoreBytes}
 }
@@ -109,8 +109,8 @@ type Config struct {
 	Socket   string
 	Serve    serve.Options
 	// Callers is the caller authentication; Complete makes it from the
-	// flags, a program may set stack.Custom instead.
-	Callers stack.Config
+	// flags, a program may set callers.Custom instead.
+	Callers callers.Config
 	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
 	// Auth is config.json as written; Mode and FailOpen are what is in
@@ -139,7 +139,7 @@ func (o Options) Complete() (Config, error) {
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	callers, err := o.Callers.Complete()
+	callerCfg, err := o.Callers.Complete()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -200,7 +200,7 @@ func (o Options) Complete() (Config, error) {
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
-	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callers, Auth: auth, Datastore: target,
+	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callerCfg, Auth: auth, Datastore: target,
 		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,
 		MaxBatchEvents: o.MaxBatchEvents, MaxMessageBytes: o.MaxMessageBytes, QuotaEvents: o.QuotaEvents, QuotaWindow: o.QuotaWindow,
 		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes, MaxPublisherBytes: cmp.Or(o.MaxPublisherBytes, o.MaxDatastoreBytes/16)}

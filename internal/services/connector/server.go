@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/window"
@@ -153,7 +153,7 @@ func New(c Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("connector: %w", err)
 		}
-		s.guard, err = m.Guard(c.Callers, stack.Spec{
+		s.guard, err = m.Guard(c.Callers, callers.Spec{
 			Audience: c.Auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
 			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: c.Auth.CrossNodeServiceAccounts, Metrics: nm}),
 			MetricsPrefix: metricsPrefix, WatchNode: local,

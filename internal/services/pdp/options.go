@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -29,7 +29,7 @@ type Options struct {
 	Serve serve.Options
 	// Callers: --caller-backend, --kubeconfig, --caller-authentication-config,
 	// --caller-cache-ttl, --caller-review-timeout and the rest.
-	Callers        stack.Options
+	Callers        callers.Options
 	InsecureHTTP   bool
 	PolicyDir      string
 	Registry       string
@@ -64,7 +64,7 @@ type Options struct {
 
 // NewOptions returns the pdp's defaults: the one place they are written.
 func NewOptions() Options {
-	return Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
+	return Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(),
 		CallerAuthMode: ModeEnforce, CallerAudience: "flex-auth", ReloadInterval: 2 * time.Second,
 		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
 }
@@ -101,8 +101,8 @@ func (o Options) Validate() error {
 type Config struct {
 	Serve serve.Options
 	// Callers is the caller authentication; Complete makes it from the
-	// flags, a program may set stack.Custom instead.
-	Callers stack.Config
+	// flags, a program may set callers.Custom instead.
+	Callers callers.Config
 	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
 	// AuthOff: --caller-auth-mode off (with --insecure-caller-auth-off).
@@ -133,7 +133,7 @@ func (o Options) Complete() (Config, error) {
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	callers, err := o.Callers.Complete()
+	callerCfg, err := o.Callers.Complete()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -203,7 +203,7 @@ func (o Options) Complete() (Config, error) {
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
-	c := Config{Serve: o.Serve, Callers: callers, AuthOff: o.CallerAuthMode == ModeOff, ModeName: o.CallerAuthMode, Audience: o.CallerAudience,
+	c := Config{Serve: o.Serve, Callers: callerCfg, AuthOff: o.CallerAuthMode == ModeOff, ModeName: o.CallerAuthMode, Audience: o.CallerAudience,
 		Bindings: bindings, Warnings: warnings, InsecureHTTP: o.InsecureHTTP, PolicyDir: o.PolicyDir, Registry: o.Registry, SigningKeyFile: o.SigningKeyFile,
 		ReloadInterval: o.ReloadInterval, AuthZENBaseURL: o.AuthZENBaseURL, AuthZENMaxBody: o.AuthZENMaxBody,
 		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates}

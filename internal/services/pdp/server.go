@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/watched"
@@ -130,7 +130,7 @@ func New(c Config) (*Server, error) {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
 		return s, nil
 	}
-	s.guard, err = m.Guard(c.Callers, stack.Spec{
+	s.guard, err = m.Guard(c.Callers, callers.Spec{
 		Audience: c.Audience, Mode: c.Mode, Rule: binding.SystemBinding(c.Bindings), MetricsPrefix: "pdp",
 	})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
@@ -74,7 +74,7 @@ func newServer(t testing.TB, o pdp.Options, auth authn.Authenticator) *pdp.Serve
 	t.Helper()
 	return servicetest.New(t, o, func(c *pdp.Config) {
 		if auth != nil {
-			c.Callers = stack.Custom(auth, "TokenReview")
+			c.Callers = callers.Custom(auth, "TokenReview")
 		}
 	}, pdp.New)
 }

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/kubeapi"
@@ -328,7 +328,7 @@ func TestAPIServerRequests(t *testing.T) {
 		{"tokenreview", c.bound, nil, false},
 		{"watch", c.bound, func(o *proxy.Options, _ string) { o.Callers.WatchBoundObjects = true }, true},
 		{"authconfig", c.oidc, func(o *proxy.Options, kubeconfig string) {
-			o.Callers.Backend, o.Callers.AuthenticationConfig, o.Callers.Kubeconfig = stack.BackendOIDC, c.authConfig, ""
+			o.Callers.Backend, o.Callers.AuthenticationConfig, o.Callers.Kubeconfig = callers.BackendOIDC, c.authConfig, ""
 			o.AuthorizationKubeconfig = kubeconfig
 		}, true},
 	} {
@@ -343,7 +343,7 @@ func TestAPIServerRequests(t *testing.T) {
 		trs, sars := c.reviews(t, user)
 		rows = append(rows, row{"callerauth-proxy, " + b.name, trs, sars, took})
 		// The goal: at most one of each per caller per TTL.
-		maxTR := loadCallers * (1 + int(took/stack.NewOptions().CacheTTL))
+		maxTR := loadCallers * (1 + int(took/callers.NewOptions().CacheTTL))
 		maxSAR := loadCallers * (1 + int(took/proxy.DefaultAuthorizationAllowTTL))
 		if b.zeroReviews {
 			maxTR = 0

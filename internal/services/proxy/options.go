@@ -18,8 +18,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -34,7 +34,7 @@ type Options struct {
 	Serve serve.Options
 	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl and the
 	// rest of the caller authentication.
-	Callers stack.Options
+	Callers callers.Options
 	// Upstream is where allowed requests go (--upstream): http://,
 	// https:// or unix:///path.
 	Upstream string
@@ -135,7 +135,7 @@ type Options struct {
 
 // NewOptions returns the proxy's defaults: the one place they are written.
 func NewOptions() Options {
-	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: stack.NewOptions(),
+	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(),
 		CallerAuthMode: string(guard.Enforce), UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
 		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
@@ -195,7 +195,7 @@ func (o Options) Validate() error {
 // Config is the proxy's completed configuration, as [New] reads it.
 type Config struct {
 	Serve   serve.Options
-	Callers stack.Config
+	Callers callers.Config
 	// Upstream is the parsed --upstream; UnixSocket its path when it is a
 	// Unix socket (Upstream is then http://unix, or https:// never).
 	Upstream              *url.URL
@@ -238,14 +238,14 @@ func (o Options) Complete() (Config, error) {
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	callers, err := o.Callers.Complete()
+	callerCfg, err := o.Callers.Complete()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("proxy: --tls-cert-file and --tls-key-file are required: callers' bearer tokens must not cross the network in clear"))
 	}
-	c := Config{Serve: o.Serve, Callers: callers, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
+	c := Config{Serve: o.Serve, Callers: callerCfg, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
 		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken, AllowWebSocket: o.AllowWebSocket, Authorization: o.Authorization,
 		UserHeader: textproto.CanonicalMIMEHeaderKey(o.UserHeader), GroupHeader: textproto.CanonicalMIMEHeaderKey(o.GroupHeader),
 		ExtraHeaderPrefix: textproto.CanonicalMIMEHeaderKey(o.ExtraHeaderPrefix)}
@@ -303,7 +303,7 @@ func (o Options) Complete() (Config, error) {
 	if o.RoleFile != "" {
 		// An AuthenticationConfiguration's claim mappings may state
 		// roles; TokenReview and the watch never do.
-		if c.Roles, err = readRoleFile(o.RoleFile, o.Callers.Backend == stack.BackendOIDC); err != nil {
+		if c.Roles, err = readRoleFile(o.RoleFile, o.Callers.Backend == callers.BackendOIDC); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -30,8 +30,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/copybuf"
 	"github.com/callerauth/callerauth/internal/serve"
@@ -99,7 +99,7 @@ func New(c Config) (*Server, error) {
 	s.upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "proxy_upgrade_requests_total",
 		Help: "Requests asking to switch protocols, by outcome: websocket (judged and forwarded under --allow-websocket) or refused (400 bad_request). An h2c offer is declined, not counted."}, []string{"outcome"})
 	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers, s.clientBodyErrors, s.upgrades)
-	spec := stack.Spec{Audience: c.Audience, Mode: c.Mode, Rule: rule(c), MetricsPrefix: "proxy"}
+	spec := callers.Spec{Audience: c.Audience, Mode: c.Mode, Rule: rule(c), MetricsPrefix: "proxy"}
 	for _, w := range c.Warnings {
 		s.log.Warn("proxy: " + w)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
@@ -423,10 +423,10 @@ func TestAudienceOnEveryBackend(t *testing.T) {
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(up.Close)
-	for _, backend := range []string{stack.BackendTokenReview, stack.BackendOIDC} {
+	for _, backend := range []string{callers.BackendTokenReview, callers.BackendOIDC} {
 		o := e.options(t, up.URL)
-		if backend == stack.BackendOIDC {
-			o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = stack.BackendOIDC, "", file(audience, "another-service")
+		if backend == callers.BackendOIDC {
+			o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = callers.BackendOIDC, "", file(audience, "another-service")
 		}
 		_, addr := runTrusting(t, o, e.roots)
 		if code, body := e.get(t, "https://"+addr+"/x", e.tokens["client"]); code != http.StatusOK {
@@ -437,7 +437,7 @@ func TestAudienceOnEveryBackend(t *testing.T) {
 		}
 	}
 	o := e.options(t, up.URL)
-	o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = stack.BackendOIDC, "", file("another-service")
+	o.Callers.Backend, o.Callers.Kubeconfig, o.Callers.AuthenticationConfig = callers.BackendOIDC, "", file("another-service")
 	c, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/services/proxy"
 )
 
@@ -164,7 +164,7 @@ func TestRuleOptionsRefused(t *testing.T) {
 	// a role no grant gives is the token's to state.
 	o := e.options(t, "http://127.0.0.1:1")
 	o.AllowServiceAccounts = nil
-	o.Callers.Backend = stack.BackendOIDC
+	o.Callers.Backend = callers.BackendOIDC
 	o.RoleFile = writeFile(t, "r.yaml", "required:\n- {request: GET /metrics, role: reader}\n")
 	if _, err := o.Complete(); err != nil && strings.Contains(err.Error(), "--role-file") {
 		t.Errorf("a role stated by the token, over oidc: %v", err)

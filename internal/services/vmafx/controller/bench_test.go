@@ -17,8 +17,8 @@ import (
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
@@ -56,7 +56,7 @@ func BenchmarkGetJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := stack.Build(stack.Custom(auth, "OIDC"), stack.Spec{Mode: guard.Enforce,
+	st, err := callers.Build(callers.Custom(auth, "OIDC"), callers.Spec{Mode: guard.Enforce,
 		Rule:     binding.Roles(binding.RoleConfig{Required: controller.MethodRoles, RequireTenant: true}),
 		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx_controller", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 	if err != nil {

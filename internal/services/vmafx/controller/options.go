@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -23,7 +23,7 @@ type Options struct {
 	// Callers: the shared caller-authentication settings (--caller-*). The
 	// backend is always oidc, its issuers those of
 	// --caller-authentication-config.
-	Callers stack.Options
+	Callers callers.Options
 	// Datastore is an SQLite file or a postgres:// URL (--datastore;
 	// datastore.Parse).
 	Datastore string
@@ -57,10 +57,10 @@ type Options struct {
 // written. The caller backend is oidc: each tenant's identity provider,
 // offline.
 func NewOptions() Options {
-	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: stack.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
+	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: callers.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
 		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute,
 		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention, TenantShare: DefaultTenantShare}
-	o.Callers.Backend = stack.BackendOIDC
+	o.Callers.Backend = callers.BackendOIDC
 	return o
 }
 
@@ -94,7 +94,7 @@ func (o Options) Validate() error {
 type Config struct {
 	Serve serve.Options
 	// Callers is the caller authentication (oidc).
-	Callers stack.Config
+	Callers callers.Config
 	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
 	// Datastore is the resolved target.
@@ -129,15 +129,15 @@ func (o Options) Complete() (Config, error) {
 	if !o.Serve.HasTLS() {
 		errs = append(errs, errors.New("controller: --tls-cert-file and --tls-key-file are required: bearer tokens never travel over plaintext TCP"))
 	}
-	var callers stack.Config
+	var callerCfg callers.Config
 	switch {
-	case o.Callers.Backend != stack.BackendOIDC:
+	case o.Callers.Backend != callers.BackendOIDC:
 		errs = append(errs, fmt.Errorf("controller: --caller-backend %s: the controller verifies each tenant's identity provider offline; want oidc", o.Callers.Backend))
 	case o.Callers.AuthenticationConfig == "":
 		errs = append(errs, errors.New("controller: --caller-authentication-config is required: the identity provider of each tenant"))
 	default:
 		var err error
-		if callers, err = o.Callers.Complete(); err != nil {
+		if callerCfg, err = o.Callers.Complete(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -167,7 +167,7 @@ func (o Options) Complete() (Config, error) {
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
-	return Config{Serve: o.Serve, Callers: callers, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
+	return Config{Serve: o.Serve, Callers: callerCfg, Datastore: target, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Quotas: q,
 		Reflection: o.Reflection, LeaseCheck: DefaultLeaseCheck, Now: time.Now, MaxJobs: o.MaxJobsPerTenant, Retention: o.FinishedJobRetention,
 		TenantShare: o.TenantShare}, nil
 }

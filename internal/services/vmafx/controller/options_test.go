@@ -15,7 +15,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn/authconfig"
-	"github.com/callerauth/callerauth/authn/stack"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 	"github.com/callerauth/callerauth/internal/kit/tenantconf"
@@ -84,7 +84,7 @@ func TestCallerAuthValidated(t *testing.T) {
 		{func(o *controller.Options) { o.Callers.MaxInFlight = -1 }, "--caller-max-in-flight -1"},
 		{func(o *controller.Options) { o.Callers.CacheTTL = -time.Second }, "--caller-cache-ttl -1s"},
 		{func(o *controller.Options) { o.MaxPendingJobs = 0 }, "--max-pending-jobs 0"},
-		{func(o *controller.Options) { o.Callers.Backend = stack.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
+		{func(o *controller.Options) { o.Callers.Backend = callers.BackendTokenReview }, "--caller-backend tokenreview: the controller verifies each tenant's identity provider offline"},
 		{func(o *controller.Options) { o.Callers.Kubeconfig = "kc" }, "--kubeconfig belongs to --caller-backend tokenreview"},
 		{func(o *controller.Options) { o.Callers.AuthenticationConfig = "" }, "--caller-authentication-config is required"},
 	} {

@@ -24,8 +24,8 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/window"
@@ -144,7 +144,7 @@ func New(c Config) (*Server, error) {
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
 	}
-	s.guard, err = m.Guard(c.Callers, stack.Spec{
+	s.guard, err = m.Guard(c.Callers, callers.Spec{
 		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: roles, RequireTenant: true}),
 		MetricsPrefix: "vmafx_controller", CheckIssuers: CheckTenantPerIssuer,
 	})

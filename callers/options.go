@@ -1,4 +1,4 @@
-// Package stack builds a service's caller authentication from its
+// Package callers builds a service's caller authentication from its
 // command line, the one way every callerauth service does: the backend
 // (TokenReview, offline with a periodic review or the bound-object watch,
 // or an AuthenticationConfiguration's issuers), the verdict cache in
@@ -11,16 +11,16 @@
 // authenticator, collectors and runnables it is made of, returned
 // explicitly for the service to register and run:
 //
-//	o := stack.NewOptions()
+//	o := callers.NewOptions()
 //	o.AddFlags(flags)
 //	// flags parsed
 //	cfg, err := o.Complete()
-//	st, err := stack.Build(cfg, stack.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule, Registry: reg, MetricsPrefix: "my_service"})
+//	st, err := callers.Build(cfg, callers.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule, Registry: reg, MetricsPrefix: "my_service"})
 //	// run st.Runnables beside the servers; st.Guard guards them.
 //
 // A program with an authenticator of its own (another validator, or a
 // test's) gets the same cache, metrics and guard with [Custom].
-package stack
+package callers
 
 import (
 	"errors"
@@ -57,11 +57,11 @@ const (
 // [Options.Validate] where it cannot be (ReviewTimeout, WatchMaxBreak,
 // KeysMaxStale). A zero count is refused. A negative value always is.
 //
-//	o := stack.NewOptions()
+//	o := callers.NewOptions()
 //	o.AddFlags(cmd.Flags()) // --caller-backend, --kubeconfig, --caller-cache-ttl, ...
 //	// after parsing:
 //	cfg, err := o.Complete() // every problem at once; a flag the backend never reads refused
-//	st, err := stack.Build(cfg, stack.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule,
+//	st, err := callers.Build(cfg, callers.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule,
 //		Registry: prometheus.DefaultRegisterer, MetricsPrefix: "my_service"})
 //	// st.Guard guards; run st.Runnables for as long as it serves.
 type Options struct {

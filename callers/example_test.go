@@ -1,4 +1,4 @@
-package stack_test
+package callers_test
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 )
 
 // The --caller-* flags, completed: a flag the backend chosen would never
 // read stops the service at start-up, naming what reads it.
 func ExampleOptions_Complete() {
-	o := stack.NewOptions()
+	o := callers.NewOptions()
 	flags := pflag.NewFlagSet("my-service", pflag.ContinueOnError)
 	o.AddFlags(flags)
 	_ = flags.Parse([]string{"--caller-backend", "oidc", "--caller-authentication-config", "authn.yaml", "--caller-review-qps", "50"})
@@ -38,7 +38,7 @@ func ExampleBuild() {
 		return &authn.Caller{Username: "system:serviceaccount:ci:runner", Expiry: time.Now().Add(time.Hour)}, nil
 	})
 	reg := prometheus.NewRegistry()
-	st, err := stack.Build(stack.Custom(verify, "my-validator"), stack.Spec{
+	st, err := callers.Build(callers.Custom(verify, "my-validator"), callers.Spec{
 		Mode:          guard.Enforce,
 		Rule:          binding.SystemBinding(map[string]string{"ci": "system:serviceaccount:ci:runner"}),
 		Registry:      reg,

@@ -1,4 +1,4 @@
-package stack_test
+package callers_test
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 
 	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/oidc"
-	"github.com/callerauth/callerauth/authn/stack"
 	"github.com/callerauth/callerauth/bearer"
 	"github.com/callerauth/callerauth/binding"
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	"github.com/callerauth/callerauth/guard"
@@ -28,29 +28,31 @@ import (
 // TestValidate: each setting that cannot be honoured is refused, naming
 // its flag; the defaults are accepted.
 func TestValidate(t *testing.T) {
-	if _, err := stack.NewOptions().Complete(); err != nil {
+	if _, err := callers.NewOptions().Complete(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for _, tt := range []struct {
-		edit func(*stack.Options)
+		edit func(*callers.Options)
 		want string
 	}{
-		{func(o *stack.Options) { o.Backend = "oidc" }, "needs --caller-authentication-config"},
-		{func(o *stack.Options) { o.AuthenticationConfig = "f" }, "belongs to --caller-backend oidc"},
-		{func(o *stack.Options) { o.Backend, o.AuthenticationConfig, o.Kubeconfig = "oidc", "f", "k" }, "--kubeconfig belongs to --caller-backend tokenreview"},
-		{func(o *stack.Options) { o.Backend = "x509" }, `--caller-backend "x509"`},
-		{func(o *stack.Options) { o.Backend, o.AuthenticationConfig, o.ReviewInterval = "oidc", "f", time.Minute }, "--caller-review-interval belongs to --caller-backend tokenreview"},
-		{func(o *stack.Options) { o.ReviewInterval = -time.Minute }, "--caller-review-interval -1m0s"},
-		{func(o *stack.Options) { o.Backend, o.AuthenticationConfig, o.WatchBoundObjects = "oidc", "f", true }, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
-		{func(o *stack.Options) { o.WatchMaxBreak = -time.Second }, "--caller-watch-max-break -1s"},
-		{func(o *stack.Options) { o.WatchMaxBreak = 7 * time.Second }, "--caller-watch-max-break 7s: want 8s or more"},
-		{func(o *stack.Options) { o.Issuers = []string{"http://x"} }, `--caller-issuer "http://x": want the https://`},
-		{func(o *stack.Options) { o.MaxInFlight = 0 }, "--caller-max-in-flight 0: want a positive number"},
-		{func(o *stack.Options) { o.ReviewQPS = -1 }, "--caller-review-qps -1: want a positive number"},
-		{func(o *stack.Options) { o.CacheMaxEntries = 0 }, "--caller-cache-max-entries 0"},
-		{func(o *stack.Options) { o.ReviewBurst = 0 }, "--caller-review-burst 0"},
+		{func(o *callers.Options) { o.Backend = "oidc" }, "needs --caller-authentication-config"},
+		{func(o *callers.Options) { o.AuthenticationConfig = "f" }, "belongs to --caller-backend oidc"},
+		{func(o *callers.Options) { o.Backend, o.AuthenticationConfig, o.Kubeconfig = "oidc", "f", "k" }, "--kubeconfig belongs to --caller-backend tokenreview"},
+		{func(o *callers.Options) { o.Backend = "x509" }, `--caller-backend "x509"`},
+		{func(o *callers.Options) {
+			o.Backend, o.AuthenticationConfig, o.ReviewInterval = "oidc", "f", time.Minute
+		}, "--caller-review-interval belongs to --caller-backend tokenreview"},
+		{func(o *callers.Options) { o.ReviewInterval = -time.Minute }, "--caller-review-interval -1m0s"},
+		{func(o *callers.Options) { o.Backend, o.AuthenticationConfig, o.WatchBoundObjects = "oidc", "f", true }, "--caller-watch-bound-objects belongs to --caller-backend tokenreview"},
+		{func(o *callers.Options) { o.WatchMaxBreak = -time.Second }, "--caller-watch-max-break -1s"},
+		{func(o *callers.Options) { o.WatchMaxBreak = 7 * time.Second }, "--caller-watch-max-break 7s: want 8s or more"},
+		{func(o *callers.Options) { o.Issuers = []string{"http://x"} }, `--caller-issuer "http://x": want the https://`},
+		{func(o *callers.Options) { o.MaxInFlight = 0 }, "--caller-max-in-flight 0: want a positive number"},
+		{func(o *callers.Options) { o.ReviewQPS = -1 }, "--caller-review-qps -1: want a positive number"},
+		{func(o *callers.Options) { o.CacheMaxEntries = 0 }, "--caller-cache-max-entries 0"},
+		{func(o *callers.Options) { o.ReviewBurst = 0 }, "--caller-review-burst 0"},
 	} {
-		o := stack.NewOptions()
+		o := callers.NewOptions()
 		tt.edit(&o)
 		if _, err := o.Complete(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", o, err, tt.want)
@@ -59,7 +61,7 @@ func TestValidate(t *testing.T) {
 }
 
 // build completes o and builds the stack for audience svc with rule.
-func build(t *testing.T, o stack.Options, spec stack.Spec) *stack.Stack {
+func build(t *testing.T, o callers.Options, spec callers.Spec) *callers.Stack {
 	t.Helper()
 	cfg, err := o.Complete()
 	if err != nil {
@@ -70,7 +72,7 @@ func build(t *testing.T, o stack.Options, spec stack.Spec) *stack.Stack {
 	if spec.Registry == nil {
 		spec.Registry = prometheus.NewRegistry()
 	}
-	st, err := stack.Build(cfg, spec)
+	st, err := callers.Build(cfg, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,21 +92,21 @@ func TestOIDCFileMustListTheAudience(t *testing.T) {
 	if err := os.WriteFile(authnConfig, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := stack.NewOptions()
-	o.Backend, o.AuthenticationConfig = stack.BackendOIDC, authnConfig
+	o := callers.NewOptions()
+	o.Backend, o.AuthenticationConfig = callers.BackendOIDC, authnConfig
 	cfg, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = stack.Build(cfg, stack.Spec{Audience: "svc", Mode: guard.Enforce, MetricsPrefix: "test", Rule: binding.SystemBinding(map[string]string{"sys": "x"})})
+	_, err = callers.Build(cfg, callers.Spec{Audience: "svc", Mode: guard.Enforce, MetricsPrefix: "test", Rule: binding.SystemBinding(map[string]string{"sys": "x"})})
 	if err == nil || !strings.Contains(err.Error(), `audience "svc"`) || !strings.Contains(err.Error(), "another-service") || !strings.Contains(err.Error(), authnConfig) {
 		t.Fatalf("a file that lists only another service's audience: %v; want a refusal naming svc, another-service and the file", err)
 	}
 }
 
 // parse reads args into NewOptions as a service's command line does.
-func parse(args ...string) (stack.Options, error) {
-	o := stack.NewOptions()
+func parse(args ...string) (callers.Options, error) {
+	o := callers.NewOptions()
 	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	f.SetOutput(io.Discard)
 	o.AddFlags(f)
@@ -134,32 +136,32 @@ func TestGuardOnBothBackends(t *testing.T) {
 	}
 	good, other := mint("svc"), mint("another-service")
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
-	kube := func(edit func(*stack.Options)) stack.Options {
-		o := stack.NewOptions()
+	kube := func(edit func(*callers.Options)) callers.Options {
+		o := callers.NewOptions()
 		o.Kubeconfig = iss.KubeconfigFile()
 		edit(&o)
 		return o
 	}
-	for name, a := range map[string]stack.Options{
-		"tokenreview": kube(func(*stack.Options) {}),
+	for name, a := range map[string]callers.Options{
+		"tokenreview": kube(func(*callers.Options) {}),
 		// The issuers as an AuthenticationConfiguration, followed on change.
-		"oidc on an AuthenticationConfiguration": func() stack.Options {
-			o := stack.NewOptions()
-			o.Backend, o.AuthenticationConfig = stack.BackendOIDC, authnConfig
+		"oidc on an AuthenticationConfiguration": func() callers.Options {
+			o := callers.NewOptions()
+			o.Backend, o.AuthenticationConfig = callers.BackendOIDC, authnConfig
 			return o
 		}(),
 		// TokenReview once per credential per interval, offline between.
-		"tokenreview with a review interval": kube(func(o *stack.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
+		"tokenreview with a review interval": kube(func(o *callers.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
 		// Offline beside a watch of bound objects (this token is bound to
 		// none: reviewed), alone and with the interval.
-		"tokenreview watching bound objects": kube(func(o *stack.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
-		"tokenreview watching, with an interval": kube(func(o *stack.Options) {
+		"tokenreview watching bound objects": kube(func(o *callers.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
+		"tokenreview watching, with an interval": kube(func(o *callers.Options) {
 			o.Issuers, o.WatchBoundObjects, o.ReviewInterval = []string{iss.Issuer()}, true, time.Hour
 		}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			st := build(t, a, stack.Spec{Rule: rule, Registry: reg})
+			st := build(t, a, callers.Spec{Rule: rule, Registry: reg})
 			g := st.Guard
 			v := g.Check(context.Background(), good, binding.Request{System: "sys"})
 			if !v.Allowed || v.Caller.Username != "system:serviceaccount:ns:caller" {
@@ -207,10 +209,10 @@ func TestGuardOnBothBackends(t *testing.T) {
 	}
 	// With the interval, a new token is reviewed once however often the
 	// verdict cache misses it (TTL below: every check misses).
-	g := build(t, kube(func(o *stack.Options) {
+	g := build(t, kube(func(o *callers.Options) {
 		o.Issuers, o.ReviewInterval, o.CacheTTL = []string{iss.Issuer()}, time.Hour, time.Nanosecond
 	}),
-		stack.Spec{Rule: rule}).Guard
+		callers.Spec{Rule: rule}).Guard
 	fresh, before := mint("svc"), iss.Reviews()
 	for range 10 {
 		if v := g.Check(context.Background(), fresh, binding.Request{System: "sys"}); !v.Allowed {
@@ -231,10 +233,10 @@ func TestGuardOnBothBackends(t *testing.T) {
 func TestGuardWatchingBoundObjects(t *testing.T) {
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
-	o := stack.NewOptions()
+	o := callers.NewOptions()
 	o.Kubeconfig, o.Issuers, o.WatchBoundObjects, o.CacheTTL, o.NegativeCacheTTL = iss.KubeconfigFile(), []string{iss.Issuer()}, true, time.Nanosecond, 0
 	reg := prometheus.NewRegistry()
-	st := build(t, o, stack.Spec{Rule: rule, Registry: reg, WatchNode: "node-a"})
+	st := build(t, o, callers.Spec{Rule: rule, Registry: reg, WatchNode: "node-a"})
 	g := st.Guard
 	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{"svc"}, Pod: "p", Node: "node-a"})
 	if err != nil {
@@ -330,7 +332,7 @@ func TestCacheTTLZero(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := build(t, a, stack.Spec{Rule: rule}).Guard
+		g := build(t, a, callers.Spec{Rule: rule}).Guard
 		before := iss.Reviews()
 		for range 5 {
 			if v := g.Check(context.Background(), cred, binding.Request{System: "sys"}); !v.Allowed {
@@ -354,7 +356,7 @@ func TestCacheTTLZero(t *testing.T) {
 // be off, and is refused, naming the flag, in those that cannot; a negative
 // duration is refused everywhere.
 func TestZeroInDurationFlags(t *testing.T) {
-	complete := func(args ...string) (stack.Options, error) {
+	complete := func(args ...string) (callers.Options, error) {
 		o, err := parse(args...)
 		if err != nil {
 			return o, err
@@ -426,8 +428,8 @@ func TestFlagsNeverRead(t *testing.T) {
 func TestRolesOverTokenReview(t *testing.T) {
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})
 	required := map[string]string{"GetJob": "reader"}
-	options := func(edit func(*stack.Options)) stack.Config {
-		o := stack.NewOptions()
+	options := func(edit func(*callers.Options)) callers.Config {
+		o := callers.NewOptions()
 		o.Kubeconfig = iss.KubeconfigFile()
 		edit(&o)
 		c, err := o.Complete()
@@ -436,33 +438,33 @@ func TestRolesOverTokenReview(t *testing.T) {
 		}
 		return c
 	}
-	spec := func(rule binding.Rule) stack.Spec {
-		return stack.Spec{Audience: "svc", Mode: guard.Enforce, Rule: rule, MetricsPrefix: "test", Registry: prometheus.NewRegistry(),
+	spec := func(rule binding.Rule) callers.Spec {
+		return callers.Spec{Audience: "svc", Mode: guard.Enforce, Rule: rule, MetricsPrefix: "test", Registry: prometheus.NewRegistry(),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
-	for name, c := range map[string]stack.Config{
-		"tokenreview":                  options(func(*stack.Options) {}),
-		"tokenreview with an interval": options(func(o *stack.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
-		"tokenreview watching":         options(func(o *stack.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
+	for name, c := range map[string]callers.Config{
+		"tokenreview":                  options(func(*callers.Options) {}),
+		"tokenreview with an interval": options(func(o *callers.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
+		"tokenreview watching":         options(func(o *callers.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
 	} {
-		_, err := stack.Build(c, spec(binding.Roles(binding.RoleConfig{Required: required})))
+		_, err := callers.Build(c, spec(binding.Roles(binding.RoleConfig{Required: required})))
 		if err == nil || !strings.Contains(err.Error(), "binding.Roles checks the caller's roles") || !strings.Contains(err.Error(), "TokenReview states no roles") ||
 			!strings.Contains(err.Error(), "RoleConfig.Grants") {
 			t.Errorf("%s: roles without grants: %v", name, err)
 		}
-		_, err = stack.Build(c, spec(binding.All(binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{Required: required, RequireTenant: true,
+		_, err = callers.Build(c, spec(binding.All(binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{Required: required, RequireTenant: true,
 			Grants: []binding.RoleGrant{{Role: "reader", Groups: []string{"system:serviceaccounts:ns"}}}}))))
 		if err == nil || !strings.Contains(err.Error(), "TokenReview states no tenant") || strings.Contains(err.Error(), "no roles") {
 			t.Errorf("%s: a tenant required (inside All): %v", name, err)
 		}
 	}
-	if _, err := stack.Build(options(func(*stack.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required,
+	if _, err := callers.Build(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required,
 		Grants: []binding.RoleGrant{{Role: "reader"}, {Role: "reader", ServiceAccounts: []string{"ns"}}}}))); err == nil ||
 		!strings.Contains(err.Error(), "Grants[0] (reader) names no caller") || !strings.Contains(err.Error(), `service account "ns": want namespace:name`) {
 		t.Errorf("grants that cannot be honoured: %v", err)
 	}
 
-	st, err := stack.Build(options(func(*stack.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required, Grants: []binding.RoleGrant{
+	st, err := callers.Build(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required, Grants: []binding.RoleGrant{
 		{Role: "reader", ServiceAccounts: []string{"ns:caller"}},
 		{Role: "reader", Groups: []string{"system:serviceaccounts:team"}},
 	}})))
