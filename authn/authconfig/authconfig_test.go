@@ -310,16 +310,7 @@ func TestConvertMeansTheSame(t *testing.T) {
 // two never map one token to two users meanwhile.
 func TestReloadWaitsForEveryIssuer(t *testing.T) {
 	issA, srvA := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
-	issB, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-b.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrB := l.Addr().String()
-	_ = l.Close() // B is down: nothing listens at its address yet
+	issB, addrB := downIssuer(t, "https://idp.tenant-b.example")
 	p := filepath.Join(t.TempDir(), "authn.yaml")
 	write := func(s string) {
 		t.Helper()
@@ -397,16 +388,7 @@ func newAuth(t *testing.T, cfg oidc.Config) *oidc.Authenticator {
 // answered verifies its tokens.
 func TestReadyOnceEveryIssuerWasAsked(t *testing.T) {
 	issA, srvA := devissuertest.Serve(t, devissuer.Config{Issuer: "https://idp.tenant-a.example"})
-	issB, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: "https://idp.tenant-b.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrB := l.Addr().String()
-	_ = l.Close() // B is down
+	issB, addrB := downIssuer(t, "https://idp.tenant-b.example")
 	b := tenantConfig(t, issB, "https://"+addrB)
 	p := filepath.Join(t.TempDir(), "authn.yaml")
 	if err := os.WriteFile(p, []byte(tenantConfig(t, issA, srvA.URL)+b[strings.Index(b, "jwt:\n")+len("jwt:\n"):]), 0o600); err != nil {
@@ -441,4 +423,22 @@ func TestReadyOnceEveryIssuerWasAsked(t *testing.T) {
 	if _, err := r.Authenticate(context.Background(), tok.Token); err != nil {
 		t.Fatalf("tenant A's token with B down: %v", err)
 	}
+}
+
+// downIssuer opens a dev issuer named issuer and picks a loopback address
+// for it where nothing listens yet: an identity provider that is down
+// until the test serves it there.
+func downIssuer(t *testing.T, issuer string) (*devissuer.Issuer, string) {
+	t.Helper()
+	iss, err := devissuer.Open(t.TempDir(), devissuer.Config{Issuer: issuer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return iss, addr
 }
