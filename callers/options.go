@@ -6,16 +6,19 @@
 //
 // It follows k8s.io/apiserver's options: [NewOptions] holds the defaults,
 // [Options.AddFlags] registers them as flags, [Options.Complete] validates
-// and returns a [Config] in which everything is parsed, and [Build] turns
-// a Config and a service's [Spec] into a [Stack] — the guard, and the
-// authenticator, collectors and runnables it is made of, returned
-// explicitly for the service to register and run:
+// and returns a [Config] in which everything is parsed — the service's
+// own settings (audience, mode, fail-open) with the backend's — and [New]
+// turns a Config and the service's name and rule ([Service]) into a
+// [Stack]: the guard, and the authenticator, collectors and runnables it
+// is made of, returned explicitly for the service to register and run:
 //
 //	o := callers.NewOptions()
+//	o.Audience = "my-service" // the default of --caller-audience
+//	o.AddServiceFlags(flags)
 //	o.AddFlags(flags)
 //	// flags parsed
 //	cfg, err := o.Complete()
-//	st, err := callers.Build(cfg, callers.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule, Registry: reg, MetricsPrefix: "my_service"})
+//	st, err := callers.New(cfg, callers.Service{Name: "my_service", Rule: rule, Registry: reg})
 //	// run st.Runnables beside the servers; st.Guard guards them.
 //
 // A program with an authenticator of its own (another validator, or a
@@ -35,6 +38,7 @@ import (
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/authn/oidc"
+	"github.com/callerauth/callerauth/guard"
 )
 
 // Caller-authentication backends (--caller-backend).
@@ -47,9 +51,16 @@ const (
 	BackendOIDC = "oidc"
 )
 
-// Options are the caller-authentication settings every service shares,
-// as the flags give them. What a service decides for itself — the
-// audience, the mode, fail-open, the rule — goes in [Spec].
+// Options are every caller setting of a service: the service's own —
+// the audience its callers' tokens are minted for, the mode its guard
+// judges in, fail-open, the node it watches, its requirement of the
+// issuers — and the backend's, as the flags give them. A service that
+// takes its own from the command line registers them with
+// [Options.AddServiceFlags] (the pdp, the proxy); one that takes them
+// from a file of its own sets them before Complete (the connector's
+// config.json); the rest is the same everywhere ([Options.AddFlags]).
+// Nothing about callers is set after Complete: [New] reads the [Config]
+// and the service's name and rule, nothing else.
 //
 // Start from [NewOptions]: it holds every default, and no other place
 // does. A zero duration means one thing: off, where the setting can be
@@ -58,13 +69,50 @@ const (
 // KeysMaxStale). A zero count is refused. A negative value always is.
 //
 //	o := callers.NewOptions()
-//	o.AddFlags(cmd.Flags()) // --caller-backend, --kubeconfig, --caller-cache-ttl, ...
+//	o.Audience = "my-service"
+//	o.AddServiceFlags(cmd.Flags()) // --caller-audience, --caller-auth-mode
+//	o.AddFlags(cmd.Flags())        // --caller-backend, --kubeconfig, --caller-cache-ttl, ...
 //	// after parsing:
 //	cfg, err := o.Complete() // every problem at once; a flag the backend never reads refused
-//	st, err := callers.Build(cfg, callers.Spec{Audience: "my-service", Mode: guard.Enforce, Rule: rule,
-//		Registry: prometheus.DefaultRegisterer, MetricsPrefix: "my_service"})
+//	st, err := callers.New(cfg, callers.Service{Name: "my_service", Rule: rule, Registry: prometheus.DefaultRegisterer})
 //	// st.Guard guards; run st.Runnables for as long as it serves.
 type Options struct {
+	// Audience callers' tokens must be minted for, on every backend
+	// (--caller-audience): the TokenReview's audience; under oidc a token
+	// must carry it as well as satisfy the AuthenticationConfiguration,
+	// and a file none of whose issuers lists it is refused (at start-up
+	// and at every reload). Required, unless Mode is off or AnyAudience
+	// holds under oidc.
+	Audience string
+	// AnyAudience lets an empty Audience mean, under oidc, any audience
+	// the AuthenticationConfiguration lists (the vmafx controller: one per
+	// tenant's issuer). TokenReview always needs one.
+	AnyAudience bool
+	// Mode is how the guard judges (--caller-auth-mode): ModeEnforce,
+	// ModeAudit (ModeWarn is its other name, the pdp's), or ModeOff — no
+	// caller is authenticated — which only AllowOff permits.
+	Mode string
+	// CanBeOff says the service may run with Mode off: AddServiceFlags
+	// registers --insecure-caller-auth-off (the pdp); the connector's
+	// enableNodeBindingAuth: false. Otherwise off is refused.
+	CanBeOff bool
+	// AllowOff permits Mode off where CanBeOff: the pdp's
+	// --insecure-caller-auth-off, the connector's enableNodeBindingAuth:
+	// false.
+	AllowOff bool
+	// FailOpenOnUnavailable is the guard's: a request whose verification
+	// failed because the validator could not be reached or did not answer
+	// in time goes on as a degraded subject.
+	FailOpenOnUnavailable bool
+	// WatchNode narrows --caller-watch-bound-objects' pod watch to the pods
+	// of one node: a node agent's callers run there (tokens bound to pods
+	// elsewhere are reviewed). Empty: every pod.
+	WatchNode string
+	// CheckIssuers is the service's own requirement of the oidc backend's
+	// issuers, at start-up and at every reload (the vmafx controller: one
+	// constant tenant per issuer). Optional.
+	CheckIssuers func(oidc.Config) error
+
 	// Backend is BackendTokenReview or BackendOIDC.
 	Backend string
 	// Kubeconfig is TokenReview's client; empty: in-cluster.
@@ -116,10 +164,25 @@ type Options struct {
 	changed func(name string) bool
 }
 
-// NewOptions returns the defaults: TokenReview, the library's cache,
-// timeout, rate and key bounds, no periodic review, no watch.
+// The modes of --caller-auth-mode.
+const (
+	// ModeEnforce refuses a request the rule or the authentication refuses.
+	ModeEnforce = string(guard.Enforce)
+	// ModeAudit judges every request as enforce would, logs and counts each
+	// refusal, and lets the request through.
+	ModeAudit = string(guard.Audit)
+	// ModeWarn is ModeAudit by the pdp's name for it (seed 002).
+	ModeWarn = "warn"
+	// ModeOff authenticates no caller; only Options.AllowOff permits it.
+	ModeOff = "off"
+)
+
+// NewOptions returns the defaults: enforce, no audience (a service names
+// its own), TokenReview, the library's cache, timeout, rate and key
+// bounds, no periodic review, no watch.
 func NewOptions() Options {
 	return Options{
+		Mode:             ModeEnforce,
 		Backend:          BackendTokenReview,
 		CacheTTL:         authn.DefaultCacheTTL,
 		NegativeCacheTTL: authn.DefaultCacheNegativeTTL,
@@ -153,6 +216,20 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.WatchMaxBreak, "caller-watch-max-break", o.WatchMaxBreak, "--caller-watch-bound-objects: the longest the view answers after it was last proven current through the API server (a consistent list of one object every (bound - 2s)/2, each watch opened with that server-side timeout, so that the API server's bookmark before the deadline completes the proof); a failed watch or proof stops it at once; while it is stopped every token is reviewed, and a cached verdict stands for at most this long (at least 8s)")
 	f.DurationVar(&o.KeysMaxStale, "caller-keys-max-stale", o.KeysMaxStale, "offline verification (oidc, --caller-review-interval, --caller-watch-bound-objects): how long the last fetched signing keys are still trusted while every JWKS fetch fails; past it, validator_unavailable")
 	o.changed = f.Changed
+}
+
+// AddServiceFlags registers the settings of a service whose callers are
+// set on its command line: --caller-audience and --caller-auth-mode, and,
+// where the service CanBeOff, --insecure-caller-auth-off, without which
+// --caller-auth-mode off is refused. Every service registers AddFlags too.
+func (o *Options) AddServiceFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Audience, "caller-audience", o.Audience, "the audience callers' tokens must be minted for: a token minted for another service is refused (on every --caller-backend)")
+	modes := "enforce, or audit (also called warn): refusals are logged and counted but let through"
+	if o.CanBeOff {
+		modes += "; or off (with --insecure-caller-auth-off): callers are not authenticated at all"
+		f.BoolVar(&o.AllowOff, "insecure-caller-auth-off", o.AllowOff, "allow --caller-auth-mode off: callers are not authenticated at all")
+	}
+	f.StringVar(&o.Mode, "caller-auth-mode", o.Mode, modes)
 }
 
 // readBy says, for each flag only some settings read, what reads it.
@@ -189,7 +266,7 @@ func (o Options) Validate() error {
 // and — once AddFlags registered the flags — every flag given on the
 // command line that the settings chosen never read (--caller-review-qps
 // with --caller-backend oidc, say): no flag does nothing. Otherwise it
-// returns the completed configuration [Build] reads, with nothing left
+// returns the completed configuration [New] reads, with nothing left
 // to parse or default.
 func (o Options) Complete() (Config, error) {
 	var errs []error
@@ -197,6 +274,14 @@ func (o Options) Complete() (Config, error) {
 	bad := func(flag, format string, a ...any) {
 		refused[flag] = true
 		errs = append(errs, fmt.Errorf("caller authentication: "+format, a...))
+	}
+	mode, err := o.mode()
+	if err != nil {
+		bad("caller-auth-mode", "%v", err)
+	}
+	anyAudience := o.AnyAudience && o.Backend == BackendOIDC // the file's audiences
+	if o.Audience == "" && mode != ModeOff && !anyAudience {
+		bad("caller-audience", "--caller-audience is required: a token minted for another service must not be accepted")
 	}
 	switch o.Backend {
 	case BackendTokenReview:
@@ -263,5 +348,26 @@ func (o Options) Complete() (Config, error) {
 	}
 	o.changed = nil
 	o.Issuers = append([]string(nil), o.Issuers...)
-	return Config{o: o}, nil
+	return Config{o: o, mode: mode}, nil
+}
+
+// mode reads Mode: ModeEnforce, ModeAudit (for ModeWarn too) or ModeOff.
+func (o Options) mode() (string, error) {
+	switch o.Mode {
+	case ModeWarn:
+		return ModeAudit, nil
+	case ModeOff:
+		switch {
+		case o.CanBeOff && o.AllowOff:
+			return ModeOff, nil
+		case o.CanBeOff:
+			return "", errors.New("--caller-auth-mode off needs --insecure-caller-auth-off: without it anyone who reaches the service is answered without being authenticated")
+		}
+		return "", errors.New("--caller-auth-mode off: this service always authenticates its callers; want enforce or audit")
+	}
+	m, err := guard.ParseMode(o.Mode)
+	if err != nil {
+		return "", fmt.Errorf("--caller-auth-mode %q: want enforce, audit (or warn)", o.Mode)
+	}
+	return string(m), nil
 }

@@ -19,21 +19,31 @@ import (
 )
 
 // Config is a completed configuration: what [Options.Complete] returns,
-// or [Custom]. Build reads it as it is.
+// or [Custom]. New reads it as it is.
 type Config struct {
 	o Options
+	// mode is o.Mode read: ModeEnforce, ModeAudit or ModeOff.
+	mode string
 	// custom, when set, is the authenticator the cache fronts instead of
-	// a backend Build would make.
+	// a backend New would make.
 	custom     authn.Authenticator
 	verifiedBy string
 }
 
 // Custom is a configuration whose backend is auth — a validator of the
-// program's own, or a test's — with the default cache in front of it:
-// Build adds the same cache, metrics and guard as for a backend it makes.
-// verifiedBy names it in records and logs.
+// program's own, or a test's — with the defaults (enforce, the default
+// cache) around it: New adds the same cache, metrics and guard as for a
+// backend it makes. verifiedBy names it in records and logs.
 func Custom(auth authn.Authenticator, verifiedBy string) Config {
-	return Config{o: NewOptions(), custom: auth, verifiedBy: verifiedBy}
+	return Config{o: NewOptions(), mode: ModeEnforce}.WithAuthenticator(auth, verifiedBy)
+}
+
+// WithAuthenticator is c with auth as its backend, every other setting
+// (the mode, the audience, the cache) kept: a test's authenticator in a
+// service's completed configuration. verifiedBy names it.
+func (c Config) WithAuthenticator(auth authn.Authenticator, verifiedBy string) Config {
+	c.custom, c.verifiedBy = auth, verifiedBy
+	return c
 }
 
 // Backend is BackendTokenReview, BackendOIDC, or "custom".
@@ -43,6 +53,29 @@ func (c Config) Backend() string {
 	}
 	return c.o.Backend
 }
+
+// Off reports whether callers are not authenticated at all (ModeOff):
+// New refuses to build a guard.
+func (c Config) Off() bool { return c.mode == ModeOff }
+
+// Mode is the guard's mode; "" when Off.
+func (c Config) Mode() guard.Mode {
+	if c.Off() {
+		return ""
+	}
+	return guard.Mode(c.mode)
+}
+
+// ModeName is --caller-auth-mode as given ("warn", say), for the
+// start-up line and records.
+func (c Config) ModeName() string { return c.o.Mode }
+
+// FailOpen is Options.FailOpenOnUnavailable.
+func (c Config) FailOpen() bool { return c.o.FailOpenOnUnavailable }
+
+// Audience is the audience callers' tokens must be minted for; "" under
+// AnyAudience.
+func (c Config) Audience() string { return c.o.Audience }
 
 // VerifiedBy names the backend in records and logs: "TokenReview", "OIDC"
 // or a custom authenticator's name.
@@ -60,7 +93,7 @@ func (c Config) VerifiedBy() string {
 // service's start-up line.
 func (c Config) Settings() []any {
 	o := c.o
-	kv := []any{"caller_backend", c.Backend(), "caller_cache_ttl", o.CacheTTL.String(), "caller_review_timeout", o.ReviewTimeout.String()}
+	kv := []any{"caller_auth_mode", o.Mode, "caller_audience", o.Audience, "caller_backend", c.Backend(), "caller_cache_ttl", o.CacheTTL.String(), "caller_review_timeout", o.ReviewTimeout.String()}
 	switch {
 	case c.custom != nil:
 		return kv
@@ -71,43 +104,28 @@ func (c Config) Settings() []any {
 		"caller_review_qps", o.ReviewQPS)
 }
 
-// Spec is what a service decides about its callers.
-type Spec struct {
-	// Audience the tokens must be minted for, on every backend: the
-	// TokenReview's audience; under oidc a token must carry it as well as
-	// satisfy the AuthenticationConfiguration, and a file none of whose
-	// issuers lists it is refused (at start-up and at every reload).
-	// Required for TokenReview; under oidc, empty means any audience the
-	// file lists (the vmafx controller: one per tenant's issuer).
-	Audience string
-	// Mode, FailOpenOnUnavailable and Rule are the guard's.
-	Mode                  guard.Mode
-	FailOpenOnUnavailable bool
-	Rule                  binding.Rule
+// Service is what a service itself hands New: its name and its rule.
+// Every other caller setting is in the Config.
+type Service struct {
+	// Name prefixes the metrics (my_service_guard_requests_total, ...).
+	Name string
+	// Rule is what the guard judges an authenticated caller by.
+	Rule binding.Rule
 	// Authorizer, optional, is the guard's: a judgement after the rule's.
 	Authorizer guard.Authorizer
 	// Registry, when set, registers every collector of the stack (the
 	// guard's, the cache's, the backend's layers'); nil: the caller
-	// registers Stack.Collectors itself. MetricsPrefix names them.
-	Registry      prometheus.Registerer
-	MetricsPrefix string
-	Logger        *slog.Logger
-	// WatchNode narrows --caller-watch-bound-objects' pod watch to the pods
-	// of one node: a node agent's callers run there (tokens bound to pods
-	// elsewhere are reviewed). Empty: every pod.
-	WatchNode string
-	// CheckIssuers is a service's own requirement of the oidc backend's
-	// issuers, at start-up and at every reload (the vmafx controller: one
-	// constant tenant per issuer). Optional.
-	CheckIssuers func(oidc.Config) error
+	// registers Stack.Collectors itself.
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
 }
 
-// Reasons are every reason the guard spec makes can give: the
+// Reasons are every reason the guard the service makes can give: the
 // authentication failures, the rule's and the authorizer's.
-func (spec Spec) Reasons() []reason.Reason {
-	rs := binding.Reasons(spec.Rule)
-	if spec.Authorizer != nil {
-		rs = reason.Union(rs, spec.Authorizer.Reasons()...)
+func (s Service) Reasons() []reason.Reason {
+	rs := binding.Reasons(s.Rule)
+	if s.Authorizer != nil {
+		rs = reason.Union(rs, s.Authorizer.Reasons()...)
 	}
 	return rs
 }
@@ -132,7 +150,7 @@ type Stack struct {
 	// Authenticator is the verdict cache in front of the backend.
 	Authenticator authn.Authenticator
 	// Collectors are the guard's, the cache's and each backend layer's
-	// metrics (registered in Spec.Registry when one was given).
+	// metrics (registered in Service.Registry when one was given).
 	Collectors []prometheus.Collector
 	// Runnables must run beside the service: the AuthenticationConfiguration
 	// reload (oidc), the bound-object watches
@@ -140,39 +158,42 @@ type Stack struct {
 	Runnables []Runnable
 }
 
-// Build makes the backend c names, the verdict cache in front of it, the
-// metrics and the guard.
-func Build(c Config, spec Spec) (*Stack, error) {
-	if spec.MetricsPrefix == "" {
-		return nil, errors.New("caller authentication: Spec.MetricsPrefix is empty")
+// New makes the backend c names, the verdict cache in front of it, the
+// metrics and the guard judging svc's rule: a service's callers, whole.
+func New(c Config, svc Service) (*Stack, error) {
+	switch {
+	case svc.Name == "":
+		return nil, errors.New("caller authentication: Service.Name is empty")
+	case c.Off():
+		return nil, errors.New("caller authentication: --caller-auth-mode off: no guard is built")
 	}
 	var b built
 	if c.custom != nil {
 		b.auth = c.custom
-	} else if err := b.backend(c.o, spec); err != nil {
+	} else if err := b.backend(c.o, svc.Logger); err != nil {
 		return nil, err
 	}
 	o := c.o
 	cache := authn.NewCache(b.auth, authn.CacheConfig{TTL: off(o.CacheTTL), NegativeTTL: off(o.NegativeCacheTTL), MaxInFlight: o.MaxInFlight, MaxEntries: o.CacheMaxEntries})
 	reg := prometheus.NewRegistry() // the guard's metrics, gathered here to be returned
-	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: spec.MetricsPrefix, Reasons: spec.Reasons(), Mode: spec.Mode})
+	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: svc.Name, Reasons: svc.Reasons(), Mode: c.Mode()})
 	if err != nil {
 		return nil, err
 	}
-	collectors := append([]prometheus.Collector{reg}, cache.Collectors(spec.MetricsPrefix)...)
+	collectors := append([]prometheus.Collector{reg}, cache.Collectors(svc.Name)...)
 	for _, l := range b.collecting {
-		collectors = append(collectors, l.Collectors(spec.MetricsPrefix)...)
+		collectors = append(collectors, l.Collectors(svc.Name)...)
 	}
-	if spec.Registry != nil {
+	if svc.Registry != nil {
 		for _, col := range collectors {
-			if err := spec.Registry.Register(col); err != nil {
+			if err := svc.Registry.Register(col); err != nil {
 				return nil, fmt.Errorf("caller authentication: registering its metrics: %w", err)
 			}
 		}
 	}
 	g, err := guard.New(guard.Config{
-		Mode: spec.Mode, FailOpenOnUnavailable: spec.FailOpenOnUnavailable,
-		Authenticator: cache, Rule: spec.Rule, Authorizer: spec.Authorizer, Metrics: m, Logger: spec.Logger,
+		Mode: c.Mode(), FailOpenOnUnavailable: c.o.FailOpenOnUnavailable,
+		Authenticator: cache, Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -212,11 +233,10 @@ type layerRunnable interface {
 	Ready() bool
 }
 
-func (b *built) backend(o Options, spec Spec) error {
-	log := spec.Logger
+func (b *built) backend(o Options, log *slog.Logger) error {
 	if o.Backend == BackendOIDC {
-		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: spec.CheckIssuers, Logger: log,
-			Base: oidc.Config{Audience: spec.Audience, Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
+		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: o.CheckIssuers, Logger: log,
+			Base: oidc.Config{Audience: o.Audience, Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-authentication-config: %w", err)
 		}
@@ -224,10 +244,10 @@ func (b *built) backend(o Options, spec Spec) error {
 		b.run("authentication configuration reload", r)
 		return nil
 	}
-	if spec.Audience == "" {
+	if o.Audience == "" {
 		return errors.New("caller authentication: TokenReview needs an audience: a token minted for another service must not be accepted")
 	}
-	kcfg := kube.Config{Kubeconfig: o.Kubeconfig, Audiences: []string{spec.Audience}, Timeout: o.ReviewTimeout, Issuers: o.Issuers,
+	kcfg := kube.Config{Kubeconfig: o.Kubeconfig, Audiences: []string{o.Audience}, Timeout: o.ReviewTimeout, Issuers: o.Issuers,
 		QPS: float32(o.ReviewQPS), Burst: o.ReviewBurst, MaxStaleKeys: o.KeysMaxStale, Logger: log}
 	review, err := kube.New(kcfg)
 	if err != nil {
@@ -247,7 +267,7 @@ func (b *built) backend(o Options, spec Spec) error {
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}
-		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: review, Audiences: review.RequiredAudiences(), NodeName: spec.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
+		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: review, Audiences: review.RequiredAudiences(), NodeName: o.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}

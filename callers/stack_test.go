@@ -28,7 +28,9 @@ import (
 // TestValidate: each setting that cannot be honoured is refused, naming
 // its flag; the defaults are accepted.
 func TestValidate(t *testing.T) {
-	if _, err := callers.NewOptions().Complete(); err != nil {
+	defaults := callers.NewOptions()
+	defaults.Audience = "svc" // a service's own: NewOptions has none
+	if _, err := defaults.Complete(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for _, tt := range []struct {
@@ -51,8 +53,14 @@ func TestValidate(t *testing.T) {
 		{func(o *callers.Options) { o.ReviewQPS = -1 }, "--caller-review-qps -1: want a positive number"},
 		{func(o *callers.Options) { o.CacheMaxEntries = 0 }, "--caller-cache-max-entries 0"},
 		{func(o *callers.Options) { o.ReviewBurst = 0 }, "--caller-review-burst 0"},
+		// The service's own settings.
+		{func(o *callers.Options) { o.Audience = "" }, "--caller-audience is required"},
+		{func(o *callers.Options) { o.Audience, o.AnyAudience = "", true }, "--caller-audience is required"}, // TokenReview needs one
+		{func(o *callers.Options) { o.Mode = "lenient" }, `--caller-auth-mode "lenient": want enforce, audit (or warn)`},
+		{func(o *callers.Options) { o.Mode = "Enforce" }, `--caller-auth-mode "Enforce"`},
+		{func(o *callers.Options) { o.Mode = "off" }, "this service always authenticates its callers"},
 	} {
-		o := callers.NewOptions()
+		o := defaults
 		tt.edit(&o)
 		if _, err := o.Complete(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v; want %q", o, err, tt.want)
@@ -60,19 +68,66 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// build completes o and builds the stack for audience svc with rule.
-func build(t *testing.T, o callers.Options, spec callers.Spec) *callers.Stack {
+// TestServiceSettings: the service's own settings, completed — warn is
+// audit by another name; off only where the service permits it; an empty
+// audience only under oidc for a service that takes any its file lists —
+// and the flags a service registers for them.
+func TestServiceSettings(t *testing.T) {
+	o := callers.NewOptions()
+	o.Audience, o.Mode = "svc", callers.ModeWarn
+	c, err := o.Complete()
+	if err != nil || c.Mode() != guard.Audit || c.ModeName() != "warn" || c.Off() || c.Audience() != "svc" {
+		t.Fatalf("warn: %v, mode %q (%q), off %v", err, c.Mode(), c.ModeName(), c.Off())
+	}
+	o.Mode, o.CanBeOff, o.AllowOff, o.Audience = callers.ModeOff, true, true, ""
+	if c, err = o.Complete(); err != nil || !c.Off() || c.Mode() != "" {
+		t.Fatalf("off, permitted, no audience: %v, off %v", err, c.Off())
+	}
+	if _, err := callers.New(c, callers.Service{Name: "test", Rule: binding.SystemBinding(nil)}); err == nil {
+		t.Error("New built a guard under --caller-auth-mode off")
+	}
+	o = callers.NewOptions()
+	o.Backend, o.AuthenticationConfig, o.AnyAudience = callers.BackendOIDC, "authn.yaml", true
+	if _, err := o.Complete(); err != nil {
+		t.Errorf("oidc, any audience the file lists: %v", err)
+	}
+	// The flags: off is a mode only where --insecure-caller-auth-off is
+	// registered, and refused without it.
+	for _, off := range []bool{false, true} {
+		o := callers.NewOptions()
+		o.CanBeOff = off
+		f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		o.AddServiceFlags(f)
+		o.AddFlags(f)
+		if err := f.Parse([]string{"--caller-audience", "svc", "--caller-auth-mode", "off"}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{false: "this service always authenticates its callers", true: "needs --insecure-caller-auth-off"}[off]
+		if _, err := o.Complete(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("off registered %v: %v; want %q", off, err, want)
+		}
+		if (f.Lookup("insecure-caller-auth-off") != nil) != off {
+			t.Errorf("off %v: --insecure-caller-auth-off registered %v", off, !off)
+		}
+	}
+}
+
+// build completes o for audience svc and builds the stack of service
+// "test" with svc's rule.
+func build(t *testing.T, o callers.Options, svc callers.Service) *callers.Stack {
 	t.Helper()
+	o.Audience = "svc"
 	cfg, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Audience, spec.Mode, spec.MetricsPrefix = "svc", guard.Enforce, "test"
-	spec.Logger = slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))
-	if spec.Registry == nil {
-		spec.Registry = prometheus.NewRegistry()
+	svc.Name = "test"
+	svc.Logger = slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))
+	if svc.Registry == nil {
+		svc.Registry = prometheus.NewRegistry()
 	}
-	st, err := callers.Build(cfg, spec)
+	st, err := callers.New(cfg, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +136,7 @@ func build(t *testing.T, o callers.Options, spec callers.Spec) *callers.Stack {
 
 // TestOIDCFileMustListTheAudience: an AuthenticationConfiguration none of
 // whose issuers lists the service's audience would refuse every token:
-// Build refuses it, naming the audience and what the file lists.
+// New refuses it, naming the audience and what the file lists.
 func TestOIDCFileMustListTheAudience(t *testing.T) {
 	iss, srv := devissuertest.Serve(t, devissuer.Config{})
 	authnConfig := filepath.Join(t.TempDir(), "authn.yaml")
@@ -93,20 +148,22 @@ func TestOIDCFileMustListTheAudience(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := callers.NewOptions()
-	o.Backend, o.AuthenticationConfig = callers.BackendOIDC, authnConfig
+	o.Backend, o.AuthenticationConfig, o.Audience = callers.BackendOIDC, authnConfig, "svc"
 	cfg, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = callers.Build(cfg, callers.Spec{Audience: "svc", Mode: guard.Enforce, MetricsPrefix: "test", Rule: binding.SystemBinding(map[string]string{"sys": "x"})})
+	_, err = callers.New(cfg, callers.Service{Name: "test", Rule: binding.SystemBinding(map[string]string{"sys": "x"})})
 	if err == nil || !strings.Contains(err.Error(), `audience "svc"`) || !strings.Contains(err.Error(), "another-service") || !strings.Contains(err.Error(), authnConfig) {
 		t.Fatalf("a file that lists only another service's audience: %v; want a refusal naming svc, another-service and the file", err)
 	}
 }
 
-// parse reads args into NewOptions as a service's command line does.
+// parse reads args into NewOptions, for a service of audience svc, as a
+// service's command line does.
 func parse(args ...string) (callers.Options, error) {
 	o := callers.NewOptions()
+	o.Audience = "svc"
 	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	f.SetOutput(io.Discard)
 	o.AddFlags(f)
@@ -138,7 +195,7 @@ func TestGuardOnBothBackends(t *testing.T) {
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
 	kube := func(edit func(*callers.Options)) callers.Options {
 		o := callers.NewOptions()
-		o.Kubeconfig = iss.KubeconfigFile()
+		o.Kubeconfig, o.Audience = iss.KubeconfigFile(), "svc"
 		edit(&o)
 		return o
 	}
@@ -161,7 +218,7 @@ func TestGuardOnBothBackends(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			st := build(t, a, callers.Spec{Rule: rule, Registry: reg})
+			st := build(t, a, callers.Service{Rule: rule, Registry: reg})
 			g := st.Guard
 			v := g.Check(context.Background(), good, binding.Request{System: "sys"})
 			if !v.Allowed || v.Caller.Username != "system:serviceaccount:ns:caller" {
@@ -212,7 +269,7 @@ func TestGuardOnBothBackends(t *testing.T) {
 	g := build(t, kube(func(o *callers.Options) {
 		o.Issuers, o.ReviewInterval, o.CacheTTL = []string{iss.Issuer()}, time.Hour, time.Nanosecond
 	}),
-		callers.Spec{Rule: rule}).Guard
+		callers.Service{Rule: rule}).Guard
 	fresh, before := mint("svc"), iss.Reviews()
 	for range 10 {
 		if v := g.Check(context.Background(), fresh, binding.Request{System: "sys"}); !v.Allowed {
@@ -235,8 +292,9 @@ func TestGuardWatchingBoundObjects(t *testing.T) {
 	rule := binding.SystemBinding(map[string]string{"sys": "system:serviceaccount:ns:caller"})
 	o := callers.NewOptions()
 	o.Kubeconfig, o.Issuers, o.WatchBoundObjects, o.CacheTTL, o.NegativeCacheTTL = iss.KubeconfigFile(), []string{iss.Issuer()}, true, time.Nanosecond, 0
+	o.WatchNode = "node-a"
 	reg := prometheus.NewRegistry()
-	st := build(t, o, callers.Spec{Rule: rule, Registry: reg, WatchNode: "node-a"})
+	st := build(t, o, callers.Service{Rule: rule, Registry: reg})
 	g := st.Guard
 	tok, err := iss.Mint(devissuer.TokenRequest{Namespace: "ns", ServiceAccount: "caller", Audiences: []string{"svc"}, Pod: "p", Node: "node-a"})
 	if err != nil {
@@ -332,7 +390,7 @@ func TestCacheTTLZero(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := build(t, a, callers.Spec{Rule: rule}).Guard
+		g := build(t, a, callers.Service{Rule: rule}).Guard
 		before := iss.Reviews()
 		for range 5 {
 			if v := g.Check(context.Background(), cred, binding.Request{System: "sys"}); !v.Allowed {
@@ -430,7 +488,7 @@ func TestRolesOverTokenReview(t *testing.T) {
 	required := map[string]string{"GetJob": "reader"}
 	options := func(edit func(*callers.Options)) callers.Config {
 		o := callers.NewOptions()
-		o.Kubeconfig = iss.KubeconfigFile()
+		o.Kubeconfig, o.Audience = iss.KubeconfigFile(), "svc"
 		edit(&o)
 		c, err := o.Complete()
 		if err != nil {
@@ -438,33 +496,32 @@ func TestRolesOverTokenReview(t *testing.T) {
 		}
 		return c
 	}
-	spec := func(rule binding.Rule) callers.Spec {
-		return callers.Spec{Audience: "svc", Mode: guard.Enforce, Rule: rule, MetricsPrefix: "test", Registry: prometheus.NewRegistry(),
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	spec := func(rule binding.Rule) callers.Service {
+		return callers.Service{Name: "test", Rule: rule, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
 	for name, c := range map[string]callers.Config{
 		"tokenreview":                  options(func(*callers.Options) {}),
 		"tokenreview with an interval": options(func(o *callers.Options) { o.Issuers, o.ReviewInterval = []string{iss.Issuer()}, time.Hour }),
 		"tokenreview watching":         options(func(o *callers.Options) { o.Issuers, o.WatchBoundObjects = []string{iss.Issuer()}, true }),
 	} {
-		_, err := callers.Build(c, spec(binding.Roles(binding.RoleConfig{Required: required})))
+		_, err := callers.New(c, spec(binding.Roles(binding.RoleConfig{Required: required})))
 		if err == nil || !strings.Contains(err.Error(), "binding.Roles checks the caller's roles") || !strings.Contains(err.Error(), "TokenReview states no roles") ||
 			!strings.Contains(err.Error(), "RoleConfig.Grants") {
 			t.Errorf("%s: roles without grants: %v", name, err)
 		}
-		_, err = callers.Build(c, spec(binding.All(binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{Required: required, RequireTenant: true,
+		_, err = callers.New(c, spec(binding.All(binding.SystemBinding(nil), binding.Roles(binding.RoleConfig{Required: required, RequireTenant: true,
 			Grants: []binding.RoleGrant{{Role: "reader", Groups: []string{"system:serviceaccounts:ns"}}}}))))
 		if err == nil || !strings.Contains(err.Error(), "TokenReview states no tenant") || strings.Contains(err.Error(), "no roles") {
 			t.Errorf("%s: a tenant required (inside All): %v", name, err)
 		}
 	}
-	if _, err := callers.Build(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required,
+	if _, err := callers.New(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required,
 		Grants: []binding.RoleGrant{{Role: "reader"}, {Role: "reader", ServiceAccounts: []string{"ns"}}}}))); err == nil ||
 		!strings.Contains(err.Error(), "Grants[0] (reader) names no caller") || !strings.Contains(err.Error(), `service account "ns": want namespace:name`) {
 		t.Errorf("grants that cannot be honoured: %v", err)
 	}
 
-	st, err := callers.Build(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required, Grants: []binding.RoleGrant{
+	st, err := callers.New(options(func(*callers.Options) {}), spec(binding.Roles(binding.RoleConfig{Required: required, Grants: []binding.RoleGrant{
 		{Role: "reader", ServiceAccounts: []string{"ns:caller"}},
 		{Role: "reader", Groups: []string{"system:serviceaccounts:team"}},
 	}})))

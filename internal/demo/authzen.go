@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	search "github.com/callerauth/callerauth/examples/authzen-search"
@@ -23,7 +24,7 @@ const todoPrincipal = "system:serviceaccount:todo:todo-backend"
 
 func pdpAuthZENBatch(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp AuthZEN: a batch of two evaluations", Expected: "allow + deny, one signature, each item verified on its own"}
-	s, url, stop, err := e.servePDP("authzen", todo.WriteTo, pdp.ModeEnforce, "todo="+todoPrincipal)
+	s, url, stop, err := e.servePDP("authzen", todo.WriteTo, callers.ModeEnforce, "todo="+todoPrincipal)
 	if err != nil {
 		return fail(r, err)
 	}
@@ -85,7 +86,7 @@ func pdpAuthZENBatch(ctx context.Context, e *env) Result {
 // the request that asked it.
 func pdpAuthZENSearch(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp AuthZEN: a resource search, two results a page", Expected: "alice may edit 101 107 110 113 119; every page signed and verified"}
-	s, url, stop, err := e.servePDP("authzen-search", search.WriteTo, pdp.ModeEnforce, "authzen-search="+todoPrincipal)
+	s, url, stop, err := e.servePDP("authzen-search", search.WriteTo, callers.ModeEnforce, "authzen-search="+todoPrincipal)
 	if err != nil {
 		return fail(r, err)
 	}

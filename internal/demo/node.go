@@ -67,11 +67,15 @@ func (e *env) startConnector(mode guard.Mode, failOpen bool, validatorDown bool)
 	if err != nil {
 		return nil, err
 	}
-	st, err := callers.Build(callers.Custom(auth, "TokenReview"), callers.Spec{
-		Mode: mode, FailOpenOnUnavailable: failOpen,
+	o := callers.NewOptions()
+	o.Audience, o.Mode, o.FailOpenOnUnavailable = connectorAud, string(mode), failOpen
+	cfg, err := o.Complete()
+	if err != nil {
+		return nil, err
+	}
+	st, err := callers.New(cfg.WithAuthenticator(auth, "TokenReview"), callers.Service{Name: "platform_connector",
 		Rule:     binding.NodeBinding(binding.NodeConfig{LocalNode: connectorNode, CrossNode: []string{crossNodeSA}, Metrics: nm}),
-		Registry: reg, MetricsPrefix: "platform_connector",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
@@ -60,7 +61,7 @@ func (e *env) servePDP(name string, writeTo func(dir string) (string, string, er
 	o := pdp.NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
 	o.PolicyDir, o.Registry, o.SigningKeyFile = policyDir, registry, key
-	o.Callers.Kubeconfig, o.CallerAuthMode, o.CallerBindings = e.iss.KubeconfigFile(), mode, []string{binding}
+	o.Callers.Kubeconfig, o.Callers.Mode, o.CallerBindings = e.iss.KubeconfigFile(), mode, []string{binding}
 	c, err := o.Complete()
 	if err != nil {
 		return nil, "", nil, err
@@ -128,7 +129,7 @@ type pdpCase struct {
 func pdpEnforce(c pdpCase) func(context.Context, *env) Result {
 	return func(ctx context.Context, e *env) Result {
 		r := Result{Scenario: c.scenario, Expected: c.expected}
-		p, err := e.startPDP(pdp.ModeEnforce)
+		p, err := e.startPDP(callers.ModeEnforce)
 		if err != nil {
 			return fail(r, err)
 		}
@@ -160,7 +161,7 @@ func pdpEnforce(c pdpCase) func(context.Context, *env) Result {
 
 func pdpWarn(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp warn: N1–N4", Expected: "all reach policy; records say what enforce would have"}
-	p, err := e.startPDP(pdp.ModeWarn)
+	p, err := e.startPDP(callers.ModeWarn)
 	if err != nil {
 		return fail(r, err)
 	}
@@ -190,7 +191,7 @@ func pdpWarn(ctx context.Context, e *env) Result {
 
 func pdpForged(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp: forged allow from a responder without the key", Expected: "consumer client refuses (deny)"}
-	p, err := e.startPDP(pdp.ModeEnforce)
+	p, err := e.startPDP(callers.ModeEnforce)
 	if err != nil {
 		return fail(r, err)
 	}
@@ -226,7 +227,7 @@ func pdpForged(ctx context.Context, e *env) Result {
 // caller naming a tenant and lane the policy never looked at.
 func pdpOtherTenant(ctx context.Context, e *env) Result {
 	r := Result{Scenario: "pdp: a check naming another tenant", Expected: "200 deny tenant_unknown, signed record"}
-	p, err := e.startPDP(pdp.ModeEnforce)
+	p, err := e.startPDP(callers.ModeEnforce)
 	if err != nil {
 		return fail(r, err)
 	}

@@ -47,7 +47,7 @@ func proxyRBAC(ctx context.Context, e *env) Result {
 	o := proxy.NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = "127.0.0.1:0", "", io.Discard
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
-	o.Callers.Kubeconfig, o.Upstream, o.CallerAudience, o.Authorization = e.iss.KubeconfigFile(), up.URL, aud, proxy.AuthorizationRBAC
+	o.Callers.Kubeconfig, o.Upstream, o.Callers.Audience, o.Authorization = e.iss.KubeconfigFile(), up.URL, aud, proxy.AuthorizationRBAC
 	c, err := o.Complete()
 	if err != nil {
 		return fail(r, err)

@@ -27,7 +27,7 @@ import (
 // and calls [Manager.Run]:
 //
 //	m, err := serve.New("pdp", cfg.Serve, cfg.Logger)
-//	g, err := m.Guard(cfg.Callers, callers.Spec{Audience: ..., Rule: ...})
+//	g, err := m.Guard(cfg.Callers, callers.Service{Name: "my_service", Rule: rule})
 //	m.ServeHTTP("api", lis, handler)
 //	m.Set("policy_version", v)
 //	return m.Run(ctx) // + the metrics listener, one start-up line, until ctx ends
@@ -99,12 +99,18 @@ func (m *Manager) TLSConfig() *tls.Config {
 	return m.certs.TLSConfig()
 }
 
-// Guard builds the service's caller authentication (callers.Build) with
+// Guard builds the service's caller authentication (callers.New) with
 // the manager's registry and logger, adds what must run beside it, and
-// puts its settings on the start-up line. Call it at most once.
-func (m *Manager) Guard(cfg callers.Config, spec callers.Spec) (*guard.Guard, error) {
-	spec.Registry, spec.Logger = m.health.Registry, m.log
-	st, err := callers.Build(cfg, spec)
+// puts its settings on the start-up line. Call it at most once. Under
+// --caller-auth-mode off (cfg.Off) there is no guard: nil, and the
+// start-up line says so.
+func (m *Manager) Guard(cfg callers.Config, svc callers.Service) (*guard.Guard, error) {
+	m.callers = cfg.Settings()
+	if cfg.Off() {
+		return nil, nil
+	}
+	svc.Registry, svc.Logger = m.health.Registry, m.log
+	st, err := callers.New(cfg, svc)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +118,6 @@ func (m *Manager) Guard(cfg callers.Config, spec callers.Spec) (*guard.Guard, er
 		m.Add(r)
 		m.Gate(r.String(), r.Ready)
 	}
-	m.callers = cfg.Settings()
 	return st.Guard, nil
 }
 

@@ -121,7 +121,7 @@ func TestPDPChartFeedsThePDP(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("the pdp's validation refuses the rendered flags: %v\n%s", err, strings.Join(args, "\n"))
 	}
-	if o.AuthZENBaseURL != "https://flex-auth-pdp.flex-auth.svc.cluster.local.:8443" || len(o.CallerBindings) != 1 || o.CallerAuthMode != "enforce" {
+	if o.AuthZENBaseURL != "https://flex-auth-pdp.flex-auth.svc.cluster.local.:8443" || len(o.CallerBindings) != 1 || o.Callers.Mode != "enforce" {
 		t.Fatalf("options %+v", o)
 	}
 	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {

@@ -64,7 +64,7 @@ func TestProxyChartFeedsTheProxy(t *testing.T) {
 		t.Fatalf("the rendered configuration file differs from the one given:\n%s", file)
 	}
 	o := proxyAccepts(t, root, args, map[string][]byte{"config/config-file.yaml": []byte(file)})
-	if o.Authorization != proxy.AuthorizationRBAC || o.CallerAudience != "metrics-app.monitoring.svc" || len(o.AllowServiceAccounts) != 1 ||
+	if o.Authorization != proxy.AuthorizationRBAC || o.Callers.Audience != "metrics-app.monitoring.svc" || len(o.AllowServiceAccounts) != 1 ||
 		len(o.IgnorePaths) != 1 || o.Upstream != "http://metrics-app.monitoring.svc:8080" {
 		t.Fatalf("options %+v", o)
 	}

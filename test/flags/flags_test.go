@@ -291,23 +291,32 @@ func exprString(e ast.Expr) string {
 	return ""
 }
 
-// specOnlyOn are the callers.Spec fields one backend alone reads, and why
+// onlyOn are the callers.Options fields one backend alone reads, and why
 // the other has nothing to read them with. Any other field backend()
 // reads must be read on every branch: a service's setting (its
 // --caller-audience, above all) holds whatever --caller-backend says.
-var specOnlyOn = map[string]string{
-	"WatchNode":    "tokenreview: narrows --caller-watch-bound-objects' pod watch, which only the TokenReview backend runs (the flag is refused under oidc)",
-	"CheckIssuers": "oidc: the service's requirement of an AuthenticationConfiguration's issuers; TokenReview reads no file of issuers",
+var onlyOn = map[string]string{
+	"WatchNode":            "tokenreview: narrows --caller-watch-bound-objects' pod watch, which only the TokenReview backend runs (the flag is refused under oidc)",
+	"CheckIssuers":         "oidc: the service's requirement of an AuthenticationConfiguration's issuers; TokenReview reads no file of issuers",
+	"AuthenticationConfig": "oidc: the file of issuers; Complete refuses it under tokenreview",
+	"Kubeconfig":           "tokenreview: the API server that reviews; Complete refuses it under oidc",
+	"Issuers":              "tokenreview: the API server's issuers; Complete refuses them under oidc (its issuers are in the file)",
+	"ReviewQPS":            "tokenreview: TokenReviews sent; refused under oidc as a flag that does nothing",
+	"ReviewBurst":          "tokenreview: TokenReviews sent; refused under oidc as a flag that does nothing",
+	"ReviewInterval":       "tokenreview: a TokenReview per interval; Complete refuses it under oidc",
+	"WatchBoundObjects":    "tokenreview: the API server's objects; Complete refuses it under oidc",
+	"WatchMaxBreak":        "tokenreview: the bound-object watch's; refused under oidc as a flag that does nothing",
+	"CacheMaxEntries":      "tokenreview: sizes Recheck's reviews beside the verdict cache (which New sizes on every backend)",
 }
 
-// TestSpecHoldsOnEveryBackend: every field of callers's Spec that
+// TestSettingsHoldOnEveryBackend: every field of callers.Options that
 // picks or shapes the backend is read in each backend's branch of
 // built.backend (the AuthenticationConfiguration's and TokenReview's), or
-// is listed in specOnlyOn with the reason. The fields Build reads outside
-// it (the mode, the rule, the metrics) hold on every backend by
-// construction. This is the class the audience once escaped: read by
-// TokenReview alone, never under oidc.
-func TestSpecHoldsOnEveryBackend(t *testing.T) {
+// is listed in onlyOn with the reason. The settings New reads outside it
+// (the mode, fail-open, the cache) hold on every backend by construction.
+// This is the class the audience once escaped: read by TokenReview alone,
+// never under oidc.
+func TestSettingsHoldOnEveryBackend(t *testing.T) {
 	pkgs := typecheck.Load(t, "../../callers")
 	c := typecheck.Check(t, pkgs, module+"/callers")
 	var backend *ast.FuncDecl
@@ -339,7 +348,7 @@ func TestSpecHoldsOnEveryBackend(t *testing.T) {
 		for _, n := range nodes {
 			ast.Inspect(n, func(n ast.Node) bool {
 				if sel, ok := n.(*ast.SelectorExpr); ok {
-					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "spec" {
+					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "o" {
 						got[sel.Sel.Name] = true
 					}
 				}
@@ -361,20 +370,20 @@ func TestSpecHoldsOnEveryBackend(t *testing.T) {
 		all[f] = true
 	}
 	if !all["Audience"] {
-		t.Fatal("built.backend reads no spec.Audience: the test must follow the code")
+		t.Fatal("built.backend reads no o.Audience: the test must follow the code")
 	}
 	for f := range all {
 		if onOIDC[f] && onReview[f] {
 			continue
 		}
-		if why, ok := specOnlyOn[f]; ok {
+		if why, ok := onlyOn[f]; ok {
 			only := map[bool]string{true: "oidc", false: "tokenreview"}[onOIDC[f]]
 			if !strings.HasPrefix(why, only+":") {
-				t.Errorf("Spec.%s is read on %s alone, but specOnlyOn says %q", f, only, why)
+				t.Errorf("Options.%s is read on %s alone, but onlyOn says %q", f, only, why)
 			}
 			continue
 		}
-		t.Errorf("Spec.%s is read on one backend only (oidc %v, tokenreview %v): read it on both, or refuse it where it cannot hold and list it in specOnlyOn with the reason", f, onOIDC[f], onReview[f])
+		t.Errorf("Options.%s is read on one backend only (oidc %v, tokenreview %v): read it on both, or refuse it where it cannot hold and list it in onlyOn with the reason", f, onOIDC[f], onReview[f])
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/callerauth/callerauth/callers"
-	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -113,11 +112,9 @@ type Config struct {
 	Callers callers.Config
 	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
-	// Auth is config.json as written; Mode and FailOpen are what is in
-	// force (the deployment role always enforces and never fails open).
-	Auth     AuthConfig
-	Mode     guard.Mode
-	FailOpen bool
+	// Auth is config.json as written; Callers holds what is in force (the
+	// deployment role always enforces and never fails open).
+	Auth AuthConfig
 	// Datastore is the resolved target (--datastore or the first line of
 	// --datastore-url-file).
 	Datastore                                    string
@@ -138,6 +135,17 @@ func (o Options) Complete() (Config, error) {
 	var errs []error
 	if err := o.Serve.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	// config.json holds the connector's own caller settings; the
+	// deployment role, with no node to fall back on, always enforces and
+	// never fails open, and watches every node's pods.
+	o.Callers.Audience, o.Callers.Mode, o.Callers.FailOpenOnUnavailable = auth.Audience, string(auth.Mode), auth.FailOpenOnUnavailable
+	o.Callers.WatchNode = o.NodeName
+	if o.Role == RoleDeployment {
+		o.Callers.Mode, o.Callers.FailOpenOnUnavailable, o.Callers.WatchNode = callers.ModeEnforce, false, ""
+	}
+	if !auth.EnableNodeBindingAuth {
+		o.Callers.Mode, o.Callers.CanBeOff, o.Callers.AllowOff = callers.ModeOff, true, true
 	}
 	callerCfg, err := o.Callers.Complete()
 	if err != nil {
@@ -201,13 +209,7 @@ func (o Options) Complete() (Config, error) {
 		return Config{}, errors.Join(errs...)
 	}
 	c := Config{Role: o.Role, NodeName: o.NodeName, Socket: o.Socket, Serve: o.Serve, Callers: callerCfg, Auth: auth, Datastore: target,
-		Mode: auth.Mode, FailOpen: auth.FailOpenOnUnavailable,
 		MaxBatchEvents: o.MaxBatchEvents, MaxMessageBytes: o.MaxMessageBytes, QuotaEvents: o.QuotaEvents, QuotaWindow: o.QuotaWindow,
 		KeyRetention: o.KeyRetention, MaxDatastoreBytes: o.MaxDatastoreBytes, MaxPublisherBytes: cmp.Or(o.MaxPublisherBytes, o.MaxDatastoreBytes/16)}
-	if o.Role == RoleDeployment {
-		// With no node to fall back on, the deployment connector always
-		// enforces and never fails open.
-		c.Mode, c.FailOpen = guard.Enforce, false
-	}
 	return c, nil
 }

@@ -85,10 +85,6 @@ type Server struct {
 	// datastore every recountEvery and as batches are stored.
 	pubMu      sync.Mutex
 	publishers map[string]int64
-	// The node-binding settings in force: the deployment role always
-	// enforces and never fails open, whatever config.json says.
-	mode     guard.Mode
-	failOpen bool
 }
 
 // metricsPrefix starts the connector's metric names.
@@ -103,7 +99,7 @@ func New(c Config) (*Server, error) {
 	}
 	m.Health().Registry.MustRegister(serve.BuildInfo("platform_connector"))
 	log := m.Logger()
-	s := &Server{opts: c, auth: c.Auth, m: m, log: log, health: m.Health(), mode: c.Mode, failOpen: c.FailOpen}
+	s := &Server{opts: c, auth: c.Auth, m: m, log: log, health: m.Health()}
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "platform_connector_batches_refused_total",
 		Help: "Batches refused whole for a size limit: limit=events (more than --max-batch-events) or bytes (a message over --max-message-bytes)."}, []string{"limit"})
 	s.refused.WithLabelValues("events")
@@ -153,11 +149,8 @@ func New(c Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("connector: %w", err)
 		}
-		s.guard, err = m.Guard(c.Callers, callers.Spec{
-			Audience: c.Auth.Audience, Mode: s.mode, FailOpenOnUnavailable: s.failOpen,
-			Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: c.Auth.CrossNodeServiceAccounts, Metrics: nm}),
-			MetricsPrefix: metricsPrefix, WatchNode: local,
-		})
+		s.guard, err = m.Guard(c.Callers, callers.Service{Name: metricsPrefix,
+			Rule: binding.NodeBinding(binding.NodeConfig{LocalNode: local, CrossNode: c.Auth.CrossNodeServiceAccounts, Metrics: nm})})
 		if err != nil {
 			return nil, fmt.Errorf("connector: caller authentication: %w", err)
 		}
@@ -254,8 +247,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	s.m.ServeGRPC("grpc", lis, s.grpc)
 	s.m.Add(serve.Named("datastore housekeeping", serve.RunnableFunc(s.housekeeping)))
 	s.m.Set("role", string(s.opts.Role), "address", lis.Addr().String(), "node", s.opts.NodeName,
-		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", string(s.mode),
-		"failOpenOnUnavailable", s.failOpen, "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes,
+		"nodeBindingAuth", s.auth.EnableNodeBindingAuth, "mode", s.opts.Callers.ModeName(),
+		"failOpenOnUnavailable", s.opts.Callers.FailOpen(), "maxBatchEvents", s.opts.MaxBatchEvents, "maxMessageBytes", s.opts.MaxMessageBytes,
 		"quotaEvents", s.opts.QuotaEvents, "quotaWindow", s.opts.QuotaWindow.String(), "idempotencyKeyRetention", s.opts.KeyRetention.String(),
 		"maxDatastoreBytes", s.opts.MaxDatastoreBytes)
 	if err := s.m.Run(ctx); err != nil {

@@ -161,7 +161,7 @@ func (s *Server) caller(r *http.Request) (decision.Caller, string) {
 	if v, ok := guard.FromContext(r.Context()); ok {
 		caller = callerBlock(v, s.c.Callers.VerifiedBy())
 	}
-	return caller, s.c.ModeName
+	return caller, s.c.Callers.ModeName()
 }
 
 // refuse answers a refused caller (the guard counted it).

@@ -16,7 +16,6 @@ import (
 
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/callers"
-	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -27,15 +26,13 @@ type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
 	// --log-level, --shutdown-timeout and the --http-* limits.
 	Serve serve.Options
-	// Callers: --caller-backend, --kubeconfig, --caller-authentication-config,
-	// --caller-cache-ttl, --caller-review-timeout and the rest.
+	// Callers: --caller-audience, --caller-auth-mode,
+	// --insecure-caller-auth-off, --caller-backend, --kubeconfig,
+	// --caller-authentication-config, --caller-cache-ttl and the rest.
 	Callers        callers.Options
 	InsecureHTTP   bool
 	PolicyDir      string
 	Registry       string
-	CallerAuthMode string
-	AllowAuthOff   bool
-	CallerAudience string
 	CallerBindings []string
 	SigningKeyFile string
 	// ReloadInterval is how often the policy, registry and key files are
@@ -64,21 +61,23 @@ type Options struct {
 
 // NewOptions returns the pdp's defaults: the one place they are written.
 func NewOptions() Options {
-	return Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(),
-		CallerAuthMode: ModeEnforce, CallerAudience: "flex-auth", ReloadInterval: 2 * time.Second,
+	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(), ReloadInterval: 2 * time.Second,
 		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
+	o.Callers.Audience, o.Callers.CanBeOff = DefaultAudience, true
+	return o
 }
+
+// DefaultAudience is --caller-audience's default: flex-auth's.
+const DefaultAudience = "flex-auth"
 
 // AddFlags registers the pdp's flags, with o's values as their defaults.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.Serve.AddFlags(f)
+	o.Callers.AddServiceFlags(f)
 	serve.AddCallerFlags(f, &o.Callers)
 	f.BoolVar(&o.InsecureHTTP, "insecure-http", o.InsecureHTTP, "serve plain HTTP instead (only on a loopback --listen): bearer tokens would otherwise cross the network in clear")
 	f.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "policy package: manifest.json, *.cedar, one *.cedarschema")
 	f.StringVar(&o.Registry, "registry", o.Registry, "registry snapshot: a JSON array of Cedar entities")
-	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", o.CallerAuthMode, "enforce, warn or off")
-	f.BoolVar(&o.AllowAuthOff, "insecure-caller-auth-off", o.AllowAuthOff, "allow --caller-auth-mode off: callers are not authenticated at all")
-	f.StringVar(&o.CallerAudience, "caller-audience", o.CallerAudience, "the audience callers' tokens must be minted for")
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", o.SigningKeyFile, "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
 	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", o.AuthZENBaseURL, "the https:// URL the AuthZEN metadata names as this PDP (default: the serving certificate's first name and the port served on; never the request's Host; none over plain HTTP)")
@@ -100,18 +99,13 @@ func (o Options) Validate() error {
 // defaulted, as [New] reads it.
 type Config struct {
 	Serve serve.Options
-	// Callers is the caller authentication; Complete makes it from the
-	// flags, a program may set callers.Custom instead.
+	// Callers is the caller authentication, its audience and mode with
+	// it (Off: --caller-auth-mode off); Complete makes it from the flags,
+	// a test may give it an authenticator of its own
+	// (Config.WithAuthenticator).
 	Callers callers.Config
 	// Logger nil: JSON at --log-level on standard error.
 	Logger *slog.Logger
-	// AuthOff: --caller-auth-mode off (with --insecure-caller-auth-off).
-	AuthOff bool
-	// Mode is enforce or audit (the pdp's warn); unset when AuthOff.
-	Mode guard.Mode
-	// ModeName is --caller-auth-mode as given, for the start-up line.
-	ModeName string
-	Audience string
 	// Bindings are --caller-binding's, system to principal; Warnings are
 	// what is legal but never matches a ServiceAccount token.
 	Bindings map[string]string
@@ -183,41 +177,18 @@ func (o Options) Complete() (Config, error) {
 	if o.SigningKeyFile == "" {
 		errs = append(errs, errors.New("pdp: --signing-key-file is required (callerauth decision keygen --out FILE makes one): records must be signed"))
 	}
-	if o.CallerAuthMode == ModeOff {
-		if !o.AllowAuthOff {
-			errs = append(errs, errors.New("pdp: --caller-auth-mode off needs --insecure-caller-auth-off: without it anyone who reaches the PDP obtains decisions"))
-		}
-	} else if _, err := callerAuthMode(o.CallerAuthMode); err != nil {
-		errs = append(errs, fmt.Errorf("pdp: --caller-auth-mode %q: want enforce, warn or off", o.CallerAuthMode))
-	}
-	if o.CallerAudience == "" {
-		errs = append(errs, errors.New("pdp: --caller-audience may not be empty"))
-	}
 	bindings, warnings, err := binding.ParseSystemBindings("--caller-binding", o.CallerBindings)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pdp: %w", err))
 	}
-	if o.CallerAuthMode != ModeOff && len(bindings) == 0 {
+	if o.Callers.Mode != callers.ModeOff && len(bindings) == 0 {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
-	c := Config{Serve: o.Serve, Callers: callerCfg, AuthOff: o.CallerAuthMode == ModeOff, ModeName: o.CallerAuthMode, Audience: o.CallerAudience,
+	return Config{Serve: o.Serve, Callers: callerCfg,
 		Bindings: bindings, Warnings: warnings, InsecureHTTP: o.InsecureHTTP, PolicyDir: o.PolicyDir, Registry: o.Registry, SigningKeyFile: o.SigningKeyFile,
 		ReloadInterval: o.ReloadInterval, AuthZENBaseURL: o.AuthZENBaseURL, AuthZENMaxBody: o.AuthZENMaxBody,
-		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates}
-	if !c.AuthOff {
-		c.Mode, _ = callerAuthMode(o.CallerAuthMode) // refused above if it does not parse
-	}
-	return c, nil
-}
-
-// callerAuthMode reads --caller-auth-mode other than off: enforce, or warn
-// (the PDP's name for the guard's audit).
-func callerAuthMode(s string) (guard.Mode, error) {
-	if s == ModeWarn {
-		s = string(guard.Audit)
-	}
-	return guard.ParseMode(s)
+		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates}, nil
 }

@@ -24,13 +24,6 @@ import (
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
-// Caller authentication modes.
-const (
-	ModeEnforce = "enforce"
-	ModeWarn    = "warn"
-	ModeOff     = "off"
-)
-
 // RecordProfile is the format of the PDP's decision records: the flex-auth
 // decision record v2 (v1 plus the caller block), typed for JWS so that no
 // other JWT can be taken for one.
@@ -126,13 +119,10 @@ func New(c Config) (*Server, error) {
 	for _, w := range c.Warnings {
 		s.log.Warn("pdp: " + w)
 	}
-	if c.AuthOff {
+	if c.Callers.Off() {
 		s.log.Warn("pdp: --caller-auth-mode off: callers are NOT authenticated; anyone who reaches the PDP obtains decisions, and records say authenticated: false")
-		return s, nil
 	}
-	s.guard, err = m.Guard(c.Callers, callers.Spec{
-		Audience: c.Audience, Mode: c.Mode, Rule: binding.SystemBinding(c.Bindings), MetricsPrefix: "pdp",
-	})
+	s.guard, err = m.Guard(c.Callers, callers.Service{Name: "pdp", Rule: binding.SystemBinding(c.Bindings)})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
@@ -194,7 +184,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.m.ServeHTTP("api", lis, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
 	st := s.state.Get()
-	s.m.Set("address", lis.Addr().String(), "caller_auth_mode", s.c.ModeName,
+	s.m.Set("address", lis.Addr().String(),
 		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
 	if err := s.m.Run(ctx); err != nil {
 		_ = lis.Close()

@@ -64,7 +64,7 @@ func options(dir, mode, key string) pdp.Options {
 	o := pdp.NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
 	o.PolicyDir, o.Registry, o.SigningKeyFile = filepath.Join(dir, "policy"), filepath.Join(dir, "registry.json"), key
-	o.CallerAuthMode = mode
+	o.Callers.Mode = mode
 	return o
 }
 
@@ -339,8 +339,8 @@ func TestOptionsRefusals(t *testing.T) {
 	}{
 		{"plain HTTP off loopback", func(o *pdp.Options) { o.Serve.Listen = "0.0.0.0:8080" }, "--insecure-http serves plain HTTP only on a loopback"},
 		{"no TLS files", func(o *pdp.Options) { o.InsecureHTTP = false }, "--tls-cert-file and --tls-key-file are required"},
-		{"off without the flag", func(o *pdp.Options) { o.CallerAuthMode = "off" }, "--insecure-caller-auth-off"},
-		{"unknown mode", func(o *pdp.Options) { o.CallerAuthMode = "lenient" }, `--caller-auth-mode "lenient"`},
+		{"off without the flag", func(o *pdp.Options) { o.Callers.Mode = "off" }, "--insecure-caller-auth-off"},
+		{"unknown mode", func(o *pdp.Options) { o.Callers.Mode = "lenient" }, `--caller-auth-mode "lenient"`},
 		{"binding without =", func(o *pdp.Options) { o.CallerBindings = []string{"secrets-engine"} }, `--caller-binding "secrets-engine"`},
 		{"no binding", func(o *pdp.Options) { o.CallerBindings = nil }, "at least one --caller-binding"},
 		{"no signing key", func(o *pdp.Options) { o.SigningKeyFile = "" }, "--signing-key-file is required"},
@@ -383,7 +383,7 @@ func mustKey(t *testing.T) *ecdsa.PrivateKey {
 }
 
 func TestCallerAuthOff(t *testing.T) {
-	e := start(t, "off", func(o *pdp.Options) { o.AllowAuthOff = true })
+	e := start(t, "off", func(o *pdp.Options) { o.Callers.AllowOff = true })
 	code, body := e.post(t, "", readExample(t, "check_request_allow_rotate.json"), "application/json")
 	rec, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: e.keys})
 	if code != 200 || err != nil || rec.Caller.Authenticated || rec.Caller.Reason != "caller_auth_off" || rec.Provenance.Mode != "off" {

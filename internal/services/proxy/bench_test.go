@@ -43,7 +43,7 @@ func BenchmarkHandler(b *testing.B) {
 	o := NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = "127.0.0.1:0", "", io.Discard
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
-	o.Callers.Kubeconfig, o.Upstream, o.CallerAudience, o.AllowServiceAccounts = iss.KubeconfigFile(), "http://127.0.0.1:1", "up", []string{"demo:client"}
+	o.Callers.Kubeconfig, o.Upstream, o.Callers.Audience, o.AllowServiceAccounts = iss.KubeconfigFile(), "http://127.0.0.1:1", "up", []string{"demo:client"}
 	c, err := o.Complete()
 	if err != nil {
 		b.Fatal(err)
@@ -94,7 +94,7 @@ func BenchmarkOverTLS(b *testing.B) {
 	o := NewOptions()
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = "127.0.0.1:0", "", io.Discard
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
-	o.Callers.Kubeconfig, o.Upstream, o.CallerAudience, o.AllowServiceAccounts = iss.KubeconfigFile(), upstream.URL, "up", []string{"demo:client"}
+	o.Callers.Kubeconfig, o.Upstream, o.Callers.Audience, o.AllowServiceAccounts = iss.KubeconfigFile(), upstream.URL, "up", []string{"demo:client"}
 	c, err := o.Complete()
 	if err != nil {
 		b.Fatal(err)

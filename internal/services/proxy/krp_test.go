@@ -203,7 +203,7 @@ func krpOptions(t *testing.T, ca *pki.CA, kubeconfig, upstream, aud string) prox
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = addr, "", io.Discard
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
 	o.Callers.Kubeconfig = kubeconfig
-	o.Upstream, o.CallerAudience, o.Authorization = upstream, aud, proxy.AuthorizationRBAC
+	o.Upstream, o.Callers.Audience, o.Authorization = upstream, aud, proxy.AuthorizationRBAC
 	return o
 }
 

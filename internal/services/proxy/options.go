@@ -20,7 +20,6 @@ import (
 
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/callers"
-	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -32,8 +31,9 @@ type Options struct {
 	// Serve: --listen, --tls-cert-file, --tls-key-file, --metrics-listen,
 	// --log-level, --shutdown-timeout and the --http-* limits.
 	Serve serve.Options
-	// Callers: --caller-backend, --kubeconfig, --caller-cache-ttl and the
-	// rest of the caller authentication.
+	// Callers: --caller-audience (required: a token for another service
+	// is refused), --caller-auth-mode, --caller-backend, --kubeconfig,
+	// --caller-cache-ttl and the rest of the caller authentication.
 	Callers callers.Options
 	// Upstream is where allowed requests go (--upstream): http://,
 	// https:// or unix:///path.
@@ -48,12 +48,6 @@ type Options struct {
 	// UpstreamHeaderTimeout bounds the wait for the upstream's response
 	// headers (--upstream-header-timeout); the body then streams.
 	UpstreamHeaderTimeout time.Duration
-	// CallerAudience is the audience callers' tokens must be minted for
-	// (--caller-audience). Required: a token for another service is
-	// refused.
-	CallerAudience string
-	// CallerAuthMode is enforce or audit (--caller-auth-mode).
-	CallerAuthMode string
 	// AllowServiceAccounts, AllowGroups and AllowUsers name the callers
 	// let through (--allow-service-account, --allow-group, --allow-user);
 	// at least one is required.
@@ -136,8 +130,8 @@ type Options struct {
 // NewOptions returns the proxy's defaults: the one place they are written.
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(),
-		CallerAuthMode: string(guard.Enforce), UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
-		UserHeader: DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
+		UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
+		UserHeader:            DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
 		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout,
 		AuthorizationQPS: DefaultAuthorizationQPS, AuthorizationBurst: DefaultAuthorizationBurst,
@@ -149,13 +143,12 @@ func NewOptions() Options {
 // AddFlags registers the proxy's flags, with o's values as their defaults.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.Serve.AddFlags(f)
+	o.Callers.AddServiceFlags(f)
 	serve.AddCallerFlags(f, &o.Callers)
 	f.StringVar(&o.Upstream, "upstream", o.Upstream, "where allowed requests go: http://HOST:PORT[/PATH], https://HOST:PORT[/PATH] or unix:///PATH")
 	f.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA bundle (PEM) an https:// upstream's certificate is checked against (default: the system roots)")
 	f.BoolVar(&o.UpstreamHTTP2, "upstream-http2", o.UpstreamHTTP2, "speak HTTP/2 to the upstream (prior knowledge over plain TCP or a Unix socket, ALPN over TLS); a gRPC upstream needs it")
 	f.DurationVar(&o.UpstreamHeaderTimeout, "upstream-header-timeout", o.UpstreamHeaderTimeout, "how long the upstream may take to send its response headers (the body then streams)")
-	f.StringVar(&o.CallerAudience, "caller-audience", o.CallerAudience, "the audience callers' tokens must be minted for (required)")
-	f.StringVar(&o.CallerAuthMode, "caller-auth-mode", o.CallerAuthMode, "enforce, or audit: refusals are logged and counted but let through")
 	f.StringArrayVar(&o.AllowServiceAccounts, "allow-service-account", o.AllowServiceAccounts, "NAMESPACE:NAME or NAMESPACE:*: a service account let through (repeatable)")
 	f.StringArrayVar(&o.AllowGroups, "allow-group", o.AllowGroups, "a group whose members are let through (repeatable)")
 	f.StringArrayVar(&o.AllowUsers, "allow-user", o.AllowUsers, "a username let through (repeatable)")
@@ -203,8 +196,6 @@ type Config struct {
 	UpstreamCAs           *x509.CertPool
 	UpstreamHTTP2         bool
 	UpstreamHeaderTimeout time.Duration
-	Audience              string
-	Mode                  guard.Mode
 	Allowed               binding.RoleGrant
 	AllowPaths            []string
 	IgnorePaths           []string
@@ -246,7 +237,7 @@ func (o Options) Complete() (Config, error) {
 		errs = append(errs, errors.New("proxy: --tls-cert-file and --tls-key-file are required: callers' bearer tokens must not cross the network in clear"))
 	}
 	c := Config{Serve: o.Serve, Callers: callerCfg, UpstreamHTTP2: o.UpstreamHTTP2, UpstreamHeaderTimeout: o.UpstreamHeaderTimeout,
-		Audience: o.CallerAudience, PassBearerToken: o.PassBearerToken, AllowWebSocket: o.AllowWebSocket, Authorization: o.Authorization,
+		PassBearerToken: o.PassBearerToken, AllowWebSocket: o.AllowWebSocket, Authorization: o.Authorization,
 		UserHeader: textproto.CanonicalMIMEHeaderKey(o.UserHeader), GroupHeader: textproto.CanonicalMIMEHeaderKey(o.GroupHeader),
 		ExtraHeaderPrefix: textproto.CanonicalMIMEHeaderKey(o.ExtraHeaderPrefix)}
 	c.Upstream, c.UnixSocket, err = parseUpstream(o.Upstream)
@@ -277,12 +268,6 @@ func (o Options) Complete() (Config, error) {
 	}
 	if o.UpstreamHeaderTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("proxy: --upstream-header-timeout %s: want a positive duration", o.UpstreamHeaderTimeout))
-	}
-	if o.CallerAudience == "" {
-		errs = append(errs, errors.New("proxy: --caller-audience is required: a token minted for another service must not be accepted"))
-	}
-	if c.Mode, err = guard.ParseMode(o.CallerAuthMode); err != nil {
-		errs = append(errs, fmt.Errorf("proxy: --caller-auth-mode: %w", err))
 	}
 	c.Allowed = binding.RoleGrant{Role: allowedRole, ServiceAccounts: o.AllowServiceAccounts, Groups: o.AllowGroups, Usernames: o.AllowUsers}
 	named := len(o.AllowServiceAccounts)+len(o.AllowGroups)+len(o.AllowUsers) > 0

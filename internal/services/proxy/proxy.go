@@ -99,7 +99,7 @@ func New(c Config) (*Server, error) {
 	s.upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "proxy_upgrade_requests_total",
 		Help: "Requests asking to switch protocols, by outcome: websocket (judged and forwarded under --allow-websocket) or refused (400 bad_request). An h2c offer is declined, not counted."}, []string{"outcome"})
 	s.health.Registry.MustRegister(s.upstreamErrors, s.ignored, s.badPaths, s.certCallers, s.clientBodyErrors, s.upgrades)
-	spec := callers.Spec{Audience: c.Audience, Mode: c.Mode, Rule: rule(c), MetricsPrefix: "proxy"}
+	svc := callers.Service{Name: "proxy", Rule: rule(c)}
 	for _, w := range c.Warnings {
 		s.log.Warn("proxy: " + w)
 	}
@@ -108,7 +108,7 @@ func New(c Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.rbac, spec.Authorizer = z, z
+		s.rbac, svc.Authorizer = z, z
 		s.health.Registry.MustRegister(z.Collectors()...)
 	}
 	if a := c.Assertion; a != nil {
@@ -117,7 +117,7 @@ func New(c Config) (*Server, error) {
 		}
 		s.health.Handle("GET "+PathJWKS, http.HandlerFunc(s.asserter.serveJWKS))
 	}
-	s.guard, err = m.Guard(c.Callers, spec)
+	s.guard, err = m.Guard(c.Callers, svc)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
 	}
@@ -465,7 +465,7 @@ func (s *Server) Run(ctx context.Context) error {
 		upstream = "unix://" + s.c.UnixSocket
 	}
 	s.m.Set("address", lis.Addr().String(), "upstream", upstream, "upstream_http2", s.c.UpstreamHTTP2,
-		"caller_auth_mode", string(s.c.Mode), "authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil,
+		"authorization", s.c.Authorization, "client_certificates", s.c.ClientCAs != nil,
 		"identity_assertion", s.asserter != nil, "pass_bearer_token", s.c.PassBearerToken, "gc_percent", gcPercent())
 	if r := s.c.Roles; r != nil {
 		s.m.Set("role_file", r.File)

@@ -87,7 +87,7 @@ func (e *env) options(t *testing.T, upstream string) proxy.Options {
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput = addr, "", io.Discard
 	o.Serve.TLSCertFile, o.Serve.TLSKeyFile = cert, key
 	o.Callers.Kubeconfig = e.iss.KubeconfigFile()
-	o.Upstream, o.CallerAudience, o.AllowServiceAccounts = upstream, audience, []string{"demo:client"}
+	o.Upstream, o.Callers.Audience, o.AllowServiceAccounts = upstream, audience, []string{"demo:client"}
 	return o
 }
 
@@ -280,7 +280,7 @@ func TestAuditLetsARefusalThroughAndCountsIt(t *testing.T) {
 	up := httptest.NewServer(echoUpstream(&reached))
 	t.Cleanup(up.Close)
 	o := e.options(t, up.URL)
-	o.CallerAuthMode = "audit"
+	o.Callers.Mode = "audit"
 	s, addr := run(t, o)
 	code, body := e.get(t, "https://"+addr+"/hello", e.tokens["intruder"])
 	if code != http.StatusOK || reached.Load() != 1 {
@@ -412,13 +412,13 @@ func TestCompleteRefuses(t *testing.T) {
 	}{
 		{"no upstream", func(o *proxy.Options) { o.Upstream = "" }, "--upstream is required"},
 		{"an upstream of another scheme", func(o *proxy.Options) { o.Upstream = "ftp://x" }, "--upstream \"ftp://x\""},
-		{"no audience", func(o *proxy.Options) { o.CallerAudience = "" }, "--caller-audience is required"},
+		{"no audience", func(o *proxy.Options) { o.Callers.Audience = "" }, "--caller-audience is required"},
 		{"nobody allowed", func(o *proxy.Options) { o.AllowServiceAccounts = nil }, "name the callers let through"},
 		{"a service account without its namespace", func(o *proxy.Options) { o.AllowServiceAccounts = []string{"client"} }, "want namespace:name"},
 		{"no TLS", func(o *proxy.Options) { o.Serve.TLSCertFile, o.Serve.TLSKeyFile = "", "" }, "--tls-cert-file and --tls-key-file are required"},
 		{"both path lists", func(o *proxy.Options) { o.AllowPaths, o.IgnorePaths = []string{"/a"}, []string{"/b"} }, "give one"},
 		{"a bad pattern", func(o *proxy.Options) { o.IgnorePaths = []string{"healthz"} }, "beginning with /"},
-		{"a mode", func(o *proxy.Options) { o.CallerAuthMode = "warn" }, "--caller-auth-mode"},
+		{"a mode", func(o *proxy.Options) { o.Callers.Mode = "lenient" }, "--caller-auth-mode"},
 		{"no review rate", func(o *proxy.Options) { o.Authorization, o.AuthorizationQPS = proxy.AuthorizationRBAC, 0 }, "--authorization-qps 0"},
 		{"no review burst", func(o *proxy.Options) { o.Authorization, o.AuthorizationBurst = proxy.AuthorizationRBAC, 0 }, "--authorization-burst 0"},
 		{"Authorization as the user header", func(o *proxy.Options) { o.UserHeader = "authorization" }, "--user-header"},

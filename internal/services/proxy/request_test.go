@@ -353,7 +353,7 @@ func TestAuditMarksWhatItLetThrough(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
 	t.Cleanup(up.Close)
 	o := e.options(t, up.URL)
-	o.CallerAuthMode, o.IdentityAssertionAudience, o.IdentityAssertionTTL = "audit", "upstream.example", time.Minute
+	o.Callers.Mode, o.IdentityAssertionAudience, o.IdentityAssertionTTL = "audit", "upstream.example", time.Minute
 	_, addr := run(t, o)
 	for _, c := range []struct {
 		name, token, mark string

@@ -56,9 +56,9 @@ func BenchmarkGetJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := callers.Build(callers.Custom(auth, "OIDC"), callers.Spec{Mode: guard.Enforce,
+	st, err := callers.New(callers.Custom(auth, "OIDC"), callers.Service{Name: "vmafx_controller",
 		Rule:     binding.Roles(binding.RoleConfig{Required: controller.MethodRoles, RequireTenant: true}),
-		Registry: prometheus.NewRegistry(), MetricsPrefix: "vmafx_controller", Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
+		Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(&capture.Buffer{}, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -60,7 +60,9 @@ func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: callers.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
 		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute,
 		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention, TenantShare: DefaultTenantShare}
-	o.Callers.Backend = callers.BackendOIDC
+	// Each tenant's identity provider, offline; a token for any audience
+	// its issuer lists; one constant tenant per issuer; always enforced.
+	o.Callers.Backend, o.Callers.AnyAudience, o.Callers.CheckIssuers = callers.BackendOIDC, true, CheckTenantPerIssuer
 	return o
 }
 

@@ -144,10 +144,8 @@ func New(c Config) (*Server, error) {
 	if o.Reflection {
 		maps.Copy(roles, reflectionRoles)
 	}
-	s.guard, err = m.Guard(c.Callers, callers.Spec{
-		Mode: guard.Enforce, Rule: binding.Roles(binding.RoleConfig{Required: roles, RequireTenant: true}),
-		MetricsPrefix: "vmafx_controller", CheckIssuers: CheckTenantPerIssuer,
-	})
+	s.guard, err = m.Guard(c.Callers, callers.Service{Name: "vmafx_controller",
+		Rule: binding.Roles(binding.RoleConfig{Required: roles, RequireTenant: true})})
 	if err != nil {
 		return nil, fmt.Errorf("controller: caller authentication: %w", err)
 	}
