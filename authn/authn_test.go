@@ -108,12 +108,15 @@ func (c *counting) Authenticate(_ context.Context, tok string) (*authn.Caller, e
 	return nil, authn.Fail(authn.TokenInvalid, "refused")
 }
 
-func (c *counting) RequiredAudiences() []string { return []string{"aud"} }
+// layer is counting as a layer whose verdicts depend on audience aud.
+func (c *counting) layer() authn.Layer {
+	return authn.Layer{Authenticator: c, Audiences: []string{"aud"}}
+}
 
 func TestCacheTTLAndExpiry(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	inner := &counting{expiry: now.Add(time.Hour)}
-	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Minute, Now: func() time.Time { return now }})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{TTL: time.Minute, Now: func() time.Time { return now }})
 	ctx := context.Background()
 	for range 3 {
 		if _, err := c.Authenticate(ctx, "good1"); err != nil {
@@ -145,8 +148,8 @@ func TestCacheTTLAndExpiry(t *testing.T) {
 	if st := c.Stats(); st.Hits != 3 || st.Misses != 4 {
 		t.Fatalf("stats %+v", st)
 	}
-	if got := c.RequiredAudiences(); len(got) != 1 || got[0] != "aud" {
-		t.Fatalf("RequiredAudiences %v", got)
+	if got := c.Layer().Audiences; len(got) != 1 || got[0] != "aud" {
+		t.Fatalf("the cache's layer states audiences %v; want its inner layer's", got)
 	}
 }
 
@@ -157,7 +160,7 @@ func TestCacheTTLAndExpiry(t *testing.T) {
 func TestCacheFailures(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	inner := &counting{}
-	c := authn.NewCache(inner, authn.CacheConfig{Now: func() time.Time { return now }})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{Now: func() time.Time { return now }})
 	for _, r := range []reason.Reason{authn.ValidatorUnavailable, authn.ValidatorTimeout, authn.ValidatorError} {
 		for range 2 {
 			if _, err := c.Authenticate(context.Background(), r.String()); authn.ReasonOf(err) != r {
@@ -180,7 +183,7 @@ func TestCacheFailures(t *testing.T) {
 	if _, err := c.Authenticate(context.Background(), authn.TokenInvalid.String()); authn.ReasonOf(err) != authn.TokenInvalid || inner.calls.Load() != 8 {
 		t.Fatalf("after NegativeTTL: %v, %d calls", err, inner.calls.Load())
 	}
-	off := authn.NewCache(inner, authn.CacheConfig{NegativeTTL: -1})
+	off := authn.NewCache(inner.layer(), authn.CacheConfig{NegativeTTL: -1})
 	for range 2 {
 		_, _ = off.Authenticate(context.Background(), authn.TokenInvalid.String())
 	}
@@ -193,7 +196,7 @@ func TestCacheFailures(t *testing.T) {
 // fails at once as validator_unavailable; cached verdicts are unaffected.
 func TestCacheMaxInFlight(t *testing.T) {
 	inner := &counting{}
-	c := authn.NewCache(inner, authn.CacheConfig{MaxInFlight: 2})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{MaxInFlight: 2})
 	if _, err := c.Authenticate(context.Background(), "good-cached"); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +225,7 @@ func TestCacheMaxInFlight(t *testing.T) {
 
 func TestCacheLRU(t *testing.T) {
 	inner := &counting{}
-	c := authn.NewCache(inner, authn.CacheConfig{MaxEntries: 2})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{MaxEntries: 2})
 	ctx := context.Background()
 	_, _ = c.Authenticate(ctx, "goodA")
 	_, _ = c.Authenticate(ctx, "goodB")
@@ -250,7 +253,7 @@ func TestCacheLRU(t *testing.T) {
 // cause exactly one lookup, counted, not timed.
 func TestCacheSingleflight(t *testing.T) {
 	inner := &counting{release: make(chan struct{})}
-	c := authn.NewCache(inner, authn.CacheConfig{})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{})
 	const n = 64
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -290,7 +293,7 @@ func TestCacheSingleflight(t *testing.T) {
 // lookup the others share.
 func TestCacheWaiterCancellation(t *testing.T) {
 	inner := &counting{release: make(chan struct{})}
-	c := authn.NewCache(inner, authn.CacheConfig{})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() { _, err := c.Authenticate(ctx, "good-x"); first <- err }()
@@ -309,13 +312,18 @@ func TestCacheWaiterCancellation(t *testing.T) {
 	}
 }
 
+// TestCacheKeysOnAudiences: the cache answers for the audiences its
+// inner layer states, and none when it states none; the verdict it
+// keeps for a token under one audience list is not another's.
 func TestCacheKeysOnAudiences(t *testing.T) {
-	a := &counting{}
-	other := authn.AuthenticatorFunc(a.Authenticate) // no RequiredAudiences
-	c1 := authn.NewCache(a, authn.CacheConfig{})
-	c2 := authn.NewCache(other, authn.CacheConfig{})
-	if len(c2.RequiredAudiences()) != 0 || len(c1.RequiredAudiences()) != 1 {
+	a := &counting{expiry: time.Now().Add(time.Hour)}
+	c1 := authn.NewCache(a.layer(), authn.CacheConfig{})
+	c2 := authn.NewCache(authn.Layer{Authenticator: a}, authn.CacheConfig{})
+	if len(c2.Layer().Audiences) != 0 || len(c1.Layer().Audiences) != 1 {
 		t.Fatal("audiences not passed through")
+	}
+	if l := c1.Layer(); l.Lacks != nil || !l.Cached() || l.Revoked != nil {
+		t.Fatal("the cache's layer: Cached set, nothing stated its inner layer does not state")
 	}
 }
 
@@ -328,7 +336,7 @@ func BenchmarkCacheHitVsAPIServer(b *testing.B) {
 	tok := "good" + testjwt.Expiring("system:serviceaccount:ns:sa", time.Now().Add(time.Hour))
 	ctx := apiauth.WithAudiences(context.Background(), apiauth.Audiences{"aud"})
 	b.Run("callerauth", func(b *testing.B) {
-		c := authn.NewCache(&counting{expiry: time.Now().Add(time.Hour)}, authn.CacheConfig{})
+		c := authn.NewCache((&counting{expiry: time.Now().Add(time.Hour)}).layer(), authn.CacheConfig{})
 		if _, err := c.Authenticate(ctx, tok); err != nil {
 			b.Fatal(err)
 		}
@@ -365,6 +373,13 @@ type revocable struct {
 	unvouched atomic.Int64 // unix nanoseconds; 0: every verdict vouched for
 }
 
+// layer is revocable as a layer that tells of revocations.
+func (r *revocable) layer() authn.Layer {
+	l := r.counting.layer()
+	l.Authenticator, l.Revoked = r, r.Revoked
+	return l
+}
+
 func (r *revocable) Revoked(c *authn.Caller, verified time.Time) error {
 	if _, ok := r.revoked.Load(c.Username); ok {
 		return authn.Fail(authn.TokenInvalid, "revoked")
@@ -375,15 +390,15 @@ func (r *revocable) Revoked(c *authn.Caller, verified time.Time) error {
 	return nil
 }
 
-// TestCacheAsksARevocable: a cached success of an authenticator that knows
+// TestCacheAsksTheLayerOfRevocations: a cached success of an authenticator that knows
 // revocations is checked with it on every hit; once revoked, the cached
 // verdict is replaced by the refusal, without asking the authenticator
 // again until the negative TTL has passed. A Recheck passes the question
 // to its offline verifier.
-func TestCacheAsksARevocable(t *testing.T) {
+func TestCacheAsksTheLayerOfRevocations(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	inner := &revocable{}
-	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, NegativeTTL: 10 * time.Second, Now: func() time.Time { return now }})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{TTL: time.Hour, NegativeTTL: 10 * time.Second, Now: func() time.Time { return now }})
 	ctx := context.Background()
 	for range 3 {
 		if _, err := c.Authenticate(ctx, "good1"); err != nil {
@@ -403,25 +418,26 @@ func TestCacheAsksARevocable(t *testing.T) {
 		t.Fatalf("another caller: %v", err)
 	}
 
-	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: inner, Review: &counting{}, Interval: time.Minute})
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: inner.layer(), Review: (&counting{}).layer(), Interval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Revoked(&authn.Caller{Username: "user-good1"}, now) == nil || r.Revoked(&authn.Caller{Username: "user-good2"}, now) != nil {
+	revoked := r.Layer().Revoked
+	if revoked == nil || revoked(&authn.Caller{Username: "user-good1"}, now) == nil || revoked(&authn.Caller{Username: "user-good2"}, now) != nil {
 		t.Fatal("Recheck does not pass Revoked to its offline verifier")
 	}
 }
 
-// TestCacheReverifiesWhatItsRevocableCannotVouchFor: a cached success the
+// TestCacheReverifiesWhatItsLayerCannotVouchFor: a cached success the
 // authenticator can no longer vouch for (authn.ErrReverify: its
 // bound-object view broke after the verdict was reached) is verified again
 // — one more inner call, counted as a miss and a reverification — and
 // the fresh verdict, reached after that moment, is answered from the
 // cache again.
-func TestCacheReverifiesWhatItsRevocableCannotVouchFor(t *testing.T) {
+func TestCacheReverifiesWhatItsLayerCannotVouchFor(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	inner := &revocable{}
-	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, Now: func() time.Time { return now }})
+	c := authn.NewCache(inner.layer(), authn.CacheConfig{TTL: time.Hour, Now: func() time.Time { return now }})
 	ctx := context.Background()
 	if _, err := c.Authenticate(ctx, "good1"); err != nil {
 		t.Fatal(err)
@@ -459,7 +475,7 @@ func TestCacheKeepsEachIssuersShare(t *testing.T) {
 		return &authn.Caller{Username: "u-" + tok, Issuer: "https://" + iss}, nil
 	})
 	ctx := context.Background()
-	c := authn.NewCache(inner, authn.CacheConfig{TTL: time.Hour, MaxEntries: 100})
+	c := authn.NewCache(authn.Layer{Authenticator: inner}, authn.CacheConfig{TTL: time.Hour, MaxEntries: 100})
 	for i := range 100 {
 		if _, err := c.Authenticate(ctx, fmt.Sprintf("a/%d", i)); err != nil {
 			t.Fatal(err)

@@ -55,30 +55,8 @@ const (
 	DefaultCacheMaxEntries  = 10000
 )
 
-// Audienced is implemented by authenticators whose verdict depends on the
-// audiences they require; the cache keys on them.
-type Audienced interface {
-	RequiredAudiences() []string
-}
-
-// Revocable is implemented by authenticators that can tell, cheaply and
-// with no call out of the process, that a caller they accepted earlier has
-// been revoked since (kube.Bound: the pod its token is bound to was
-// deleted), or that they can no longer vouch for such a verdict. The
-// verdict cache asks on every hit, so that such a revocation takes effect
-// as soon as the authenticator knows of it rather than when the cached
-// verdict expires.
-type Revocable interface {
-	// Revoked says whether a verdict for c, reached by a verification that
-	// began at verified, still stands: nil when it does; an error wrapping
-	// [ErrReverify] when the authenticator cannot vouch for it any more
-	// and the token must be verified again (the cache drops it and asks);
-	// any other error is the refusal, cached as one.
-	Revoked(c *Caller, verified time.Time) error
-}
-
-// ErrReverify is what a [Revocable] returns for a cached verdict it can no
-// longer vouch for: the cache verifies the token again instead of
+// ErrReverify is what a [Layer]'s Revoked returns for a cached verdict it
+// can no longer vouch for: the cache verifies the token again instead of
 // answering from memory.
 var ErrReverify = errors.New("authn: the cached verdict can no longer be vouched for; verify the token again")
 
@@ -89,13 +67,12 @@ var ErrReverify = errors.New("authn: the cached verdict can no longer be vouched
 // key drawn at random per Cache, plus the required audiences; the token
 // itself is never stored.
 type Cache struct {
-	inner     Authenticator
-	revocable Revocable // inner, if it is
-	ttl       time.Duration
-	negTTL    time.Duration
-	inFlight  chan struct{}
-	max       int
-	now       func() time.Time
+	inner    Layer
+	ttl      time.Duration
+	negTTL   time.Duration
+	inFlight chan struct{}
+	max      int
+	now      func() time.Time
 	// audPrefix is the length-prefixed required audiences, hashed before
 	// the token.
 	audPrefix []byte
@@ -117,7 +94,7 @@ type CacheStats struct {
 	Hits, Misses, Evictions uint64
 	// NegativeHits are refusals answered from the cache; Shed are lookups
 	// refused because MaxInFlight verifications were running. Reverified
-	// are cached successes the inner [Revocable] could no longer vouch
+	// are cached successes the inner layer's Revoked could no longer vouch
 	// for, verified again (also counted as misses).
 	NegativeHits, Shed, Reverified uint64
 }
@@ -135,8 +112,10 @@ type cacheEntry struct {
 
 var _ Authenticator = (*Cache)(nil)
 
-// NewCache wraps inner with a verdict cache.
-func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
+// NewCache wraps inner with a verdict cache, keyed on inner.Audiences,
+// asking inner.Revoked on every hit. A plain authenticator is
+// authn.Layer{Authenticator: a}.
+func NewCache(inner Layer, cfg CacheConfig) *Cache {
 	c := &Cache{inner: inner, ttl: cfg.TTL, negTTL: cfg.NegativeTTL, max: cfg.MaxEntries, now: cfg.Now,
 		entries: map[[sha256.Size]byte]*list.Element{}, lru: list.New(), groups: map[string]*list.List{}}
 	if c.ttl == 0 {
@@ -156,11 +135,7 @@ func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.revocable, _ = inner.(Revocable)
-	var auds string
-	if a, ok := inner.(Audienced); ok {
-		auds = strings.Join(a.RequiredAudiences(), "\x00")
-	}
+	auds := strings.Join(inner.Audiences, "\x00")
 	// Length-prefixed, so that no audience list and token can collide with
 	// another pair.
 	c.audPrefix = binary.BigEndian.AppendUint64(nil, uint64(len(auds)))
@@ -173,12 +148,11 @@ func NewCache(inner Authenticator, cfg CacheConfig) *Cache {
 	return c
 }
 
-// RequiredAudiences passes through the inner authenticator's audiences.
-func (c *Cache) RequiredAudiences() []string {
-	if a, ok := c.inner.(Audienced); ok {
-		return a.RequiredAudiences()
-	}
-	return nil
+// Layer is the cache as a layer: its verdicts say whether they came from
+// memory (Layer.Verify), and it answers for what it fronts — the audiences and
+// the facts never stated. Revocation it handles itself.
+func (c *Cache) Layer() Layer {
+	return Layer{Authenticator: c, Audiences: c.inner.Audiences, Lacks: c.inner.Lacks, cache: c}
 }
 
 // keyHasher is a pooled HMAC and the buffer its sum is written into (a
@@ -208,16 +182,6 @@ func (c *Cache) Authenticate(ctx context.Context, token string) (*Caller, error)
 	return caller, err
 }
 
-// CachedAuthenticator is an [Authenticator] that also says whether it
-// answered from memory: the one way a caller (the guard, for its metrics
-// and logs) learns of a cache hit.
-type CachedAuthenticator interface {
-	Authenticator
-	AuthenticateCached(ctx context.Context, token string) (caller *Caller, hit bool, err error)
-}
-
-var _ CachedAuthenticator = (*Cache)(nil)
-
 // AuthenticateCached is Authenticate, and whether the verdict came from
 // the cache.
 func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, bool, error) {
@@ -226,8 +190,8 @@ func (c *Cache) AuthenticateCached(ctx context.Context, token string) (*Caller, 
 	switch {
 	case caller == nil && err == nil:
 		return c.lookup(ctx, token, key)
-	case caller != nil && c.revocable != nil:
-		if err := c.revocable.Revoked(caller, verified); errors.Is(err, ErrReverify) {
+	case caller != nil && c.inner.Revoked != nil:
+		if err := c.inner.Revoked(caller, verified); errors.Is(err, ErrReverify) {
 			c.reverify(key)
 			return c.lookup(ctx, token, key)
 		} else if err != nil {
@@ -268,7 +232,7 @@ func (c *Cache) lookup(ctx context.Context, token string, key [sha256.Size]byte)
 			return nil, Fail(ValidatorUnavailable, "%d verifications already in flight; refusing more until they finish", cap(c.inFlight))
 		}
 		began := c.now()
-		caller, err := c.inner.Authenticate(context.WithoutCancel(ctx), token)
+		caller, err := c.inner.Authenticator.Authenticate(context.WithoutCancel(ctx), token)
 		switch {
 		case err == nil && c.ttl > 0:
 			c.put(key, caller, nil, began)
@@ -391,6 +355,3 @@ func (c *Cache) Stats() CacheStats {
 	defer c.mu.Unlock()
 	return c.stats
 }
-
-// Lacks answers for the authenticator the cache fronts ([Stating]).
-func (c *Cache) Lacks(f Fact) string { return Lacks(c.inner, f) }

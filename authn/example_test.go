@@ -20,7 +20,7 @@ func ExampleNewCache() {
 		}
 		return &authn.Caller{Username: "system:serviceaccount:team-a:builder", Expiry: time.Now().Add(time.Hour)}, nil
 	})
-	cache := authn.NewCache(verify, authn.CacheConfig{})
+	cache := authn.NewCache(authn.Layer{Authenticator: verify}, authn.CacheConfig{})
 	for range 3 {
 		c, _ := cache.Authenticate(context.Background(), "good")
 		fmt.Println(c.Username)

@@ -36,7 +36,7 @@ import (
 // overlap, the one started last decides: a refusal is never overwritten by
 // an older success.
 type Recheck struct {
-	offline, review Authenticator
+	offline, review Layer
 	interval        time.Duration
 	max             int
 	now             func() time.Time
@@ -74,10 +74,10 @@ func identityOf(c *Caller) [sha256.Size]byte {
 type RecheckConfig struct {
 	// Offline verifies a token without asking anyone: signature, issuer,
 	// audience, expiry. Required.
-	Offline Authenticator
+	Offline Layer
 	// Review is the authority that also sees revocation (TokenReview).
 	// Required.
-	Review Authenticator
+	Review Layer
 	// Interval is how long a review of a token stands: the longest a
 	// revoked credential is still accepted. Required.
 	Interval time.Duration
@@ -102,7 +102,7 @@ type RecheckStats struct {
 // NewRecheck returns the authenticator, or an error naming what is missing.
 func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 	switch {
-	case cfg.Offline == nil || cfg.Review == nil:
+	case cfg.Offline.Authenticator == nil || cfg.Review.Authenticator == nil:
 		return nil, errors.New("authn: recheck needs an offline verifier and a reviewer")
 	case cfg.Interval <= 0:
 		return nil, errors.New("authn: recheck needs a positive interval")
@@ -116,23 +116,11 @@ func NewRecheck(cfg RecheckConfig) (*Recheck, error) {
 	return &Recheck{offline: cfg.Offline, review: cfg.Review, interval: cfg.Interval, max: cfg.MaxEntries, now: cfg.Now, seen: map[[sha256.Size]byte]review{}}, nil
 }
 
-// OfflineVerifier is the offline authenticator, for its metrics.
-func (r *Recheck) OfflineVerifier() Authenticator { return r.offline }
-
-// Revoked asks the offline verifier, when it can tell (a [Revocable]).
-func (r *Recheck) Revoked(c *Caller, verified time.Time) error {
-	if rv, ok := r.offline.(Revocable); ok {
-		return rv.Revoked(c, verified)
-	}
-	return nil
-}
-
-// RequiredAudiences are the reviewer's, for the verdict cache's key.
-func (r *Recheck) RequiredAudiences() []string {
-	if a, ok := r.review.(Audienced); ok {
-		return a.RequiredAudiences()
-	}
-	return nil
+// Layer is the recheck as a layer: the offline verifier's revocation,
+// the reviewer's audiences (the verdict cache's key), and a fact either
+// never states.
+func (r *Recheck) Layer() Layer {
+	return Layer{Authenticator: r, Audiences: r.review.Audiences, Revoked: r.offline.Revoked, Lacks: LacksEither(r.review, r.offline)}
 }
 
 // SameIdentity reports whether two callers name the same identity: user,
@@ -146,7 +134,7 @@ func SameIdentity(a, b *Caller) bool {
 // token younger than Interval stands, reviews it.
 func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, error) {
 	key := sha256.Sum256([]byte(token))
-	c, err := r.offline.Authenticate(ctx, token)
+	c, err := r.offline.Authenticator.Authenticate(ctx, token)
 	if err != nil {
 		r.mu.Lock()
 		r.stats.Refusals++
@@ -170,7 +158,7 @@ func (r *Recheck) Authenticate(ctx context.Context, token string) (*Caller, erro
 	r.seq++
 	seq := r.seq
 	r.mu.Unlock()
-	rc, err := r.review.Authenticate(ctx, token)
+	rc, err := r.review.Authenticator.Authenticate(ctx, token)
 	if err == nil && !SameIdentity(c, rc) {
 		r.mu.Lock()
 		r.stats.Mismatches++
@@ -249,13 +237,4 @@ func (r *Recheck) Remembered() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.seen)
-}
-
-// Lacks is what either verifier never states ([Stating]): a fact one of
-// them lacks is missing from some verdicts.
-func (r *Recheck) Lacks(f Fact) string {
-	if why := Lacks(r.review, f); why != "" {
-		return why
-	}
-	return Lacks(r.offline, f)
 }

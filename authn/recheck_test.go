@@ -49,7 +49,7 @@ func newRecheckWorld(t *testing.T, interval time.Duration, max int) *recheckWorl
 		return &authn.Caller{Username: who, Groups: []string{"reviewed"}}, nil
 	})
 	var err error
-	w.r, err = authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: review, Interval: interval, MaxEntries: max, Now: func() time.Time { return w.now }})
+	w.r, err = authn.NewRecheck(authn.RecheckConfig{Offline: authn.Layer{Authenticator: offline}, Review: authn.Layer{Authenticator: review}, Interval: interval, MaxEntries: max, Now: func() time.Time { return w.now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestRecheckRefusalNotOverwritten(t *testing.T) {
 		}
 		return nil, authn.Fail(authn.TokenInvalid, "pod deleted")
 	})
-	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: review, Interval: time.Hour})
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: authn.Layer{Authenticator: offline}, Review: authn.Layer{Authenticator: review}, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestRecheckBoundedUnderRefusals(t *testing.T) {
 }
 
 func TestNewRecheckRefusals(t *testing.T) {
-	ok := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return &authn.Caller{}, nil })
+	ok := authn.Layer{Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return &authn.Caller{}, nil })}
 	for _, cfg := range []authn.RecheckConfig{{Review: ok, Interval: time.Minute}, {Offline: ok, Interval: time.Minute}, {Offline: ok, Review: ok}} {
 		if _, err := authn.NewRecheck(cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)

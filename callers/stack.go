@@ -24,9 +24,9 @@ type Config struct {
 	o Options
 	// mode is o.Mode read: ModeEnforce, ModeAudit or ModeOff.
 	mode string
-	// custom, when set, is the authenticator the cache fronts instead of
-	// a backend New would make.
-	custom     authn.Authenticator
+	// custom, when set, is the layer the cache fronts instead of a
+	// backend New would make.
+	custom     *authn.Layer
 	verifiedBy string
 }
 
@@ -42,7 +42,14 @@ func Custom(auth authn.Authenticator, verifiedBy string) Config {
 // (the mode, the audience, the cache) kept: a test's authenticator in a
 // service's completed configuration. verifiedBy names it.
 func (c Config) WithAuthenticator(auth authn.Authenticator, verifiedBy string) Config {
-	c.custom, c.verifiedBy = auth, verifiedBy
+	return c.WithLayer(authn.Layer{Authenticator: auth}, verifiedBy)
+}
+
+// WithLayer is WithAuthenticator for a layer that states what it is
+// (authn.Layer): its audiences, its revocation, the facts it never
+// states.
+func (c Config) WithLayer(l authn.Layer, verifiedBy string) Config {
+	c.custom, c.verifiedBy = &l, verifiedBy
 	return c
 }
 
@@ -147,8 +154,9 @@ type Stack struct {
 	// Guard authenticates and authorizes each request; it asks
 	// Authenticator.
 	Guard *guard.Guard
-	// Authenticator is the verdict cache in front of the backend.
-	Authenticator authn.Authenticator
+	// Authenticator is the verdict cache in front of the backend, as the
+	// layer the guard asks.
+	Authenticator authn.Layer
 	// Collectors are the guard's, the cache's and each backend layer's
 	// metrics (registered in Service.Registry when one was given).
 	Collectors []prometheus.Collector
@@ -169,12 +177,12 @@ func New(c Config, svc Service) (*Stack, error) {
 	}
 	var b built
 	if c.custom != nil {
-		b.auth = c.custom
+		b.layer = *c.custom
 	} else if err := b.backend(c.o, svc.Logger); err != nil {
 		return nil, err
 	}
 	o := c.o
-	cache := authn.NewCache(b.auth, authn.CacheConfig{TTL: off(o.CacheTTL), NegativeTTL: off(o.NegativeCacheTTL), MaxInFlight: o.MaxInFlight, MaxEntries: o.CacheMaxEntries})
+	cache := authn.NewCache(b.layer, authn.CacheConfig{TTL: off(o.CacheTTL), NegativeTTL: off(o.NegativeCacheTTL), MaxInFlight: o.MaxInFlight, MaxEntries: o.CacheMaxEntries})
 	reg := prometheus.NewRegistry() // the guard's metrics, gathered here to be returned
 	m, err := guard.NewMetrics(reg, guard.MetricsConfig{Prefix: svc.Name, Reasons: svc.Reasons(), Mode: c.Mode()})
 	if err != nil {
@@ -193,12 +201,12 @@ func New(c Config, svc Service) (*Stack, error) {
 	}
 	g, err := guard.New(guard.Config{
 		Mode: c.Mode(), FailOpenOnUnavailable: c.o.FailOpenOnUnavailable,
-		Authenticator: cache, Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger,
+		Authenticator: cache.Layer(), Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Stack{Guard: g, Authenticator: cache, Collectors: collectors, Runnables: b.runnables}, nil
+	return &Stack{Guard: g, Authenticator: cache.Layer(), Collectors: collectors, Runnables: b.runnables}, nil
 }
 
 // off maps an option's zero (off) to the library's negative (off).
@@ -214,10 +222,10 @@ type collecting interface {
 	Collectors(prefix string) []prometheus.Collector
 }
 
-// built is what backend made: the authenticator the cache fronts, the
-// layers with metrics and what must run.
+// built is what backend made: the layer the cache fronts, the layers
+// with metrics and what must run.
 type built struct {
-	auth       authn.Authenticator
+	layer      authn.Layer
 	collecting []collecting
 	runnables  []Runnable
 }
@@ -233,6 +241,12 @@ type layerRunnable interface {
 	Ready() bool
 }
 
+// backend stacks the layers o names, each built with what it says of
+// itself (authn.Layer: its audiences, its revocation, the facts it never
+// states) and handed to the next as such; the verdict cache New puts on
+// top reads them the same way. A new layer is one more step here: build
+// it from b.layer, set b.layer to its Layer(), add its collectors and
+// runnables.
 func (b *built) backend(o Options, log *slog.Logger) error {
 	if o.Backend == BackendOIDC {
 		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: o.CheckIssuers, Logger: log,
@@ -240,7 +254,7 @@ func (b *built) backend(o Options, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-authentication-config: %w", err)
 		}
-		b.auth, b.collecting = r, []collecting{r}
+		b.layer, b.collecting = r.Layer(), []collecting{r}
 		b.run("authentication configuration reload", r)
 		return nil
 	}
@@ -254,34 +268,34 @@ func (b *built) backend(o Options, log *slog.Logger) error {
 		return fmt.Errorf("caller authentication: TokenReview: %w", err)
 	}
 	if o.ReviewInterval <= 0 && !o.WatchBoundObjects {
-		b.auth = review
+		b.layer = review.Layer()
 		return nil
 	}
 	offline, err := kube.Offline(kcfg)
 	if err != nil {
 		return fmt.Errorf("caller authentication: offline verification: %w", err)
 	}
-	b.auth, b.collecting = offline, []collecting{offline}
+	b.layer, b.collecting = offline.Layer(), []collecting{offline}
 	if o.WatchBoundObjects {
 		md, err := kube.MetadataClient(kcfg)
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}
-		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: offline, Review: review, Audiences: review.RequiredAudiences(), NodeName: o.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
+		bound, err := kube.NewBound(kube.BoundConfig{Metadata: md, Offline: b.layer, Review: review.Layer(), NodeName: o.WatchNode, MaxWatchBreak: o.WatchMaxBreak})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-watch-bound-objects: %w", err)
 		}
-		b.auth, b.collecting = bound, append(b.collecting, bound)
+		b.layer, b.collecting = bound.Layer(), append(b.collecting, bound)
 		b.run("bound-object watches", bound)
 	}
 	if o.ReviewInterval > 0 {
 		// Credentials outnumber cached verdicts: a rotated token's review
 		// stands until its interval lapses.
-		r, err := authn.NewRecheck(authn.RecheckConfig{Offline: b.auth, Review: review, Interval: o.ReviewInterval, MaxEntries: 10 * o.CacheMaxEntries})
+		r, err := authn.NewRecheck(authn.RecheckConfig{Offline: b.layer, Review: review.Layer(), Interval: o.ReviewInterval, MaxEntries: 10 * o.CacheMaxEntries})
 		if err != nil {
 			return err
 		}
-		b.auth, b.collecting = r, append(b.collecting, r)
+		b.layer, b.collecting = r.Layer(), append(b.collecting, r)
 	}
 	return nil
 }

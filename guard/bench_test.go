@@ -37,7 +37,7 @@ func benchGuardAt(b testing.TB, level slog.Level) (*guard.Guard, string) {
 		return &authn.Caller{Username: agentSA, PodName: "p", NodeName: localNode, Expiry: time.Now().Add(time.Hour)}, nil
 	})
 	g, _ := newNodeGuard(b, guard.Config{
-		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
+		Authenticator: authn.NewCache(authn.Layer{Authenticator: inner}, authn.CacheConfig{}).Layer(),
 		Logger:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})),
 	}, binding.NodeConfig{LocalNode: localNode, CrossNode: []string{monitorSA}})
 	return g, tok

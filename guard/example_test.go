@@ -25,7 +25,7 @@ func ExampleGuard_Middleware() {
 		return &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Expiry: time.Now().Add(time.Hour)}, nil
 	})
 	g, err := guard.New(guard.Config{
-		Authenticator: verify,
+		Authenticator: authn.Layer{Authenticator: verify},
 		Rule:          binding.SystemBinding(map[string]string{"secrets-engine": "system:serviceaccount:secrets-engine:secrets-engine"}),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

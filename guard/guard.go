@@ -59,8 +59,12 @@ type Config struct {
 	// as a guess, not an identity (a degraded node-local scope for node
 	// binding). Default false: an unreachable validator rejects.
 	FailOpenOnUnavailable bool
-	// Authenticator verifies tokens. Required.
-	Authenticator authn.Authenticator
+	// Authenticator verifies tokens: a layer (authn.Layer) that states
+	// what it never states (Lacks: a rule reading such a fact is refused
+	// here) and whether a verdict came from memory (Cached: the verdict
+	// cache's Layer, for the metrics and the log). Required: a verdict
+	// cache's Layer (authn.NewCache(...).Layer()), or authn.Layer{Authenticator: a}.
+	Authenticator authn.Layer
 	// Rule judges verified (or tokenless, or degraded) subjects. Required.
 	Rule binding.Rule
 	// Authorizer, optional, judges what Rule allowed, asking another
@@ -92,7 +96,7 @@ type Authorizer interface {
 // It is safe for concurrent use.
 //
 //	g, err := guard.New(guard.Config{
-//		Authenticator: authn.NewCache(review, authn.CacheConfig{}), // review: kube.New(...)
+//		Authenticator: authn.NewCache(review.Layer(), authn.CacheConfig{}).Layer(), // review: kube.New(...)
 //		Rule: binding.Roles(binding.RoleConfig{
 //			Required: map[string]string{"Check": "reader"},
 //			Grants:   []binding.RoleGrant{{Role: "reader", ServiceAccounts: []string{"demo:client"}}},
@@ -120,7 +124,7 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Mode != Enforce && cfg.Mode != Audit {
 		errs = append(errs, fmt.Errorf("guard: mode %q: want enforce or audit", cfg.Mode))
 	}
-	if cfg.Authenticator == nil {
+	if cfg.Authenticator.Authenticator == nil {
 		errs = append(errs, errors.New("guard: an authenticator is required"))
 	}
 	if cfg.Rule == nil {
@@ -131,11 +135,11 @@ func New(cfg Config) (*Guard, error) {
 			errs = append(errs, fmt.Errorf("guard: %w", err))
 		}
 	}
-	if cfg.Rule != nil && cfg.Authenticator != nil {
+	if cfg.Rule != nil && cfg.Authenticator.Authenticator != nil {
 		// A rule that reads what the backend never states would refuse
 		// every call: say so now, naming both.
 		for _, n := range binding.Needs(cfg.Rule) {
-			if why := authn.Lacks(cfg.Authenticator, n.Fact); why != "" {
+			if why := cfg.Authenticator.Lacking(n.Fact); why != "" {
 				errs = append(errs, fmt.Errorf("guard: %s, but %s: no call could pass%s", n.Why, why, remedy(n.Fact)))
 			}
 		}
@@ -244,13 +248,13 @@ func (a *Authentication) Err() error { return a.err }
 // Identify is the request-level authentication step every front door
 // shares — the guard, the demo, the attack matrix: the credential bearer
 // read off the request, verified by auth. Nothing is counted or logged.
-func Identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credential) *Authentication {
+func Identify(ctx context.Context, auth authn.Layer, cred bearer.Credential) *Authentication {
 	a := &Authentication{}
-	identify(ctx, auth, cred, a)
+	identify(ctx, &auth, cred, a)
 	return a
 }
 
-func identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credential, a *Authentication) {
+func identify(ctx context.Context, auth *authn.Layer, cred bearer.Credential, a *Authentication) {
 	switch cred.Kind {
 	case bearer.Absent:
 		a.absent = true
@@ -258,13 +262,8 @@ func identify(ctx context.Context, auth authn.Authenticator, cred bearer.Credent
 		a.err = errors.New(cred.Problem)
 		a.viol = &binding.Violation{Reason: bearer.ReasonMalformed, Detail: cred.Problem}
 	case bearer.Token:
-		var caller *authn.Caller
-		var err error
-		if c, ok := auth.(authn.CachedAuthenticator); ok {
-			caller, a.cached, err = c.AuthenticateCached(ctx, cred.Token)
-		} else {
-			caller, err = auth.Authenticate(ctx, cred.Token)
-		}
+		caller, cached, err := auth.Verify(ctx, cred.Token)
+		a.cached = cached
 		if err != nil {
 			a.err = err
 			a.viol = &binding.Violation{Reason: authn.ReasonOf(err), Detail: err.Error()}
@@ -285,7 +284,7 @@ func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authe
 }
 
 func (g *Guard) authenticate(ctx context.Context, cred bearer.Credential, a *Authentication) {
-	identify(ctx, g.cfg.Authenticator, cred, a)
+	identify(ctx, &g.cfg.Authenticator, cred, a)
 	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.SaysNothingAboutCaller(authn.ReasonOf(a.err)) {
 		// The request goes on as a degraded subject; Decide counts the
 		// validator's reason as the violation it is.

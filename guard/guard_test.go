@@ -65,7 +65,7 @@ func TestLogLine(t *testing.T) {
 		return nil, authn.Fail(authn.TokenInvalid, "bad")
 	})
 	g, _ := newGuard(t, guard.Config{
-		Authenticator: authn.NewCache(inner, authn.CacheConfig{}),
+		Authenticator: authn.NewCache(authn.Layer{Authenticator: inner}, authn.CacheConfig{}).Layer(),
 		Rule:          binding.NodeBinding(binding.NodeConfig{LocalNode: localNode}),
 		Logger:        slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

@@ -264,8 +264,8 @@ func deltas(before, after map[string]float64) map[string]float64 {
 
 // fakeAuth verifies the tokens the tables use: each names a caller or a
 // validator failure. Built from authn.AuthenticatorFunc, not a mock.
-func fakeAuth(callers map[string]*authn.Caller) authn.Authenticator {
-	return authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
+func fakeAuth(callers map[string]*authn.Caller) authn.Layer {
+	return authn.Layer{Authenticator: authn.AuthenticatorFunc(func(_ context.Context, tok string) (*authn.Caller, error) {
 		switch tok {
 		case "invalid":
 			return nil, authn.Fail(authn.TokenInvalid, "TokenReview: [invalid bearer token, service account token has expired]")
@@ -280,7 +280,7 @@ func fakeAuth(callers map[string]*authn.Caller) authn.Authenticator {
 			return c, nil
 		}
 		return nil, authn.Fail(authn.TokenInvalid, "unknown test token")
-	})
+	})}
 }
 
 func bearerOf(tok string) []string { return []string{"Bearer " + tok} }

@@ -53,7 +53,7 @@ func TestSystemBinding(t *testing.T) {
 	}
 	for _, mode := range []guard.Mode{guard.Enforce, guard.Audit} {
 		t.Run(string(mode), func(t *testing.T) {
-			g, reg := newGuardPrefix(t, "flex_auth", guard.Config{Mode: mode, Authenticator: auth,
+			g, reg := newGuardPrefix(t, "flex_auth", guard.Config{Mode: mode, Authenticator: auth.Layer(),
 				Rule: binding.SystemBinding(map[string]string{"secrets-engine": "system:serviceaccount:secrets-engine:secrets-engine"})})
 			reached := 0
 			pdp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

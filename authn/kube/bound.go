@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +38,7 @@ import (
 // boundstore.go (the store they fill, tombstones), boundproof.go (the
 // proofs of currency and what the view vouches for).
 type Bound struct {
-	offline, review authn.Authenticator
-	audiences       []string
+	offline, review authn.Layer
 	nodeName        string
 	maxBreak        time.Duration
 	now             func() time.Time
@@ -57,11 +55,10 @@ type BoundConfig struct {
 	// of the REST config TokenReview uses). Required.
 	Metadata metadata.Interface
 	// Offline verifies signature, issuer, audience and expiry (kube.Offline).
-	// Review is the fallback (the TokenReview authenticator). Both required.
-	Offline, Review authn.Authenticator
-	// Audiences are those Review requires (the TokenReview's): the
-	// verdict cache keys its verdicts by them.
-	Audiences []string
+	// Review is the fallback (the TokenReview authenticator's Layer, whose
+	// Audiences the verdict cache keys Bound's verdicts by). Both
+	// required.
+	Offline, Review authn.Layer
 	// NodeName, when set, narrows the pod watch to the pods of that node
 	// (field selector spec.nodeName), as a node agent needs; tokens bound
 	// to pods of other nodes are reviewed.
@@ -131,7 +128,7 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	switch {
 	case cfg.Metadata == nil:
 		return nil, errors.New("kube: the bound-object view needs a metadata client")
-	case cfg.Offline == nil || cfg.Review == nil:
+	case cfg.Offline.Authenticator == nil || cfg.Review.Authenticator == nil:
 		return nil, errors.New("kube: the bound-object view needs an offline verifier and a reviewer")
 	case cfg.MaxWatchBreak != 0 && cfg.MaxWatchBreak < MinMaxWatchBreak:
 		return nil, fmt.Errorf("kube: a watch break bound of %s cannot be kept: a proof through the API server takes up to 6 s; want %s or more", cfg.MaxWatchBreak, MinMaxWatchBreak)
@@ -148,7 +145,7 @@ func NewBound(cfg BoundConfig) (*Bound, error) {
 	if cfg.MaxTombstones <= 0 {
 		cfg.MaxTombstones = 1 << 16
 	}
-	b := &Bound{offline: cfg.Offline, review: cfg.Review, audiences: slices.Clone(cfg.Audiences), nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now, made: cfg.Now()}
+	b := &Bound{offline: cfg.Offline, review: cfg.Review, nodeName: cfg.NodeName, maxBreak: cfg.MaxWatchBreak, now: cfg.Now, made: cfg.Now()}
 	var podSelector string
 	if cfg.NodeName != "" {
 		podSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
@@ -215,14 +212,17 @@ func (b *Bound) Stats() BoundStats {
 	}
 }
 
-// RequiredAudiences are BoundConfig.Audiences, for the verdict cache's
-// key.
-func (b *Bound) RequiredAudiences() []string { return slices.Clone(b.audiences) }
+// Layer is the view as a layer (authn.Layer): the reviewer's audiences,
+// the view's revocation on every verdict-cache hit ([Bound.Revoked]), and
+// a fact either the offline verifier or TokenReview never states.
+func (b *Bound) Layer() authn.Layer {
+	return authn.Layer{Authenticator: b, Audiences: b.review.Audiences, Revoked: b.Revoked, Lacks: authn.LacksEither(b.review, b.offline)}
+}
 
 // Authenticate verifies the token offline, then checks its bound objects
 // in the view — or reviews it when the view cannot answer.
 func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, error) {
-	c, err := b.offline.Authenticate(ctx, token)
+	c, err := b.offline.Authenticator.Authenticate(ctx, token)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (b *Bound) Authenticate(ctx context.Context, token string) (*authn.Caller, 
 		fallback = &b.stats.unknown
 	}
 	fallback.Add(1)
-	rc, err := b.review.Authenticate(ctx, token)
+	rc, err := b.review.Authenticator.Authenticate(ctx, token)
 	if err == nil && !authn.SameIdentity(c, rc) {
 		return nil, authn.Fail(authn.TokenInvalid, "the offline identity %q differs from the one TokenReview returned", c.Username)
 	}
@@ -316,10 +316,6 @@ func (b *Bound) Revoked(c *authn.Caller, verified time.Time) error {
 	return nil
 }
 
-// OfflineVerifier is the verifier that checks signature, issuer, audience
-// and expiry (for its key metrics).
-func (b *Bound) OfflineVerifier() authn.Authenticator { return b.offline }
-
 // MetadataClient is a metadata client (client-go/metadata) for the API
 // server cfg names, for [BoundConfig.Metadata].
 func MetadataClient(cfg Config) (metadata.Interface, error) {
@@ -328,13 +324,4 @@ func MetadataClient(cfg Config) (metadata.Interface, error) {
 		return nil, err
 	}
 	return metadata.NewForConfig(rc)
-}
-
-// Lacks is what the TokenReview it falls back on never states
-// (authn.Stating).
-func (b *Bound) Lacks(f authn.Fact) string {
-	if why := authn.Lacks(b.review, f); why != "" {
-		return why
-	}
-	return authn.Lacks(b.offline, f)
 }

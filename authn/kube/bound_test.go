@@ -54,7 +54,7 @@ func newBound(t *testing.T, cfg kube.BoundConfig) *boundEnv {
 	t.Cleanup(proxy.Close)
 	watchREST := rest.CopyConfig(e.rest)
 	watchREST.Host = "https://" + proxy.Addr()
-	cfg.Metadata, cfg.Offline, cfg.Review = metadata.NewForConfigOrDie(watchREST), offline, e.authenticator(t, kcfg)
+	cfg.Metadata, cfg.Offline, cfg.Review = metadata.NewForConfigOrDie(watchREST), offline.Layer(), e.authenticator(t, kcfg).Layer()
 	b, err := kube.NewBound(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestBoundAnswersFromTheWatch(t *testing.T) {
 // takes up to two watch timeouts of at least 3 s, so a bound under 8 s is
 // refused when the view is built, naming the least.
 func TestBoundRefusesABoundTooShortToKeep(t *testing.T) {
-	none := authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return nil, nil })
+	none := authn.Layer{Authenticator: authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return nil, nil })}
 	_, err := kube.NewBound(kube.BoundConfig{Metadata: metadata.NewForConfigOrDie(&rest.Config{Host: "https://127.0.0.1:1"}), Offline: none, Review: none, MaxWatchBreak: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "1s") || !strings.Contains(err.Error(), "8s or more") {
 		t.Fatalf("NewBound with a 1 s bound: %v", err)
@@ -202,7 +202,7 @@ func TestBoundFailsClosedThroughPartitions(t *testing.T) {
 			t.Parallel()
 			be := startBound(t, kube.BoundConfig{NodeName: "node-a"})
 			maxBreak := kube.DefaultMaxWatchBreak
-			a := authn.NewCache(be.b, authn.CacheConfig{TTL: time.Hour})
+			a := authn.NewCache(be.b.Layer(), authn.CacheConfig{TTL: time.Hour})
 			ctx := context.Background()
 			gone := be.mint(t, devissuer.TokenRequest{Pod: "mon-gone", Node: "node-a"}).Token
 			keep := be.mint(t, devissuer.TokenRequest{Pod: "mon-keep", Node: "node-a"}).Token
@@ -295,7 +295,7 @@ func TestBoundFailsClosedThroughPartitions(t *testing.T) {
 // TokenReview refuses it — not at the end of the cache's hour.
 func TestBoundAsksAgainWhatItCachedBeforeItSynced(t *testing.T) {
 	be := newBound(t, kube.BoundConfig{})
-	a := authn.NewCache(be.b, authn.CacheConfig{TTL: time.Hour})
+	a := authn.NewCache(be.b.Layer(), authn.CacheConfig{TTL: time.Hour})
 	ctx := context.Background()
 	tok := be.mint(t, devissuer.TokenRequest{Pod: "mon-1", Node: "node-a"}).Token
 	if _, err := a.Authenticate(ctx, tok); err != nil {

@@ -136,10 +136,14 @@ type Authenticator struct {
 	issuers   []string
 }
 
-var (
-	_ authn.Authenticator = (*Authenticator)(nil)
-	_ authn.Audienced     = (*Authenticator)(nil)
-)
+var _ authn.Authenticator = (*Authenticator)(nil)
+
+// Layer is the authenticator as a layer (authn.Layer): its verdicts
+// depend on its required audiences, and it never states roles, nor a
+// tenant unless Config.Tenant gives one.
+func (a *Authenticator) Layer() authn.Layer {
+	return authn.Layer{Authenticator: a, Audiences: a.audiences, Lacks: a.Lacks}
+}
 
 // New builds the authenticator. A configuration it cannot honour is an
 // error naming the setting.
@@ -312,9 +316,6 @@ func NewForClient(client Reviewer, cfg Config) *Authenticator {
 	}
 	return a
 }
-
-// RequiredAudiences returns the audiences tokens must carry.
-func (a *Authenticator) RequiredAudiences() []string { return a.audiences }
 
 // Authenticate reviews the token.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (*authn.Caller, error) {
@@ -502,7 +503,7 @@ func isConnectionError(err error) bool {
 	return errors.As(err, &op) || (errors.As(err, &ue) && !apierrors.IsBadRequest(err))
 }
 
-// Lacks says what TokenReview never states (authn.Stating): roles — a
+// Lacks says what TokenReview never states (authn.Layer.Lacks): roles — a
 // TokenReview gives a username, a UID, groups and extra values, never
 // roles — and the tenant unless Config.Tenant states one for every caller.
 func (a *Authenticator) Lacks(f authn.Fact) string {

@@ -223,7 +223,7 @@ func TestSuspiciousAnswers(t *testing.T) {
 // the cache keeps serving earlier successful verdicts.
 func TestFaults(t *testing.T) {
 	e := start(t, nil)
-	cache := authn.NewCache(e.authenticator(t, kube.Config{Timeout: 1500 * time.Millisecond}), authn.CacheConfig{})
+	cache := authn.NewCache(e.authenticator(t, kube.Config{Timeout: 1500 * time.Millisecond}).Layer(), authn.CacheConfig{})
 	earlier := e.mint(t, devissuer.TokenRequest{})
 	if _, err := cache.Authenticate(context.Background(), earlier.Token); err != nil {
 		t.Fatal(err)
@@ -340,7 +340,7 @@ func TestRetriesTransientFailures(t *testing.T) {
 func TestOneReviewForConcurrentFirstRequests(t *testing.T) {
 	e := start(t, nil)
 	e.faults.Set(faults.Mode{Delay: 100 * time.Millisecond}) // keep the first lookup in flight
-	cache := authn.NewCache(e.authenticator(t, kube.Config{}), authn.CacheConfig{})
+	cache := authn.NewCache(e.authenticator(t, kube.Config{}).Layer(), authn.CacheConfig{})
 	tok := e.mint(t, devissuer.TokenRequest{}).Token
 	const n = 50
 	var wg sync.WaitGroup
@@ -476,7 +476,7 @@ func (e *env) recheck(t *testing.T, interval time.Duration) *authn.Recheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: e.authenticator(t, cfg), Interval: interval})
+	r, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline.Layer(), Review: e.authenticator(t, cfg).Layer(), Interval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestRecheckWithARetiredKey(t *testing.T) {
 func TestRotationUnderLoad(t *testing.T) {
 	e := start(t, nil)
 	r := e.recheck(t, time.Hour)
-	cache := authn.NewCache(r, authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second})
+	cache := authn.NewCache(r.Layer(), authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second})
 	ctx := context.Background()
 	var ok, unavailable, invalid atomic.Int64
 	stop := make(chan struct{})

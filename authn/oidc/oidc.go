@@ -36,6 +36,10 @@ type Authenticator struct {
 	metrics atomic.Pointer[issuerMetrics] // set by Collectors
 }
 
+// Layer is the verifier as a layer (authn.Layer): it states whatever its
+// issuers' claims give, and cannot tell of a revocation.
+func (a *Authenticator) Layer() authn.Layer { return authn.Layer{Authenticator: a} }
+
 // Stats returns what the key sets did so far.
 func (a *Authenticator) Stats() Stats {
 	return Stats{Fetches: a.stats.fetches.Load(), FetchFailures: a.stats.fetchFailures.Load(), KeysIgnored: a.stats.keysIgnored.Load(),

@@ -335,7 +335,7 @@ func TestRotationRightAfterAFetch(t *testing.T) {
 	k1, k2 := ecKey(), ecKey()
 	p.addKey("k1", k1)
 	auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}, Now: func() time.Time { return clock }})
-	cache := authn.NewCache(auth, authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second, Now: func() time.Time { return clock }})
+	cache := authn.NewCache(auth.Layer(), authn.CacheConfig{TTL: time.Minute, NegativeTTL: 10 * time.Second, Now: func() time.Time { return clock }})
 	c := claims(p.issuer, now, nil)
 	if _, err := cache.Authenticate(context.Background(), forge.Sign(c, k1, jose.ES256, "k1")); err != nil {
 		t.Fatal(err)

@@ -78,10 +78,11 @@ type loaded struct {
 	issuers map[string]bool
 }
 
-var (
-	_ authn.Authenticator = (*Reloading)(nil)
-	_ authn.Revocable     = (*Reloading)(nil)
-)
+var _ authn.Authenticator = (*Reloading)(nil)
+
+// Layer is the reload as a layer (authn.Layer): a cached verdict of an
+// issuer a reload removed is refused ([Reloading.Revoked]).
+func (r *Reloading) Layer() authn.Layer { return authn.Layer{Authenticator: r, Revoked: r.Revoked} }
 
 // NewReloading loads the file: one that cannot be honoured is an error,
 // for the service to stop on at start-up.

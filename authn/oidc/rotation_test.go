@@ -33,7 +33,7 @@ func TestSameKidRotationUnderLoad(t *testing.T) {
 			old, fresh := ecKey(), ecKey()
 			p.addKey("k", old)
 			auth := newAuth(t, oidc.Config{Issuers: []oidc.IssuerConfig{p.config("vmafx-controller")}, Now: now})
-			cache := authn.NewCache(auth, authn.CacheConfig{Now: now})
+			cache := authn.NewCache(auth.Layer(), authn.CacheConfig{Now: now})
 
 			// Callers hold the read lock from minting a token to its
 			// verdict; the rotation takes the write lock, so that no token

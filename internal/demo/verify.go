@@ -35,7 +35,7 @@ func (e *env) tokenReview() (authn.Authenticator, error) {
 // outcome verifies an Authorization header and says what happened, in the
 // reason vocabulary.
 func outcome(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string, error) {
-	id := guard.Identify(ctx, a, bearer.Parse(header))
+	id := guard.Identify(ctx, authn.Layer{Authenticator: a}, bearer.Parse(header))
 	return id.Caller(), id.Reason().String(), id.Err()
 }
 
@@ -195,7 +195,7 @@ func reviewOncePerInterval(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	a, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline, Review: counting, Interval: interval})
+	a, err := authn.NewRecheck(authn.RecheckConfig{Offline: offline.Layer(), Review: authn.Layer{Authenticator: counting}, Interval: interval})
 	if err != nil {
 		return fail(r, err)
 	}

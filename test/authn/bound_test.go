@@ -40,7 +40,7 @@ func TestBoundObjectsAgainstTheAPIServer(t *testing.T) {
 	go func() { _ = b.Start(ctx) }()
 	// Behind the verdict cache, as a service runs it: a cached success is
 	// checked against the view on every hit.
-	a := authn.NewCache(b, authn.CacheConfig{TTL: time.Hour})
+	a := authn.NewCache(b.Layer(), authn.CacheConfig{TTL: time.Hour})
 	for deadline := time.Now().Add(30 * time.Second); !b.Healthy(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the view never synced")
@@ -257,7 +257,7 @@ func failsClosedThrough(t *testing.T, p partition) {
 	done := make(chan struct{})
 	go func() { _ = b.Start(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	a := authn.NewCache(b, authn.CacheConfig{TTL: time.Hour})
+	a := authn.NewCache(b.Layer(), authn.CacheConfig{TTL: time.Hour})
 
 	tokens := map[string]string{}
 	for _, role := range []string{"kept", "early", "late"} {

@@ -253,7 +253,7 @@ func backends(t *testing.T) []backend {
 // header values: bearer, then the authenticator. It returns the caller or
 // the stable reason of the refusal.
 func verdict(ctx context.Context, a authn.Authenticator, header []string) (*authn.Caller, string) {
-	id := guard.Identify(ctx, a, bearer.Parse(header))
+	id := guard.Identify(ctx, authn.Layer{Authenticator: a}, bearer.Parse(header))
 	return id.Caller(), id.Reason().String()
 }
 

@@ -15,7 +15,7 @@ import (
 // reviewerAndOffline are the real API server's TokenReview (counted) and
 // offline verification against its own JWKS, for the audience of these
 // tests.
-func reviewerAndOffline(t *testing.T) (authn.Authenticator, *atomic.Int64, authn.Authenticator) {
+func reviewerAndOffline(t *testing.T) (authn.Layer, *atomic.Int64, authn.Layer) {
 	t.Helper()
 	kcfg := kube.Config{REST: apiserver.REST, Audiences: []string{audience}, Issuers: []string{kubeapi.Issuer}}
 	review, err := kube.New(kcfg)
@@ -23,7 +23,8 @@ func reviewerAndOffline(t *testing.T) (authn.Authenticator, *atomic.Int64, authn
 		t.Fatal(err)
 	}
 	reviews := &atomic.Int64{}
-	counting := authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
+	counting := review.Layer() // what TokenReview states of itself, its reviews counted
+	counting.Authenticator = authn.AuthenticatorFunc(func(ctx context.Context, tok string) (*authn.Caller, error) {
 		reviews.Add(1)
 		return review.Authenticate(ctx, tok)
 	})
@@ -31,7 +32,7 @@ func reviewerAndOffline(t *testing.T) (authn.Authenticator, *atomic.Int64, authn
 	if err != nil {
 		t.Fatal(err)
 	}
-	return counting, reviews, offline
+	return counting, reviews, offline.Layer()
 }
 
 // TestRecheckAgainstTheAPIServer runs --caller-review-interval's

@@ -53,7 +53,7 @@ func run(listen, kubeconfig, audience, reader, cert, key string) error {
 		return err
 	}
 	g, err := guard.New(guard.Config{
-		Authenticator: authn.NewCache(review, authn.CacheConfig{}),
+		Authenticator: authn.NewCache(review.Layer(), authn.CacheConfig{}).Layer(),
 		Rule: binding.Roles(binding.RoleConfig{
 			Required: map[string]string{"Check": "reader"},
 			Grants:   []binding.RoleGrant{{Role: "reader", ServiceAccounts: []string{reader}}},

@@ -51,7 +51,7 @@ func run(listen, issuer, discovery, issuerCA, audience, reader, cert, key string
 		return err
 	}
 	g, err := guard.New(guard.Config{
-		Authenticator: authn.NewCache(verify, authn.CacheConfig{}),
+		Authenticator: authn.NewCache(verify.Layer(), authn.CacheConfig{}).Layer(),
 		Rule: binding.Roles(binding.RoleConfig{
 			Required: map[string]string{"GET /hello": "reader"},
 			Grants:   []binding.RoleGrant{{Role: "reader", ServiceAccounts: []string{reader}}},

@@ -156,7 +156,7 @@ func Run(cfg Config) (Result, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		stopViews = cancel
 		for i := range views {
-			b, err := startView(ctx, n, cfg.ServiceAccounts, offline, apiserver)
+			b, err := startView(ctx, n, cfg.ServiceAccounts, authn.Layer{Authenticator: offline}, authn.Layer{Authenticator: apiserver})
 			if err != nil {
 				cancel()
 				return Result{}, err
@@ -166,18 +166,17 @@ func Run(cfg Config) (Result, error) {
 	}
 	defer stopViews()
 	for i := range caches {
-		var first authn.Authenticator = offline
-		var inner authn.Authenticator = apiserver
+		first, inner := authn.Layer{Authenticator: offline}, authn.Layer{Authenticator: apiserver}
 		if views[i] != nil {
-			first, inner = views[i], views[i]
+			first, inner = views[i].Layer(), views[i].Layer()
 		}
 		if cfg.ReviewInterval > 0 {
-			r, err := authn.NewRecheck(authn.RecheckConfig{Offline: first, Review: apiserver, Interval: cfg.ReviewInterval,
+			r, err := authn.NewRecheck(authn.RecheckConfig{Offline: first, Review: authn.Layer{Authenticator: apiserver}, Interval: cfg.ReviewInterval,
 				MaxEntries: 10 * cfg.CacheMaxEntries, Now: clock})
 			if err != nil {
 				return Result{}, err
 			}
-			rechecks[i], inner = r, r
+			rechecks[i], inner = r, r.Layer()
 		}
 		caches[i] = authn.NewCache(inner, authn.CacheConfig{TTL: cfg.CacheTTL, NegativeTTL: -1, MaxEntries: cfg.CacheMaxEntries, MaxInFlight: 1, Now: clock})
 	}
@@ -274,7 +273,7 @@ func viewFallbacks(views []*kube.Bound) uint64 {
 // startView runs a kube.Bound whose informers list and watch pods pods
 // (p0…) and accounts service accounts (sa0…) in namespace fleet from
 // client-go's fake metadata client, and waits until it has synced.
-func startView(ctx context.Context, pods, accounts int, offline, review authn.Authenticator) (*kube.Bound, error) {
+func startView(ctx context.Context, pods, accounts int, offline, review authn.Layer) (*kube.Bound, error) {
 	objs := make([]runtime.Object, 0, pods+accounts)
 	for i := range pods {
 		objs = append(objs, meta("Pod", "p"+strconv.Itoa(i)))
@@ -417,14 +416,14 @@ func entryBytes() (cache, recheck, view int64) {
 	}
 	var keep []any
 	cache = measure(func() {
-		c := authn.NewCache(authn.AuthenticatorFunc(mk), authn.CacheConfig{MaxEntries: n, Now: clock})
+		c := authn.NewCache(authn.Layer{Authenticator: authn.AuthenticatorFunc(mk)}, authn.CacheConfig{MaxEntries: n, Now: clock})
 		for i := range n {
 			_, _ = c.Authenticate(context.Background(), "p"+strconv.Itoa(i)+".0.0")
 		}
 		keep = append(keep, c)
 	})
 	recheck = measure(func() {
-		r, _ := authn.NewRecheck(authn.RecheckConfig{Offline: authn.AuthenticatorFunc(mk), Review: authn.AuthenticatorFunc(mk), Interval: time.Hour, MaxEntries: n, Now: clock})
+		r, _ := authn.NewRecheck(authn.RecheckConfig{Offline: authn.Layer{Authenticator: authn.AuthenticatorFunc(mk)}, Review: authn.Layer{Authenticator: authn.AuthenticatorFunc(mk)}, Interval: time.Hour, MaxEntries: n, Now: clock})
 		for i := range n {
 			_, _ = r.Authenticate(context.Background(), "p"+strconv.Itoa(i)+".0.0")
 		}
@@ -440,7 +439,7 @@ func entryBytes() (cache, recheck, view int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	view = measure(func() {
-		b, err := kube.NewBound(kube.BoundConfig{Metadata: client, Offline: authn.AuthenticatorFunc(mk), Review: authn.AuthenticatorFunc(mk)})
+		b, err := kube.NewBound(kube.BoundConfig{Metadata: client, Offline: authn.Layer{Authenticator: authn.AuthenticatorFunc(mk)}, Review: authn.Layer{Authenticator: authn.AuthenticatorFunc(mk)}})
 		if err != nil {
 			panic(err)
 		}
