@@ -23,6 +23,16 @@
 //
 // A program with an authenticator of its own (another validator, or a
 // test's) gets the same cache, metrics and guard with [Custom].
+//
+// The layers under the guard are composed explicitly: each is an
+// authn.Layer — the authenticator with what it states of itself (the
+// audiences its verdicts depend on, its revocations, the facts it never
+// states) — built by its backend's Layer() and handed on as such, to the
+// next layer (authn.NewRecheck, kube.NewBound), to the verdict cache and
+// to the guard. Nothing finds out what a layer can do by asserting its
+// type. Adding a layer is one step in built.backend (stack.go): build it
+// from the layer below, make its Layer() the new top, add its
+// collectors and what it must run.
 package callers
 
 import (
