@@ -99,7 +99,7 @@ func run() error {
 	}
 	rows := append(append(append(append(benchcompare.LoadRows(loads), benchcompare.LatencyRows(latency)...), proxyRows...), nodeRow), pairRows...)
 	host, _ := os.Hostname()
-	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency and CPU rows 1, 8 and 64; CPU is each server's own, user and system, from /proc) × %s each in %d rounds (the peers in turn; each figure its fastest round), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
+	about := fmt.Sprintf("Run of %s on %s (%d CPUs, %s): HTTP rows %d connections (the latency and CPU rows 1, 8 and 64; CPU is each server's own, user and system, from /proc) × %s each in %d rounds (the peers in turn; each figure its fastest round, the ratio's spread over the rounds beside it, a goal met only when its worst round meets it), plain HTTP on loopback; paired Go benchmarks at -benchtime %s, the fastest of %d runs each (both halves in turn). The pdp and OPA agreed on all %d requests first. Under its %d-connection rounds the pdp with caller auth signed %.0f checks with %.0f signatures (group-commit signing: %.2f records a signature).",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), runtime.Version(), *conns, *duration, *count, *benchtime, *count, n, *conns, rec1-rec0, sig1-sig0, (rec1-rec0)/max(1, sig1-sig0))
 	table := benchcompare.Markdown(rows, about)
 	fmt.Println(table)

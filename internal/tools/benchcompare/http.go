@@ -435,7 +435,17 @@ type Load struct {
 	// system, from /proc) per answered request: the load generator,
 	// sharing the machine, cannot blur it. The least of the rounds.
 	CPUPerRequest time.Duration
-	server        *Server
+	// Rounds are each round's figures, in order: round i of every load
+	// was measured in turn, so the ratio of two loads' round i is one
+	// round's ratio (Row.Low, Row.High).
+	Rounds []Round
+	server *Server
+}
+
+// Round is one round of a load.
+type Round struct {
+	Result        loadgen.Result
+	CPUPerRequest time.Duration
 }
 
 // DecisionsPerSecond is the load's throughput in decisions.
@@ -571,9 +581,11 @@ func interleaved(ctx context.Context, loads []Load, cfgs []loadgen.Config, d tim
 			if res.PerSecond() > loads[i].Result.PerSecond() {
 				loads[i].Result = res
 			}
-			if per := (after - before) / time.Duration(res.Requests); loads[i].CPUPerRequest == 0 || per < loads[i].CPUPerRequest {
+			per := (after - before) / time.Duration(res.Requests)
+			if loads[i].CPUPerRequest == 0 || per < loads[i].CPUPerRequest {
 				loads[i].CPUPerRequest = per
 			}
+			loads[i].Rounds = append(loads[i].Rounds, Round{Result: res, CPUPerRequest: per})
 		}
 	}
 	return loads, nil

@@ -44,6 +44,8 @@ var Pairs = []Pair{
 // Measured is one benchmark's figures.
 type Measured struct {
 	NsPerOp, BytesPerOp, AllocsPerOp float64
+	// Rounds are ns/op of each round, in order (the fastest is NsPerOp).
+	Rounds []float64
 }
 
 // RunPairs measures each pair's two halves in turn, count rounds, each
@@ -93,9 +95,13 @@ func RunPairs(ctx context.Context, goBin, moduleDir, benchtime string, count int
 				if err != nil {
 					return nil, err
 				}
-				if prev, ok := out[name]; !ok || m.NsPerOp < prev.NsPerOp {
-					out[name] = m
+				prev, ok := out[name]
+				m.Rounds = append(prev.Rounds, m.NsPerOp)
+				if ok && prev.NsPerOp <= m.NsPerOp {
+					prev.Rounds = m.Rounds
+					m = prev
 				}
+				out[name] = m
 			}
 		}
 	}

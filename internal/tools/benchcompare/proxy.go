@@ -194,10 +194,10 @@ func ProxyRows(loads []Load) []Row {
 		}
 		name := fmt.Sprintf("callerauth-proxy (TokenReview, cached) vs the bare ReverseProxy, %d connections: ", c)
 		rows = append(rows,
-			Row{Name: name + "throughput", Ours: tput(ours), Base: tput(bare), Ratio: ours.Result.PerSecond() / bare.Result.PerSecond(), Throughput: true, Target: 1 / ProxyTarget},
-			Row{Name: name + "p99 latency", Ours: ours.Result.P99.Round(10 * time.Microsecond).String(), Base: bare.Result.P99.Round(10 * time.Microsecond).String(),
-				Ratio: float64(ours.Result.P99) / float64(max(1, bare.Result.P99)), Target: ProxyTarget},
-			Row{Name: name + "proxy CPU per request", Ours: cpu(ours), Base: cpu(bare), Ratio: float64(ours.CPUPerRequest) / float64(max(1, bare.CPUPerRequest)), Target: ProxyTarget})
+			loadSpread(Row{Name: name + "throughput", Ours: tput(ours), Base: tput(bare), Ratio: ours.Result.PerSecond() / bare.Result.PerSecond(), Throughput: true, Target: 1 / ProxyTarget}, ours, bare, perSecond),
+			loadSpread(Row{Name: name + "p99 latency", Ours: ours.Result.P99.Round(10 * time.Microsecond).String(), Base: bare.Result.P99.Round(10 * time.Microsecond).String(),
+				Ratio: float64(ours.Result.P99) / float64(max(1, bare.Result.P99)), Target: ProxyTarget}, ours, bare, p99),
+			loadSpread(Row{Name: name + "proxy CPU per request", Ours: cpu(ours), Base: cpu(bare), Ratio: float64(ours.CPUPerRequest) / float64(max(1, bare.CPUPerRequest)), Target: ProxyTarget}, ours, bare, cpuPer))
 	}
 	return rows
 }
