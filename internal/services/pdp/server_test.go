@@ -505,18 +505,26 @@ func TestReloadFromConfigMapVolumes(t *testing.T) {
 // reload per step: publish the new key (first in the file, so the old one,
 // last, still signs), sign with it (last), retire the old one. A consumer
 // that pinned the key set after the first step verifies every record
-// throughout; a broken key file changes nothing.
+// throughout; a broken key file changes nothing. The same between the two
+// algorithms a key file may hold: from ES256 (the default) to EdDSA and
+// back.
 func TestSigningKeyRotation(t *testing.T) {
+	for _, algs := range [][2]jose.SignatureAlgorithm{{jose.ES256, jose.ES256}, {jose.ES256, jose.EdDSA}, {jose.EdDSA, jose.ES256}} {
+		t.Run(string(algs[0])+" to "+string(algs[1]), func(t *testing.T) { testSigningKeyRotation(t, algs[0], algs[1]) })
+	}
+}
+
+func testSigningKeyRotation(t *testing.T, oldAlg, newAlg jose.SignatureAlgorithm) {
 	dir := t.TempDir()
-	pem := func(name string) []byte {
+	pem := func(name string, alg jose.SignatureAlgorithm) []byte {
 		path := filepath.Join(dir, name)
-		if err := decision.GenerateKeyFile(path); err != nil {
+		if err := decision.GenerateKeyFileFor(alg, path); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := os.ReadFile(path)
 		return b
 	}
-	oldKey, newKey := pem("old.pem"), pem("new.pem")
+	oldKey, newKey := pem("old.pem", oldAlg), pem("new.pem", newAlg)
 	keyFile := filepath.Join(dir, "signing.pem")
 	if err := os.WriteFile(keyFile, oldKey, 0o600); err != nil {
 		t.Fatal(err)
@@ -559,9 +567,17 @@ func TestSigningKeyRotation(t *testing.T) {
 		}
 		var s decision.Signed
 		_ = json.Unmarshal(body, &s)
-		h, _ := jose.ParseSignedCompact(s.RecordJWS, []jose.SignatureAlgorithm{jose.ES256})
+		h, err := jose.ParseSignedCompact(s.RecordJWS, decision.Algorithms)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := decision.Verify(body, decision.VerifyOptions{Profile: pdp.RecordProfile, Keys: keys, Request: allow}); err != nil {
 			t.Fatalf("a record does not verify against the pinned key set: %v", err)
+		}
+		for _, k := range keys.Keys {
+			if k.KeyID == h.Signatures[0].Header.KeyID && k.Algorithm != h.Signatures[0].Header.Algorithm {
+				t.Fatalf("record signed %s by key %s, published for %s", h.Signatures[0].Header.Algorithm, k.KeyID, k.Algorithm)
+			}
 		}
 		return h.Signatures[0].Header.KeyID
 	}
