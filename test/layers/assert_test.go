@@ -3,8 +3,6 @@ package layers_test
 import (
 	"go/ast"
 	"go/types"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/callerauth/callerauth/internal/kit/typecheck"
@@ -19,17 +17,7 @@ import (
 // value to an authenticator's type. (Test files are not type-checked
 // here; the source that runs in a service is.)
 func TestNoTypeAssertionOnAnAuthenticator(t *testing.T) {
-	pkgs := typecheck.Load(t, "../../...")
-	var paths []string
-	for path, p := range pkgs {
-		if !p.Standard && strings.HasPrefix(path, module) && len(p.GoFiles) > 0 {
-			paths = append(paths, path)
-		}
-	}
-	slices.Sort(paths)
-	if len(paths) < 30 {
-		t.Fatalf("only %d packages of the module", len(paths))
-	}
+	pkgs, paths := modulePackages(t, 30, func(string) bool { return true })
 	checked := 0
 	for _, path := range paths {
 		c := typecheck.Check(t, pkgs, path)

@@ -9,25 +9,35 @@ import (
 	"github.com/callerauth/callerauth/internal/kit/typecheck"
 )
 
+// modulePackages loads the module's packages with Go source and returns
+// them with the sorted import paths of those keep takes (by path inside
+// the module); fewer than least fails the test, which must follow the
+// code.
+func modulePackages(t *testing.T, least int, keep func(rel string) bool) (map[string]*typecheck.Package, []string) {
+	t.Helper()
+	pkgs := typecheck.Load(t, "../../...")
+	var paths []string
+	for path, p := range pkgs {
+		if !p.Standard && strings.HasPrefix(path, module) && len(p.GoFiles) > 0 && keep(strings.TrimPrefix(path, module)) {
+			paths = append(paths, path)
+		}
+	}
+	slices.Sort(paths)
+	if len(paths) < least {
+		t.Fatalf("only %d packages taken", len(paths))
+	}
+	return pkgs, paths
+}
+
 // TestNoInternalTypeInPublicSignatures: what another module can call in
 // the library names no type it could not import — no package under
 // internal/ in an exported function's or method's signature, an exported
 // type's definition or fields, or an exported variable's type.
 func TestNoInternalTypeInPublicSignatures(t *testing.T) {
-	pkgs := typecheck.Load(t, "../../...")
-	var paths []string
-	for path, p := range pkgs {
-		rel := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+	pkgs, paths := modulePackages(t, 10, func(rel string) bool {
 		top, _, _ := strings.Cut(rel, "/")
-		if p.Standard || !strings.HasPrefix(path, module) || len(p.GoFiles) == 0 || slices.Contains([]string{"internal", "cmd", "test", "examples", "tools"}, top) {
-			continue
-		}
-		paths = append(paths, path)
-	}
-	slices.Sort(paths)
-	if len(paths) < 10 {
-		t.Fatalf("only %d library packages", len(paths))
-	}
+		return !slices.Contains([]string{"internal", "cmd", "test", "examples", "tools"}, top)
+	})
 	for _, path := range paths {
 		c := typecheck.Check(t, pkgs, path)
 		scope := c.Types.Scope()
