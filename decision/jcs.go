@@ -2,11 +2,12 @@ package decision
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -31,17 +32,9 @@ func Canonicalize(doc []byte) ([]byte, error) {
 	if err := ijson.Check(doc); err != nil {
 		return nil, fmt.Errorf("decision: canonical JSON: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decision: canonical JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decision: canonical JSON: trailing data after the document")
-	}
 	var b bytes.Buffer
-	if err := writeCanonical(&b, v); err != nil {
+	b.Grow(len(doc))
+	if err := writeCanonical(&b, doc); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
@@ -56,13 +49,70 @@ func CanonicalJSON(v any) ([]byte, error) {
 	return Canonicalize(raw)
 }
 
-func writeCanonical(b *bytes.Buffer, v any) error {
-	switch v := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(v))
-	case json.Number:
+// writeCanonical writes v — one value of a document ijson.Check accepted,
+// as raw text — in canonical form, walking the text itself: no tree of
+// the document is built, and a string that needs no escaping is copied
+// as it stands.
+func writeCanonical(b *bytes.Buffer, v []byte) error {
+	v = bytes.Trim(v, " \t\r\n")
+	if len(v) == 0 {
+		return errors.New("decision: canonical JSON: an empty value")
+	}
+	switch v[0] {
+	case '{':
+		type member struct {
+			name  string
+			value []byte
+		}
+		var ms []member
+		if err := ijson.Walk(v, func(name, value []byte) error {
+			ms = append(ms, member{string(name), value})
+			return nil
+		}); err != nil {
+			return fmt.Errorf("decision: canonical JSON: %w", err)
+		}
+		slices.SortFunc(ms, func(x, y member) int { return compareUTF16(x.name, y.name) })
+		b.WriteByte('{')
+		for i, m := range ms {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeString(b, m.name)
+			b.WriteByte(':')
+			if err := writeCanonical(b, m.value); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case '[':
+		b.WriteByte('[')
+		first := true
+		if err := ijson.WalkElements(v, func(e []byte) error {
+			if !first {
+				b.WriteByte(',')
+			}
+			first = false
+			return writeCanonical(b, e)
+		}); err != nil {
+			return err
+		}
+		b.WriteByte(']')
+	case '"':
+		if plain, ok := ijson.Plain(v); ok {
+			// Printable ASCII with no escape: canonical as it stands.
+			b.WriteByte('"')
+			b.Write(plain)
+			b.WriteByte('"')
+			return nil
+		}
+		str, ok := ijson.String(v)
+		if !ok {
+			return fmt.Errorf("decision: canonical JSON: a string that does not read: %.40q", v)
+		}
+		writeString(b, str)
+	case 't', 'f', 'n':
+		b.Write(v) // true, false, null: Check accepted nothing else
+	default:
 		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil {
 			return fmt.Errorf("decision: canonical JSON: number %s: %w", v, err)
@@ -72,53 +122,34 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 			return err
 		}
 		b.WriteString(s)
-	case string:
-		writeString(b, v)
-	case []any:
-		b.WriteByte('[')
-		for i, e := range v {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := writeCanonical(b, e); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, k)
-			b.WriteByte(':')
-			if err := writeCanonical(b, v[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	default:
-		return fmt.Errorf("decision: canonical JSON: unexpected %T", v)
 	}
 	return nil
 }
 
-// lessUTF16 orders strings by their UTF-16 code units, as RFC 8785 §3.2.3
-// requires (it differs from byte order for characters above U+FFFF).
-func lessUTF16(a, b string) bool {
-	ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
-	for i := 0; i < len(ua) && i < len(ub); i++ {
-		if ua[i] != ub[i] {
-			return ua[i] < ub[i]
+// compareUTF16 orders strings by their UTF-16 code units, as RFC 8785
+// §3.2.3 requires (it differs from byte order for characters above
+// U+FFFF, whose surrogates sort below U+E000–U+FFFF), without encoding
+// either: a rune's first code unit, then its second, decides.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return cmp.Compare(utf16Units(ra), utf16Units(rb))
 		}
+		a, b = a[na:], b[nb:]
 	}
-	return len(ua) < len(ub)
+	return cmp.Compare(len(a), len(b))
+}
+
+// utf16Units is r's UTF-16 code units as one number that orders as they
+// do: the first unit in the high 16 bits, the second (if any) below.
+func utf16Units(r rune) uint32 {
+	if r < 0x10000 {
+		return uint32(r) << 16 //nolint:gosec // r is a valid rune below 0x10000.
+	}
+	hi, lo := utf16.EncodeRune(r)
+	return uint32(hi)<<16 | uint32(lo) //nolint:gosec // surrogates fit 16 bits.
 }
 
 // WriteString writes s as an RFC 8785 canonical JSON string, for callers

@@ -1,7 +1,12 @@
 package decision_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"slices"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/callerauth/callerauth/decision"
 )
@@ -57,5 +62,57 @@ func FuzzCanonicalize(f *testing.F) {
 		if err != nil || string(again) != string(c) {
 			t.Fatalf("not idempotent: %q → %q → %q (%v)", s, c, again, err)
 		}
+		// The same document, read by another reader; members in UTF-16
+		// order (RFC 8785 §3.2.3), checked by encoding the names here.
+		var in, out any
+		if json.Unmarshal([]byte(s), &in) != nil || json.Unmarshal(c, &out) != nil || !reflect.DeepEqual(in, out) {
+			t.Fatalf("%q canonicalized to %q: another document", s, c)
+		}
+		if !membersInUTF16Order(c) {
+			t.Fatalf("%q canonicalized to %q: members out of UTF-16 order", s, c)
+		}
 	})
+}
+
+// membersInUTF16Order reports whether every object of doc, at any depth,
+// has its members in the order of their names' UTF-16 code units.
+func membersInUTF16Order(doc []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	var walk func() bool
+	walk = func() bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			var prev []uint16
+			for first := true; dec.More(); first = false {
+				name, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				units := utf16.Encode([]rune(name.(string)))
+				if !first && slices.Compare(prev, units) >= 0 {
+					return false
+				}
+				prev = units
+				if !walk() {
+					return false
+				}
+			}
+			_, err = dec.Token()
+			return err == nil
+		case json.Delim('['):
+			for dec.More() {
+				if !walk() {
+					return false
+				}
+			}
+			_, err = dec.Token()
+			return err == nil
+		}
+		return true
+	}
+	return walk()
 }
