@@ -148,7 +148,7 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 		return nil, nil, fmt.Errorf("decision: %d evaluations answered of %d requested", r.Evaluations, r.Requested)
 	}
 	r.Ignored = nonNil(r.Ignored)
-	r.MerkleRoot = "sha256:" + hex.EncodeToString(root[:])
+	r.MerkleRoot = digestString(root)
 	payload, err := r.canonical()
 	if err != nil {
 		return nil, nil, err
@@ -199,7 +199,7 @@ func MemberDigest(v json.RawMessage) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return digestString(sum), nil
 }
 
 // EvaluationRequestDigestWith is EvaluationRequestDigest with each member
@@ -228,7 +228,7 @@ func EvaluationRequestDigestWith(members map[string]json.RawMessage, digest func
 	}
 	b.WriteByte('}')
 	sum := sha256.Sum256(b.Bytes())
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return digestString(sum), nil
 }
 
 // VerifyEvaluation checks one AuthZEN answer on its own — a single

@@ -3,7 +3,6 @@ package decision
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -84,7 +83,7 @@ func (s *Signer) SignGroup(records []*Record, now time.Time) ([]GroupSigned, err
 	t := newTree(hashes)
 	root := t.hash(0, len(hashes))
 	rp := s.profile.Root()
-	payload, err := Root{Schema: rp.Schema, MerkleRoot: "sha256:" + hex.EncodeToString(root[:]), Records: len(records), SignedAt: now.UTC()}.canonical()
+	payload, err := Root{Schema: rp.Schema, MerkleRoot: digestString(root), Records: len(records), SignedAt: now.UTC()}.canonical()
 	if err != nil {
 		return nil, err
 	}

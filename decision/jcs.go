@@ -3,6 +3,8 @@ package decision
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,24 +62,37 @@ func writeCanonical(b *bytes.Buffer, v []byte) error {
 	}
 	switch v[0] {
 	case '{':
+		// The names as Walk gives them, decoded: slices of v when they
+		// had no escape, so most are not copied.
 		type member struct {
-			name  string
-			value []byte
+			name, value []byte
+			ascii       bool // printable ASCII needing no escape
 		}
-		var ms []member
+		ms := make([]member, 0, 8)
 		if err := ijson.Walk(v, func(name, value []byte) error {
-			ms = append(ms, member{string(name), value})
+			ms = append(ms, member{name, value, plainASCII(name)})
 			return nil
 		}); err != nil {
 			return fmt.Errorf("decision: canonical JSON: %w", err)
 		}
-		slices.SortFunc(ms, func(x, y member) int { return compareUTF16(x.name, y.name) })
+		slices.SortFunc(ms, func(x, y member) int {
+			if x.ascii && y.ascii { // one byte, one code unit
+				return bytes.Compare(x.name, y.name)
+			}
+			return compareUTF16(string(x.name), string(y.name))
+		})
 		b.WriteByte('{')
 		for i, m := range ms {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			writeString(b, m.name)
+			if m.ascii {
+				b.WriteByte('"')
+				b.Write(m.name)
+				b.WriteByte('"')
+			} else {
+				writeString(b, string(m.name))
+			}
 			b.WriteByte(':')
 			if err := writeCanonical(b, m.value); err != nil {
 				return err
@@ -124,6 +139,27 @@ func writeCanonical(b *bytes.Buffer, v []byte) error {
 		b.WriteString(s)
 	}
 	return nil
+}
+
+// digestString is a SHA-256 sum as records write it, "sha256:" and the
+// hex digits, in one allocation.
+func digestString(sum [sha256.Size]byte) string {
+	const prefix = "sha256:"
+	var b [len(prefix) + 2*sha256.Size]byte
+	copy(b[:], prefix)
+	hex.Encode(b[len(prefix):], sum[:])
+	return string(b[:])
+}
+
+// plainASCII reports whether s is printable ASCII that a canonical JSON
+// string holds as it stands (no quote, no backslash).
+func plainASCII(s []byte) bool {
+	for _, c := range s {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785

@@ -2,7 +2,6 @@ package decision
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -64,7 +63,7 @@ func Digest(doc []byte) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return digestString(sum), nil
 }
 
 // BindCanonical binds a request whose RFC 8785 canonical JSON the caller
@@ -74,7 +73,7 @@ func Digest(doc []byte) (string, error) {
 func (r *Record) BindCanonical(c []byte) {
 	r.Binding, r.bound = c, c
 	sum := sha256.Sum256(c)
-	r.RequestDigest = "sha256:" + hex.EncodeToString(sum[:])
+	r.RequestDigest = digestString(sum)
 }
 
 // Bind canonicalizes the normalized request into the record's binding and
@@ -86,6 +85,6 @@ func (r *Record) Bind(request any) error {
 	}
 	r.Binding, r.bound = c, c
 	sum := sha256.Sum256(c)
-	r.RequestDigest = "sha256:" + hex.EncodeToString(sum[:])
+	r.RequestDigest = digestString(sum)
 	return nil
 }
