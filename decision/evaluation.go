@@ -58,14 +58,22 @@ type EvaluationLeaf struct {
 	Ignored       []string `json:"ignored"`
 }
 
-// EvaluationProof is what an answer's context carries under [ContextKey].
+// EvaluationProof is what an answer's context carries under [ContextKey]:
+// the record's JWS, or — group-signed ([Group.SignEvaluations]) — the
+// record itself, the JWS of the root that signed it with others and its
+// proof in that root's tree; then the answer's leaf and its proof in the
+// record's tree.
 type EvaluationProof struct {
-	RecordJWS     string   `json:"record_jws"`
-	Index         int      `json:"index"`
-	RequestDigest string   `json:"request_digest"`
-	Reason        string   `json:"reason"`
-	Ignored       []string `json:"ignored"`
-	Proof         []string `json:"proof"` // base64url SHA-256 hashes, leaf to root
+	RecordJWS string `json:"record_jws,omitempty"`
+	// Record, RootJWS and RecordProof are the group-signed form's.
+	Record        json.RawMessage `json:"record,omitempty"`
+	RootJWS       string          `json:"root_jws,omitempty"`
+	RecordProof   *Proof          `json:"record_proof,omitempty"`
+	Index         int             `json:"index"`
+	RequestDigest string          `json:"request_digest"`
+	Reason        string          `json:"reason"`
+	Ignored       []string        `json:"ignored"`
+	Proof         []string        `json:"proof"` // base64url SHA-256 hashes, leaf to root
 }
 
 // EmptyContextDigest is the context digest of an answer whose context
@@ -130,6 +138,40 @@ func writeStrings(b *bytes.Buffer, list []string) {
 // record (schema, count, Merkle root), signs it and returns the record's
 // canonical JSON and, for each leaf, the proof its answer carries.
 func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) ([]byte, []EvaluationProof, error) {
+	payload, t, err := s.evaluationRecord(r, leaves)
+	if err != nil {
+		return nil, nil, err
+	}
+	compact, err := s.compact(payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	return payload, leafProofs(leaves, t, func(p *EvaluationProof) { p.RecordJWS = compact }), nil
+}
+
+// SignEvaluations signs a request's evaluations as [Signer.SignEvaluations]
+// does, but with whatever records of other requests are waiting with it:
+// one signature over the root of their records (group-commit signing, as
+// [Group.Sign] shares /v1/check's). Each answer carries the record itself,
+// the root's JWS and the record's proof in the root's tree beside its own
+// leaf proof: it verifies alone, in O(log n) for either tree.
+func (g *Group) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) ([]byte, []EvaluationProof, error) {
+	payload, t, err := g.signer.evaluationRecord(r, leaves)
+	if err != nil {
+		return nil, nil, err
+	}
+	gs, err := g.sign(payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	return payload, leafProofs(leaves, t, func(p *EvaluationProof) {
+		p.Record, p.RootJWS, p.RecordProof = gs.Record, gs.RootJWS, &gs.Proof
+	}), nil
+}
+
+// evaluationRecord completes r over leaves (schema, count, the Merkle root
+// of the leaves) and returns its canonical JSON and the leaves' tree.
+func (s *Signer) evaluationRecord(r *EvaluationRecord, leaves []EvaluationLeaf) ([]byte, *tree, error) {
 	if len(leaves) == 0 {
 		return nil, nil, errors.New("decision: no evaluation to sign")
 	}
@@ -153,20 +195,23 @@ func (s *Signer) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) (
 	if err != nil {
 		return nil, nil, err
 	}
-	compact, err := s.compact(payload)
-	if err != nil {
-		return nil, nil, err
-	}
+	return payload, t, nil
+}
+
+// leafProofs are the proofs the leaves' answers carry, each completed by
+// signed (the record's JWS, or the group's record, root and proof).
+func leafProofs(leaves []EvaluationLeaf, t *tree, signed func(*EvaluationProof)) []EvaluationProof {
 	proofs := make([]EvaluationProof, len(leaves))
 	for i, l := range leaves {
-		path := t.proof(i, 0, len(hashes))
-		p := EvaluationProof{RecordJWS: compact, Index: i, RequestDigest: l.RequestDigest, Reason: l.Reason, Ignored: nonNil(l.Ignored), Proof: make([]string, len(path))}
+		path := t.proof(i, 0, len(leaves))
+		p := EvaluationProof{Index: i, RequestDigest: l.RequestDigest, Reason: l.Reason, Ignored: nonNil(l.Ignored), Proof: make([]string, len(path))}
 		for j, h := range path {
 			p.Proof[j] = base64url(h[:])
 		}
+		signed(&p)
 		proofs[i] = p
 	}
-	return payload, proofs, nil
+	return proofs
 }
 
 func nonNil(s []string) []string {
@@ -263,10 +308,22 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	if err := ijson.Decode(raw, &p); err != nil {
 		return nil, nil, fmt.Errorf("%w: context.%s: %w", ErrUnsigned, ContextKey, err)
 	}
-	if p.RecordJWS == "" {
-		return nil, nil, fmt.Errorf("%w: context.%s has no record_jws", ErrUnsigned, ContextKey)
+	var payload []byte
+	var err error
+	switch {
+	case p.RecordJWS != "" && (p.RootJWS != "" || len(p.Record) > 0 || p.RecordProof != nil):
+		return nil, nil, fmt.Errorf("%w: context.%s has both record_jws and a group's record", ErrUnsigned, ContextKey)
+	case p.RecordJWS != "":
+		payload, err = verifyCompact(p.RecordJWS, o)
+	case p.RootJWS != "":
+		payload, err = verifyGrouped(&Signed{Record: p.Record, RootJWS: p.RootJWS, Proof: p.RecordProof}, o)
+	default:
+		return nil, nil, fmt.Errorf("%w: context.%s has neither record_jws nor root_jws", ErrUnsigned, ContextKey)
 	}
-	r, err := verifyEvaluationRecord(p.RecordJWS, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := readEvaluationRecord(payload, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -304,12 +361,12 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	return r, &leaf, nil
 }
 
-// verifyEvaluationRecord checks an evaluation record's JWS, schema,
-// freshness and request ID.
-func verifyEvaluationRecord(compact string, o VerifyOptions) (*EvaluationRecord, error) {
+// readEvaluationRecord reads a verified evaluation record's payload and
+// checks its schema, freshness and request ID.
+func readEvaluationRecord(payload []byte, o VerifyOptions) (*EvaluationRecord, error) {
 	var r EvaluationRecord
-	if err := readRecord(compact, o, &r); err != nil {
-		return nil, err
+	if err := ijson.Read(payload, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if r.Schema != o.Profile.Schema || r.Evaluations < 1 || r.Requested < r.Evaluations {
 		return nil, fmt.Errorf("%w: schema %q (want %q), %d evaluations answered of %d requested", ErrSchema, r.Schema, o.Profile.Schema, r.Evaluations, r.Requested)
@@ -374,7 +431,7 @@ func VerifyEvaluations(endpoint string, request, response []byte, o VerifyOption
 		return nil, nil, fmt.Errorf("%w: %d answers to %d evaluations", ErrRequestMismatch, len(answers), len(items))
 	}
 	var rec *EvaluationRecord
-	var jws string
+	var signed string // what signed the first answer's record: its JWS, or the record
 	leaves := make([]EvaluationLeaf, 0, len(answers))
 	for i, a := range answers {
 		oi := o
@@ -388,13 +445,19 @@ func VerifyEvaluations(endpoint string, request, response []byte, o VerifyOption
 		}
 		var p struct {
 			C map[string]struct {
-				RecordJWS string `json:"record_jws"`
+				RecordJWS string          `json:"record_jws"`
+				Record    json.RawMessage `json:"record"`
 			} `json:"context"`
 		}
 		_ = json.Unmarshal(a, &p)
+		by := p.C[ContextKey].RecordJWS
+		if by == "" { // group-signed: the record itself, canonical (VerifyEvaluation read it)
+			c, _ := Canonicalize(p.C[ContextKey].Record)
+			by = string(c)
+		}
 		if rec == nil {
-			rec, jws = r, p.C[ContextKey].RecordJWS
-		} else if p.C[ContextKey].RecordJWS != jws {
+			rec, signed = r, by
+		} else if by != signed {
 			return nil, nil, fmt.Errorf("%w: answer %d is signed by another record (decision %s, not %s)", ErrRequestMismatch, i, r.DecisionID, rec.DecisionID)
 		}
 		leaves = append(leaves, *leaf)

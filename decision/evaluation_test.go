@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,12 @@ var evalProfile = decision.Profile{Schema: "test.evaluations.v1", Type: "test-ev
 // signBatch signs n evaluations and returns each answer as a PEP receives
 // it, and the evaluation requests.
 func signBatch(t *testing.T, s *decision.Signer, n int, at time.Time) ([][]byte, [][]byte, []byte) {
+	t.Helper()
+	return signBatchWith(t, s.SignEvaluations, n, at)
+}
+
+// signBatchWith is signBatch by sign: a signer's, or a group's.
+func signBatchWith(t *testing.T, sign func(*decision.EvaluationRecord, []decision.EvaluationLeaf) ([]byte, []decision.EvaluationProof, error), n int, at time.Time) ([][]byte, [][]byte, []byte) {
 	t.Helper()
 	var leaves []decision.EvaluationLeaf
 	var reqs [][]byte
@@ -36,9 +44,10 @@ func signBatch(t *testing.T, s *decision.Signer, n int, at time.Time) ([][]byte,
 	rec := &decision.EvaluationRecord{DecisionID: "d-1", PolicyVersion: "v1", Provenance: decision.Provenance{DecidedAt: at},
 		Endpoint: "evaluations", Semantic: "execute_all", Requested: n, RequestID: "req-1",
 		Caller: decision.Caller{Authenticated: true, Principal: "system:serviceaccount:todo:backend"}}
-	payload, proofs, err := s.SignEvaluations(rec, leaves)
+	payload, proofs, err := sign(rec, leaves)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return nil, nil, nil
 	}
 	var answers [][]byte
 	for i, p := range proofs {
@@ -183,4 +192,136 @@ func rawList(list [][]byte) []json.RawMessage {
 		out[i] = b
 	}
 	return out
+}
+
+// TestEvaluationsGroupSigned: requests whose evaluations arrive while a
+// signature is being made share the next one (Group.SignEvaluations):
+// each answer carries its record, the root's JWS and the record's proof,
+// verifies alone and as a whole response, and the record is one of
+// several under the root. Every change to the record, either proof or
+// the form is refused.
+func TestEvaluationsGroupSigned(t *testing.T) {
+	s, _ := decision.NewSigner(evalProfile, newKey(t))
+	const requests = 6
+	var arrived atomic.Int32
+	var once sync.Once
+	now := func() time.Time { // the first signature waits for every request
+		once.Do(func() {
+			for arrived.Load() < requests {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		})
+		return time.Now()
+	}
+	var sizes []int
+	var mu sync.Mutex
+	g := decision.NewGroup(s, 8, now)
+	g.Observe = func(k int) { mu.Lock(); sizes = append(sizes, k); mu.Unlock() }
+	type signed struct{ answers, reqs [][]byte }
+	out := make([]signed, requests)
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			arrived.Add(1)
+			answers, reqs, _ := signBatchWith(t, g.SignEvaluations, 1+i%3, time.Now())
+			out[i] = signed{answers, reqs}
+		})
+	}
+	wg.Wait()
+	keys := s.JWKS()
+	roots := map[string]bool{}
+	for i, o := range out {
+		for j, a := range o.answers {
+			var parsed struct {
+				Context map[string]decision.EvaluationProof
+			}
+			if err := json.Unmarshal(a, &parsed); err != nil {
+				t.Fatal(err)
+			}
+			p := parsed.Context[decision.ContextKey]
+			if p.RecordJWS != "" || p.RootJWS == "" || len(p.Record) == 0 || p.RecordProof == nil {
+				t.Fatalf("request %d answer %d is not in the group form: %s", i, j, a)
+			}
+			roots[p.RootJWS] = true
+			if _, _, err := decision.VerifyEvaluation(a, decision.VerifyOptions{Profile: evalProfile, Keys: keys, Request: o.reqs[j]}); err != nil {
+				t.Fatalf("request %d answer %d: %v", i, j, err)
+			}
+		}
+		// signBatchWith's records answer the evaluations endpoint.
+		response := []byte(`{"evaluations":[` + string(joinAnswers(o.answers)) + `]}`)
+		if _, _, err := decision.VerifyEvaluations("evaluations", batchOf(t, o.reqs), response, decision.VerifyOptions{Profile: evalProfile, Keys: keys}); err != nil {
+			t.Fatalf("request %d as a whole: %v", i, err)
+		}
+	}
+	// Two answers to the same request, from two records: refused whole.
+	spliced := []byte(`{"evaluations":[` + string(joinAnswers([][]byte{out[1].answers[0], out[4].answers[1]})) + `]}`)
+	if _, _, err := decision.VerifyEvaluations("evaluations", batchOf(t, out[1].reqs), spliced, decision.VerifyOptions{Profile: evalProfile, Keys: keys}); !errors.Is(err, decision.ErrRequestMismatch) {
+		t.Errorf("answers of two group-signed records spliced into one response: %v", err)
+	}
+	largest := 0
+	for _, k := range sizes {
+		largest = max(largest, k)
+	}
+	if largest < 2 || len(roots) != len(sizes) {
+		t.Fatalf("groups of %v, %d roots: want several requests' records under one root", sizes, len(roots))
+	}
+
+	opts := decision.VerifyOptions{Profile: evalProfile, Keys: keys, Request: out[1].reqs[0]}
+	mutate := func(f func(p map[string]any)) []byte {
+		var m map[string]any
+		_ = json.Unmarshal(out[1].answers[0], &m)
+		f(m["context"].(map[string]any)[decision.ContextKey].(map[string]any))
+		b, _ := json.Marshal(m)
+		return b
+	}
+	alone, _, _ := signBatch(t, s, 1, time.Now())
+	var aloneProof map[string]any
+	_ = json.Unmarshal(alone[0], &aloneProof)
+	jws := aloneProof["context"].(map[string]any)[decision.ContextKey].(map[string]any)["record_jws"]
+	for name, c := range map[string]struct {
+		answer []byte
+		want   error
+	}{
+		"the record's decision id changed": {mutate(func(p map[string]any) { p["record"].(map[string]any)["decision_id"] = "d-2" }), decision.ErrSignature},
+		"the record moved":                 {mutate(func(p map[string]any) { p["record_proof"].(map[string]any)["index"] = 7 }), decision.ErrSignature},
+		"a record proof hash dropped": {mutate(func(p map[string]any) {
+			rp := p["record_proof"].(map[string]any)
+			if h := rp["hashes"].([]any); len(h) > 0 {
+				rp["hashes"] = h[1:]
+			} else {
+				rp["hashes"] = []any{"AAAA"}
+			}
+		}), decision.ErrSignature},
+		"the root without its record":  {mutate(func(p map[string]any) { delete(p, "record") }), decision.ErrUnsigned},
+		"both forms":                   {mutate(func(p map[string]any) { p["record_jws"] = jws }), decision.ErrUnsigned},
+		"neither form":                 {mutate(func(p map[string]any) { delete(p, "root_jws") }), decision.ErrUnsigned},
+		"the leaf's decision flipped":  {mutate(func(p map[string]any) { p["reason"] = "reason_9" }), decision.ErrSignature},
+		"the root signed by another key": {func() []byte {
+			other, _ := decision.NewSigner(evalProfile, newKey(t))
+			b, _, _ := signBatchWith(t, decision.NewGroup(other, 8, nil).SignEvaluations, 1, time.Now())
+			return b[0]
+		}(), decision.ErrUnknownKey},
+	} {
+		if _, _, err := decision.VerifyEvaluation(c.answer, opts); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v; want %v", name, err, c.want)
+		}
+	}
+}
+
+// batchOf is the evaluations request whose items are reqs.
+func batchOf(t *testing.T, reqs [][]byte) []byte {
+	t.Helper()
+	return []byte(`{"evaluations":[` + string(joinAnswers(reqs)) + `]}`)
+}
+
+func joinAnswers(parts [][]byte) []byte {
+	var b []byte
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, p...)
+	}
+	return b
 }

@@ -67,23 +67,34 @@ func (p Profile) Root() Profile {
 // their canonical JSON. It completes each record (its schema) and returns,
 // for each, its canonical JSON, the root's JWS and its proof.
 func (s *Signer) SignGroup(records []*Record, now time.Time) ([]GroupSigned, error) {
-	if len(records) == 0 {
-		return nil, errors.New("decision: no record to sign")
-	}
 	payloads := make([][]byte, len(records))
-	hashes := make([][sha256.Size]byte, len(records))
 	for i, r := range records {
 		r.Schema = s.profile.Schema
 		p, err := r.canonical()
 		if err != nil {
 			return nil, err
 		}
-		payloads[i], hashes[i] = p, leafHash(p)
+		payloads[i] = p
+	}
+	return s.signRoot(payloads, now)
+}
+
+// signRoot signs payloads — records' canonical JSON, of any of the
+// signer's profiles — together: one signature over the Merkle root of
+// their leaf hashes. It returns, for each, the payload, the root's JWS
+// and its proof.
+func (s *Signer) signRoot(payloads [][]byte, now time.Time) ([]GroupSigned, error) {
+	if len(payloads) == 0 {
+		return nil, errors.New("decision: no record to sign")
+	}
+	hashes := make([][sha256.Size]byte, len(payloads))
+	for i, p := range payloads {
+		hashes[i] = leafHash(p)
 	}
 	t := newTree(hashes)
 	root := t.hash(0, len(hashes))
 	rp := s.profile.Root()
-	payload, err := Root{Schema: rp.Schema, MerkleRoot: digestString(root), Records: len(records), SignedAt: now.UTC()}.canonical()
+	payload, err := Root{Schema: rp.Schema, MerkleRoot: digestString(root), Records: len(payloads), SignedAt: now.UTC()}.canonical()
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +102,8 @@ func (s *Signer) SignGroup(records []*Record, now time.Time) ([]GroupSigned, err
 	if err != nil {
 		return nil, err
 	}
-	out := make([]GroupSigned, len(records))
-	for i := range records {
+	out := make([]GroupSigned, len(payloads))
+	for i := range payloads {
 		path := t.proof(i, 0, len(hashes))
 		p := Proof{Index: i, Hashes: make([]string, len(path))}
 		for j, h := range path {
@@ -113,7 +124,9 @@ type GroupSigned struct {
 
 // Group signs records in groups: a record that arrives while a signature
 // is being made waits for the next one, which covers every record waiting
-// then (at most Max). An idle group signs each record alone; no record
+// then (at most Max). The records are of its signer's profile: /v1/check
+// records ([Group.Sign]) or AuthZEN evaluation records
+// ([Group.SignEvaluations]). An idle group signs each record alone; no record
 // waits longer than one signature behind another. The first record to find
 // no signature under way signs; when its signature is done, the next
 // waiting record takes over, so no goroutine outlives its request.
@@ -130,8 +143,8 @@ type Group struct {
 }
 
 type pending struct {
-	rec  *Record
-	out  GroupSigned
+	payload []byte // the record's canonical JSON
+	out     GroupSigned
 	err  error
 	wake chan bool // true: lead the next group; false: signed
 }
@@ -149,7 +162,18 @@ func NewGroup(signer *Signer, max int, now func() time.Time) *Group {
 
 // Sign signs r with whatever records are waiting with it.
 func (g *Group) Sign(r *Record) (GroupSigned, error) {
-	p := &pending{rec: r, wake: make(chan bool, 1)}
+	r.Schema = g.signer.profile.Schema
+	payload, err := r.canonical()
+	if err != nil {
+		return GroupSigned{}, err
+	}
+	return g.sign(payload)
+}
+
+// sign signs one record's canonical JSON with whatever records are
+// waiting with it.
+func (g *Group) sign(payload []byte) (GroupSigned, error) {
+	p := &pending{payload: payload, wake: make(chan bool, 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, p)
 	if g.signing {
@@ -165,11 +189,11 @@ func (g *Group) Sign(r *Record) (GroupSigned, error) {
 	g.queue = g.queue[n:]
 	g.mu.Unlock()
 
-	recs := make([]*Record, len(batch))
+	payloads := make([][]byte, len(batch))
 	for i, b := range batch {
-		recs[i] = b.rec
+		payloads[i] = b.payload
 	}
-	out, err := g.signer.SignGroup(recs, g.now())
+	out, err := g.signer.signRoot(payloads, g.now())
 	if g.Observe != nil {
 		g.Observe(len(batch))
 	}

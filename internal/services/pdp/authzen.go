@@ -619,7 +619,13 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		Endpoint: req.endpoint, Semantic: req.semantic, Requested: len(req.items), RequestID: requestID(r), Ignored: req.ignored,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
-	_, proofs, err := st.evalSigner.SignEvaluations(rec, leaves)
+	sign := st.evalSigner.SignEvaluations
+	if st.evalGroup != nil && !req.batch {
+		// One answer: its record shares a signature with the single
+		// evaluations that arrive while one is being made, as checks do.
+		sign = st.evalGroup.SignEvaluations
+	}
+	_, proofs, err := sign(rec, leaves)
 	if err != nil {
 		s.signingFailed(w, err)
 		return
@@ -660,9 +666,25 @@ func (a *evaluationAnswer) appendJSON(b *bytes.Buffer) {
 		b.WriteString(`},`)
 	}
 	p := &a.Context.Proof
-	b.WriteString(`"callerauth":{"record_jws":"`)
-	b.WriteString(p.RecordJWS)
-	b.WriteString(`","index":`)
+	b.WriteString(`"callerauth":{`)
+	if p.RecordJWS != "" {
+		b.WriteString(`"record_jws":"`)
+		b.WriteString(p.RecordJWS)
+		b.WriteString(`",`)
+	} else {
+		// Group-signed: the record (canonical JSON already), the root's
+		// JWS and the record's proof under it.
+		b.WriteString(`"record":`)
+		b.Write(p.Record)
+		b.WriteString(`,"root_jws":"`)
+		b.WriteString(p.RootJWS)
+		b.WriteString(`","record_proof":{"index":`)
+		b.WriteString(strconv.Itoa(p.RecordProof.Index))
+		b.WriteString(`,"hashes":`)
+		writeHashes(b, p.RecordProof.Hashes)
+		b.WriteString(`},`)
+	}
+	b.WriteString(`"index":`)
 	b.WriteString(strconv.Itoa(p.Index))
 	b.WriteString(`,"request_digest":"`)
 	b.WriteString(p.RequestDigest)
@@ -675,8 +697,16 @@ func (a *evaluationAnswer) appendJSON(b *bytes.Buffer) {
 		}
 		decision.WriteString(b, s)
 	}
-	b.WriteString(`],"proof":[`)
-	for i, h := range p.Proof {
+	b.WriteString(`],"proof":`)
+	writeHashes(b, p.Proof)
+	b.WriteString("}}}")
+}
+
+// writeHashes writes base64url hashes as a JSON array: none needs
+// escaping.
+func writeHashes(b *bytes.Buffer, hashes []string) {
+	b.WriteByte('[')
+	for i, h := range hashes {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -684,7 +714,7 @@ func (a *evaluationAnswer) appendJSON(b *bytes.Buffer) {
 		b.WriteString(h)
 		b.WriteByte('"')
 	}
-	b.WriteString("]}}}")
+	b.WriteByte(']')
 }
 
 // GzipAbove is the answer size from which an AuthZEN answer is sent

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -491,5 +492,89 @@ func TestAuthZENThousandItems(t *testing.T) {
 		}
 		t.Logf("%d fully specified items: request %d bytes (%d per item, default limit %d), answer %d bytes (%d per item), %d gzip-compressed (%d per item)",
 			pdp.MaxEvaluations, len(body), len(body)/pdp.MaxEvaluations, pdp.DefaultAuthZENMaxBody, len(resp), len(resp)/pdp.MaxEvaluations, len(wire), len(wire)/pdp.MaxEvaluations)
+	}
+}
+
+// TestAuthZENSinglesShareASignature: single evaluations that arrive while
+// one is being signed share the next signature (--sign-group-max, as
+// checks do): each answer carries its record, the root's JWS and the
+// record's proof, and verifies alone against its own request; a lone
+// evaluation is a tree of one. A batch keeps its one record JWS. With
+// --sign-group-max 0 every single evaluation is signed alone, in the
+// record_jws form.
+func TestAuthZENSinglesShareASignature(t *testing.T) {
+	e, tok := startTodo(t)
+	keys := e.srv.EvaluationSigner().JWKS()
+	req := func(i int) string {
+		return fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"resource":{"type":"todo","id":"t%d","properties":{"ownerID":"morty@the-citadel.com"}}}`, morty, i)
+	}
+	proofOf := func(body []byte) decision.EvaluationProof {
+		t.Helper()
+		var a answer
+		if err := json.Unmarshal(body, &a); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		var p decision.EvaluationProof
+		if err := json.Unmarshal(a.Context[decision.ContextKey], &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	code, lone := e.authzen(t, tok, pdp.PathEvaluation, req(0))
+	if code != 200 {
+		t.Fatalf("%d %s", code, lone)
+	}
+	if p := proofOf(lone); p.RecordJWS != "" || p.RootJWS == "" || p.RecordProof == nil || len(p.RecordProof.Hashes) != 0 {
+		t.Fatalf("a lone single evaluation: %s; want the group form, a tree of one", lone)
+	}
+	verifyItem(t, e, lone, req(0))
+
+	shared := 0
+	for round := 0; round < 20 && shared == 0; round++ {
+		const n = 32
+		bodies := make([][]byte, n)
+		var wg sync.WaitGroup
+		begin := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-begin
+				_, bodies[i] = e.authzen(t, tok, pdp.PathEvaluation, req(i))
+			})
+		}
+		close(begin)
+		wg.Wait()
+		roots := map[string]int{}
+		for i, b := range bodies {
+			if _, _, err := decision.VerifyEvaluation(b, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: keys, Request: []byte(req(i))}); err != nil {
+				t.Fatalf("round %d, evaluation %d: %v\n%s", round, i, err, b)
+			}
+			if _, _, err := decision.VerifyEvaluation(b, decision.VerifyOptions{Profile: pdp.EvaluationProfile, Keys: keys, Request: []byte(req((i + 1) % n))}); err == nil {
+				t.Fatalf("round %d, evaluation %d verified against another request", round, i)
+			}
+			roots[proofOf(b).RootJWS]++
+		}
+		for _, k := range roots {
+			if k > 1 {
+				shared++
+			}
+		}
+	}
+	if shared == 0 {
+		t.Error("20 rounds of 32 concurrent single evaluations, and no root covered two")
+	}
+
+	batch := fmt.Sprintf(`{"subject":{"type":"user","id":%q},"action":{"name":"can_update_todo"},"evaluations":[{"resource":{"type":"todo","id":"a","properties":{"ownerID":"morty@the-citadel.com"}}}]}`, morty)
+	if code, body := e.authzen(t, tok, pdp.PathEvaluations, batch); code != 200 || !strings.Contains(string(body), `"record_jws":`) || strings.Contains(string(body), `"root_jws"`) {
+		t.Errorf("a batch: %d %s; want its one record JWS", code, body)
+	}
+
+	alone := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(todo, "policy"), filepath.Join(todo, "registry.json")
+		o.CallerBindings = []string{"todo=system:serviceaccount:secrets-engine:todo-backend"}
+		o.SignGroupMax = 0
+	})
+	code, body := alone.authzen(t, alone.token(t, "todo-backend", "flex-auth", time.Time{}), pdp.PathEvaluation, req(0))
+	if p := proofOf(body); code != 200 || p.RecordJWS == "" || p.RootJWS != "" {
+		t.Errorf("--sign-group-max 0: %d %s; want the record_jws form", code, body)
 	}
 }

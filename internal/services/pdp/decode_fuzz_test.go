@@ -71,6 +71,8 @@ func TestAnswerJSON(t *testing.T) {
 			Error: &evaluationError{Status: 400, Message: "evaluations[1].resource \"x\" <is> required\u2028é"},
 			Proof: decision.EvaluationProof{RecordJWS: "a.b.c", Index: 7, RequestDigest: "sha256:00", Reason: "invalid_evaluation",
 				Ignored: []string{"subject._note", "context.\"q\"\\\u0001😀"}, Proof: []string{"h1", "h2"}}}},
+		{Decision: true, Context: evaluationAnswerContext{Proof: decision.EvaluationProof{Record: json.RawMessage(`{"decision_id":"d","evaluations":1}`),
+			RootJWS: "r.o.ot", RecordProof: &decision.Proof{Index: 2, Hashes: []string{"x1", "x2"}}, RequestDigest: "sha256:ab", Reason: "r", Ignored: []string{}, Proof: []string{}}}},
 	} {
 		want, err := json.Marshal(a)
 		if err != nil {

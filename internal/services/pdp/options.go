@@ -46,7 +46,8 @@ type Options struct {
 	// (--authzen-max-body-bytes): 1,000 fully specified evaluations fit in
 	// the default.
 	AuthZENMaxBody int64
-	// SignGroupMax is the most /v1/check records one signature covers
+	// SignGroupMax is the most records one signature covers (checks, and
+	// single AuthZEN evaluations)
 	// (--sign-group-max): records that arrive while one is being signed
 	// share the next. 0: every record its own signature.
 	SignGroupMax int
@@ -81,7 +82,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: the one principal that may represent SYSTEM (repeatable)")
 	f.StringVar(&o.SigningKeyFile, "signing-key-file", o.SigningKeyFile, "PEM private key(s) signing decision records; the last one signs, all are published; reloaded with the policy")
 	f.StringVar(&o.AuthZENBaseURL, "authzen-base-url", o.AuthZENBaseURL, "the https:// URL the AuthZEN metadata names as this PDP (default: the serving certificate's first name and the port served on; never the request's Host; none over plain HTTP)")
-	f.IntVar(&o.SignGroupMax, "sign-group-max", o.SignGroupMax, "the most /v1/check records one signature covers: checks that arrive while one is being signed share the next, through a Merkle root (0: each record its own signature)")
+	f.IntVar(&o.SignGroupMax, "sign-group-max", o.SignGroupMax, "the most records one signature covers: /v1/check records, and single AuthZEN evaluations' records, that arrive while one is being signed share the next, through a Merkle root (0: each record its own signature)")
 	f.Int64Var(&o.AuthZENMaxBody, "authzen-max-body-bytes", o.AuthZENMaxBody, "the largest AuthZEN request body (POST /v1/check keeps its 64 KiB)")
 	f.IntVar(&o.SearchPageSize, "authzen-search-page-size", o.SearchPageSize, "a search page's results when the request names no page.limit, and the most page.limit may ask")
 	f.IntVar(&o.SearchMaxCandidates, "authzen-search-max-candidates", o.SearchMaxCandidates, "the candidates one search page evaluates at most; a page that reaches it ends there, with a next_token")

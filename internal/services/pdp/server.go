@@ -75,6 +75,7 @@ type Server struct {
 	evaluations     *prometheus.CounterVec
 	searchEvaluated *prometheus.CounterVec
 	groupSize       prometheus.Histogram
+	evalGroupSize   prometheus.Histogram
 	azLatency       *prometheus.HistogramVec
 	now             func() time.Time
 }
@@ -90,6 +91,7 @@ func New(c Config) (*Server, error) {
 	m.Health().Registry.MustRegister(serve.BuildInfo("pdp"))
 	s := &Server{c: c, m: m, log: m.Logger(), health: m.Health(), now: time.Now}
 	s.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_signing_group_records", Help: "Records /v1/check signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
+	s.evalGroupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_authzen_signing_group_records", Help: "Records of single AuthZEN evaluations signed under one signature (group-commit signing; 1 when the pdp is idle).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_reloads_total", Help: "Reloads of the policy package, registry and signing keys, by result (a failed one keeps the previous version serving)."}, []string{"result"})
 	if s.state, err = watched.New(watched.Config[*state]{
 		What:     "pdp: the policy, registry and signing keys",
@@ -115,7 +117,7 @@ func New(c Config) (*Server, error) {
 	s.azLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdp_authzen_request_duration_seconds", Help: "Time to answer an AuthZEN request (one evaluation or a batch), authentication, evaluation and signing included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
 	s.searchEvaluated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdp_authzen_search_candidates_total", Help: "Candidates AuthZEN searches evaluated, by endpoint."}, []string{"endpoint"})
 	s.signFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pdp_signing_failures_total", Help: "Answers refused with 500 signing_failed because the record could not be signed."})
-	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures, s.groupSize)
+	reg.MustRegister(s.checks, s.latency, s.reloads, s.evaluations, s.azLatency, s.searchEvaluated, s.signFailures, s.groupSize, s.evalGroupSize)
 	for _, w := range c.Warnings {
 		s.log.Warn("pdp: " + w)
 	}

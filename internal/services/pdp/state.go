@@ -33,16 +33,17 @@ type state struct {
 	// metaSigner signs the AuthZEN metadata's signed_metadata.
 	metaSigner *decision.Signer
 	// group shares signer's signatures among the checks that arrive
-	// together; nil with --sign-group-max 0.
-	group *decision.Group
+	// together, evalGroup evalSigner's among single AuthZEN evaluations;
+	// nil with --sign-group-max 0.
+	group, evalGroup *decision.Group
 	// pageKey MACs search page tokens: derived from the signing keys, so
 	// every replica shares it and a key rotation replaces it.
 	pageKey []byte
 }
 
 // load reads the package, the registry and the keys, and makes the
-// signers (and the group that shares /v1/check's signatures, unless
-// --sign-group-max is 0).
+// signers (and the groups that share /v1/check's and single AuthZEN
+// evaluations' signatures, unless --sign-group-max is 0).
 func (s *Server) load() (*state, error) {
 	st, err := load(s.c.PolicyDir, s.c.Registry, s.c.SigningKeyFile)
 	if err != nil {
@@ -51,6 +52,8 @@ func (s *Server) load() (*state, error) {
 	if s.c.SignGroupMax > 0 {
 		st.group = decision.NewGroup(st.signer, s.c.SignGroupMax, s.now)
 		st.group.Observe = func(n int) { s.groupSize.Observe(float64(n)) }
+		st.evalGroup = decision.NewGroup(st.evalSigner, s.c.SignGroupMax, s.now)
+		st.evalGroup.Observe = func(n int) { s.evalGroupSize.Observe(float64(n)) }
 	}
 	return st, nil
 }
