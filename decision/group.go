@@ -145,8 +145,8 @@ type Group struct {
 type pending struct {
 	payload []byte // the record's canonical JSON
 	out     GroupSigned
-	err  error
-	wake chan bool // true: lead the next group; false: signed
+	err     error
+	wake    chan bool // true: lead the next group; false: signed
 }
 
 // NewGroup signs with signer, at most max records per root (at least 1).
