@@ -293,10 +293,10 @@ func TestEvaluationsGroupSigned(t *testing.T) {
 				rp["hashes"] = []any{"AAAA"}
 			}
 		}), decision.ErrSignature},
-		"the root without its record":  {mutate(func(p map[string]any) { delete(p, "record") }), decision.ErrUnsigned},
-		"both forms":                   {mutate(func(p map[string]any) { p["record_jws"] = jws }), decision.ErrUnsigned},
-		"neither form":                 {mutate(func(p map[string]any) { delete(p, "root_jws") }), decision.ErrUnsigned},
-		"the leaf's decision flipped":  {mutate(func(p map[string]any) { p["reason"] = "reason_9" }), decision.ErrSignature},
+		"the root without its record": {mutate(func(p map[string]any) { delete(p, "record") }), decision.ErrUnsigned},
+		"both forms":                  {mutate(func(p map[string]any) { p["record_jws"] = jws }), decision.ErrUnsigned},
+		"neither form":                {mutate(func(p map[string]any) { delete(p, "root_jws") }), decision.ErrUnsigned},
+		"the leaf's decision flipped": {mutate(func(p map[string]any) { p["reason"] = "reason_9" }), decision.ErrSignature},
 		"the root signed by another key": {func() []byte {
 			other, _ := decision.NewSigner(evalProfile, newKey(t))
 			b, _, _ := signBatchWith(t, decision.NewGroup(other, 8, nil).SignEvaluations, 1, time.Now())
