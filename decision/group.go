@@ -93,8 +93,7 @@ func (s *Signer) signRoot(payloads [][]byte, now time.Time) ([]GroupSigned, erro
 	}
 	t := newTree(hashes)
 	root := t.hash(0, len(hashes))
-	rp := s.profile.Root()
-	payload, err := Root{Schema: rp.Schema, MerkleRoot: digestString(root), Records: len(payloads), SignedAt: now.UTC()}.canonical()
+	payload, err := Root{Schema: s.rootSchema, MerkleRoot: digestString(root), Records: len(payloads), SignedAt: now.UTC()}.canonical()
 	if err != nil {
 		return nil, err
 	}

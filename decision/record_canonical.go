@@ -59,11 +59,14 @@ func (r *Record) boundByBind() bool {
 }
 
 func writeTime(b *bytes.Buffer, t time.Time) error {
-	j, err := t.MarshalJSON() // a quoted RFC 3339 string: nothing to escape
+	// Quoted RFC 3339 as MarshalJSON writes it (the same checks: a year
+	// outside 0-9999 is an error), nothing to escape, no allocation.
+	var buf [64]byte
+	out, err := t.AppendText(append(buf[:0], '"'))
 	if err != nil {
 		return err
 	}
-	b.Write(j)
+	b.Write(append(out, '"'))
 	return nil
 }
 

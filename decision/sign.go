@@ -75,8 +75,8 @@ type Signer struct {
 	current jose.JSONWebKey
 	header  string // the protected header, base64url: the same for every record
 	// rootHeader is the protected header of a group's root (typ
-	// Profile.Root().Type).
-	rootHeader string
+	// Profile.Root().Type), rootSchema its schema: made once.
+	rootHeader, rootSchema string
 }
 
 // NewSigner signs records of profile p. It takes keys oldest first; the
@@ -88,7 +88,7 @@ func NewSigner(p Profile, keys ...crypto.Signer) (*Signer, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("decision: at least one signing key is required")
 	}
-	s := &Signer{profile: p}
+	s := &Signer{profile: p, rootSchema: p.Root().Schema}
 	for i, k := range keys {
 		alg, err := algorithmOf(k)
 		if err != nil {

@@ -60,7 +60,7 @@ func readBodyLimit(r *http.Request, limit int64) ([]byte, error) {
 // error names the field.
 func decodeRequest(body []byte) (*policy.Request, error) {
 	// One pass: the I-JSON check and the split into members together.
-	raw := map[string]json.RawMessage{}
+	raw := make(map[string]json.RawMessage, 8) // the request's eight members
 	if err := ijson.Members(body, func(name, v []byte) error {
 		raw[string(name)] = v
 		return nil
