@@ -70,7 +70,7 @@ func writeCanonical(b *bytes.Buffer, v []byte) error {
 		}
 		ms := make([]member, 0, 8)
 		if err := ijson.Walk(v, func(name, value []byte) error {
-			ms = append(ms, member{name, value, plainASCII(name)})
+			ms = append(ms, member{name, value, ijson.PlainText(name)})
 			return nil
 		}); err != nil {
 			return fmt.Errorf("decision: canonical JSON: %w", err)
@@ -149,17 +149,6 @@ func digestString(sum [sha256.Size]byte) string {
 	copy(b[:], prefix)
 	hex.Encode(b[len(prefix):], sum[:])
 	return string(b[:])
-}
-
-// plainASCII reports whether s is printable ASCII that a canonical JSON
-// string holds as it stands (no quote, no backslash).
-func plainASCII(s []byte) bool {
-	for _, c := range s {
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }
 
 // compareUTF16 orders strings by their UTF-16 code units, as RFC 8785

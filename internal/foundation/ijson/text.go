@@ -127,6 +127,11 @@ func (t Text) offset(v []byte) (int, bool) {
 	return off, true
 }
 
+// PlainText reports whether text (decoded: a member name Walk gave, say)
+// is printable ASCII with no '"' or '\\': a JSON string holds it as it
+// stands, escaped by nobody.
+func PlainText(text []byte) bool { return plain(text) }
+
 // plain reports whether b is printable ASCII without '"' or '\\': the
 // contents of a JSON string that needs no decoding.
 func plain(b []byte) bool {
