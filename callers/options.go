@@ -51,6 +51,10 @@ import (
 	"github.com/callerauth/callerauth/guard"
 )
 
+// noAuthConfig is the refusal of --caller-backend oidc by a build
+// without the AuthenticationConfiguration reader (AuthConfigBuilt).
+const noAuthConfig = "--caller-backend oidc: this binary was built without the AuthenticationConfiguration reader (go build -tags callerauth_noauthconfig: TokenReview only); use a build without that tag, such as the released image"
+
 // Caller-authentication backends (--caller-backend).
 const (
 	// BackendTokenReview asks the Kubernetes API server (authn/kube): it
@@ -304,6 +308,9 @@ func (o Options) Complete() (Config, error) {
 			}
 		}
 	case BackendOIDC:
+		if !AuthConfigBuilt {
+			bad("caller-backend", noAuthConfig)
+		}
 		if o.AuthenticationConfig == "" {
 			bad("caller-backend", "--caller-backend oidc needs --caller-authentication-config")
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/callerauth/callerauth/authn"
-	"github.com/callerauth/callerauth/authn/authconfig"
 	"github.com/callerauth/callerauth/authn/kube"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/binding"
@@ -249,7 +248,7 @@ type layerRunnable interface {
 // runnables.
 func (b *built) backend(o Options, log *slog.Logger) error {
 	if o.Backend == BackendOIDC {
-		r, err := authconfig.NewReloading(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: o.CheckIssuers, Logger: log,
+		r, err := readAuthenticationConfig(oidc.ReloadingConfig{Path: o.AuthenticationConfig, Check: o.CheckIssuers, Logger: log,
 			Base: oidc.Config{Audience: o.Audience, Timeout: o.ReviewTimeout, MaxStaleKeys: o.KeysMaxStale, Logger: log}})
 		if err != nil {
 			return fmt.Errorf("caller authentication: --caller-authentication-config: %w", err)

@@ -1,6 +1,8 @@
 package layers_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/callerauth/callerauth/internal/tools/benchcompare"
 	"github.com/callerauth/callerauth/internal/tools/images"
 )
 
@@ -43,7 +47,14 @@ var mayLinkHeavy = []string{"authn/authconfig", "callers"}
 // nonStandardDeps lists the non-standard packages pkgs link together.
 func nonStandardDeps(t *testing.T, pkgs ...string) []string {
 	t.Helper()
-	args := []string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}
+	return nonStandardDepsTagged(t, "", pkgs...)
+}
+
+// nonStandardDepsTagged is nonStandardDeps in a build with the tags
+// given (go build -tags).
+func nonStandardDepsTagged(t *testing.T, tags string, pkgs ...string) []string {
+	t.Helper()
+	args := []string{"list", "-deps", "-tags", tags, "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}
 	for _, p := range pkgs {
 		args = append(args, "../../"+p)
 	}
@@ -198,5 +209,53 @@ func TestBinaryBudget(t *testing.T) {
 		if !slices.Contains(images.Binaries, bin) {
 			t.Errorf("a budget for %s, which is not a shipped binary", bin)
 		}
+	}
+}
+
+// noAuthConfig is the build tag that leaves the oidc backend's
+// AuthenticationConfiguration reader out (callers/authconfig_none.go).
+const noAuthConfig = "callerauth_noauthconfig"
+
+// TestProxyWithoutAuthConfig: callerauth-proxy built with the tag
+// callerauth_noauthconfig links none of the heavy packages the default
+// build links, still authenticates a caller by TokenReview (a dev
+// issuer's), and refuses --caller-backend oidc at start-up, naming the
+// tag.
+func TestProxyWithoutAuthConfig(t *testing.T) {
+	if h := heavyIn(nonStandardDeps(t, "cmd/callerauth-proxy")); len(h) == 0 {
+		t.Fatal("the default build of callerauth-proxy links none of the heavy packages: this test would prove nothing")
+	}
+	if h := heavyIn(nonStandardDepsTagged(t, noAuthConfig, "cmd/callerauth-proxy")); len(h) > 0 {
+		t.Errorf("callerauth-proxy built with -tags %s links %s", noAuthConfig, strings.Join(h, ", "))
+	}
+	dir := t.TempDir()
+	bins := map[string]string{}
+	for _, b := range []struct{ name, tags string }{{"callerauth-proxy", noAuthConfig}, {"bare-proxy", ""}, {"empty-server", ""}} {
+		bins[b.name] = filepath.Join(dir, b.name)
+		// As docs/proxy.md "A build for TokenReview only" builds it.
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-tags", b.tags, "-o", bins[b.name], "../../cmd/"+b.name)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b.name, err, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := benchcompare.StartProxies(ctx, filepath.Join(dir, "run"), bins["callerauth-proxy"], bins["bare-proxy"], bins["empty-server"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Through(ctx); err != nil {
+		t.Error(err)
+	}
+
+	cmd := exec.CommandContext(ctx, bins["callerauth-proxy"], "--caller-backend", "oidc", "--caller-authentication-config", filepath.Join(dir, "authn.yaml"),
+		"--caller-audience", "upstream", "--upstream", "http://127.0.0.1:1", "--listen", "unix://"+filepath.Join(dir, "proxy.sock"),
+		"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"), "--allow-service-account", "ns:sa")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(string(out), "--caller-backend oidc: this binary was built without") || !strings.Contains(string(out), noAuthConfig) {
+		t.Errorf("callerauth-proxy -tags %s with --caller-backend oidc: %v, want a refusal at start-up naming the tag:\n%s", noAuthConfig, err, out)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -141,13 +142,6 @@ func (p *ProxyPeers) client(conns int) *http.Client {
 // GET through each to the upstream; every answer must be the upstream's.
 // Decisions holds the connections, for ProxyRows.
 func ProxyLoads(ctx context.Context, p *ProxyPeers, conns []int, d time.Duration, rounds int) ([]Load, error) {
-	want := []byte(`{"allow":true}`)
-	check := func(status int, body []byte) error {
-		if status != http.StatusOK || !bytes.Equal(body, want) {
-			return fmt.Errorf("through the proxy: %d %.200s", status, body)
-		}
-		return nil
-	}
 	var loads []Load
 	var cfgs []loadgen.Config
 	for _, c := range conns {
@@ -160,10 +154,52 @@ func ProxyLoads(ctx context.Context, p *ProxyPeers, conns []int, d time.Duration
 			{fmt.Sprintf("bare ReverseProxy at %d connections", c), "bare", p.Bare, http.Header{}},
 		} {
 			loads = append(loads, Load{Name: r.name, Role: r.role, Decisions: c, server: r.s})
-			cfgs = append(cfgs, loadgen.Config{URL: r.s.URL + "/metrics", Header: r.h, Connections: c, Client: p.client(c), Check: check})
+			cfgs = append(cfgs, loadgen.Config{URL: r.s.URL + "/metrics", Header: r.h, Connections: c, Client: p.client(c), Check: upstreamAnswered})
 		}
 	}
 	return interleaved(ctx, loads, cfgs, d, rounds)
+}
+
+// upstreamAnswered checks that an answer through a proxy is the empty
+// upstream's.
+func upstreamAnswered(status int, body []byte) error {
+	if status != http.StatusOK || !bytes.Equal(body, []byte(`{"allow":true}`)) {
+		return fmt.Errorf("through the proxy: %d %.200s", status, body)
+	}
+	return nil
+}
+
+// Through asks the upstream once through callerauth-proxy with the token
+// and once without it: the first must be the upstream's answer, the
+// second refused (401).
+func (p *ProxyPeers) Through(ctx context.Context) error {
+	c := p.client(1)
+	for _, tok := range []string{p.Token, ""} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Ours.URL+"/metrics", nil)
+		if err != nil {
+			return err
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return fmt.Errorf("through callerauth-proxy: %w", err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+		switch {
+		case err != nil:
+			return fmt.Errorf("through callerauth-proxy: %w", err)
+		case tok == "" && resp.StatusCode != http.StatusUnauthorized:
+			return fmt.Errorf("through callerauth-proxy without a token: %d %.200s, want 401", resp.StatusCode, body)
+		case tok != "":
+			if err := upstreamAnswered(resp.StatusCode, body); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ProxyRows compare callerauth-proxy with the bare proxy at each
