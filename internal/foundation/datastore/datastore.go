@@ -247,6 +247,17 @@ func restrict(path string) error {
 // versionTable is the goose version table of a service.
 func versionTable(name string) string { return strings.ReplaceAll(name, "-", "_") + "_schema_version" }
 
+// Migrate applies a second component's migrations to an open datastore
+// (a service's decision log beside its own tables), under the
+// component's own version table (name_schema_version) and, on
+// PostgreSQL, its own lock, as Open applies the service's.
+func (d *DB) Migrate(ctx context.Context, name string, migrations fs.FS, o Options) error {
+	if err := d.migrate(ctx, name, migrations, o); err != nil {
+		return fmt.Errorf("datastore %s: %s: %w", d.Target, name, err)
+	}
+	return nil
+}
+
 func (d *DB) migrate(ctx context.Context, name string, migrations fs.FS, o Options) error {
 	sub, err := fs.Sub(migrations, string(d.Dialect))
 	if err != nil {

@@ -1,0 +1,500 @@
+// Package translog keeps an append-only, tamper-evident log in a
+// service's SQL datastore (SQLite, or PostgreSQL shared by replicas): a
+// Merkle tree over its entries with RFC 6962 hashing, stored as
+// golang.org/x/mod/sumdb/tlog lays out its hashes; checkpoints signed as
+// C2SP tlog-checkpoint notes (Ed25519, golang.org/x/mod/sumdb/note); and
+// the tree and its entries served read-only as C2SP tlog-tiles. An
+// auditor proves that an entry is in the log (inclusion) and that the log
+// only grew (consistency) with x/mod's verifier, not with this package.
+//
+// Appends are serialized by a lock on the log's one head row (PostgreSQL:
+// SELECT … FOR UPDATE; SQLite has one writer), so that replicas on one
+// database extend one tree. A log is pruned from its start (Prune): the
+// entries and the tree's lower hashes go, whole tiles at a time; the
+// tree's shape, its checkpoints and every proof among what is left stay
+// valid (C2SP tlog-tiles "Pruning").
+package translog
+
+import (
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+)
+
+// Migrations are the log's tables, one set per dialect under
+// migrations/, applied by Open under their own version table
+// (translog_schema_version).
+//
+//go:embed migrations
+var Migrations embed.FS
+
+// MaxEntryBytes bounds an entry: a tlog-tiles entry bundle prefixes each
+// entry with its length as a big-endian uint16.
+const MaxEntryBytes = 1<<16 - 1
+
+// TileHeight is tlog-tiles' fixed tile height: 256 hashes a tile.
+const TileHeight = 8
+
+// Config is what Open needs.
+type Config struct {
+	// DB is the service's datastore; Open adds the log's tables.
+	DB *datastore.DB
+	// Origin is the checkpoint's first line, the log's identity (a
+	// schema-less URL such as pdp.example.com/decisions).
+	Origin string
+	// Key signs checkpoints: an Ed25519 note signer key, as
+	// note.GenerateKey writes it (PRIVATE+KEY+name+hash+key), named
+	// Origin.
+	Key string
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+}
+
+// Entry is one appended entry: its bytes, which the tree hashes and
+// tlog-tiles serves, and what a search asks of it.
+type Entry struct {
+	Data    []byte
+	At      time.Time
+	Caller  string
+	System  string
+	Tenant  string
+	Reason  string
+	Allowed bool
+}
+
+// Stored is an entry as the log holds it, with its index.
+type Stored struct {
+	Index int64
+	Entry
+}
+
+// Checkpoint is a signed tree head.
+type Checkpoint struct {
+	Size int64
+	Root tlog.Hash
+	// Note is the signed note (C2SP tlog-checkpoint) as served.
+	Note []byte
+}
+
+// Log is an open log.
+type Log struct {
+	db       *datastore.DB
+	origin   string
+	signer   note.Signer
+	verifier note.Verifier
+	vkey     string
+	now      func() time.Time
+}
+
+// Open adds the log's tables to cfg.DB (once) and returns the log.
+func Open(ctx context.Context, cfg Config) (*Log, error) {
+	signer, verifier, vkey, err := keys(cfg.Key)
+	switch {
+	case cfg.DB == nil:
+		return nil, errors.New("translog: no datastore")
+	case err != nil:
+		return nil, fmt.Errorf("translog: the checkpoint key: %w", err)
+	case cfg.Origin == "" || strings.ContainsAny(cfg.Origin, "\n+ ") || !utf8Printable(cfg.Origin):
+		return nil, fmt.Errorf("translog: origin %q: want a non-empty schema-less URL with no space, plus sign or newline (C2SP tlog-checkpoint)", cfg.Origin)
+	case signer.Name() != cfg.Origin:
+		return nil, fmt.Errorf("translog: the checkpoint key is named %q, the origin is %q: C2SP tlog-checkpoint wants them equal", signer.Name(), cfg.Origin)
+	}
+	sub, err := fs.Sub(Migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.DB.Migrate(ctx, "translog", sub, datastore.Options{}); err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	l := &Log{db: cfg.DB, origin: cfg.Origin, signer: signer, verifier: verifier, vkey: vkey, now: cfg.Now}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l, nil
+}
+
+func utf8Printable(s string) bool {
+	for _, r := range s {
+		if r < 0x21 || r == 0x7f || r == '\ufffd' {
+			return false
+		}
+	}
+	return true
+}
+
+// Origin is the log's checkpoint origin.
+func (l *Log) Origin() string { return l.origin }
+
+// VerifierKey is the checkpoint key's verifier key (name+hash+key), what
+// an auditor is given to check checkpoints with note.NewVerifier.
+func (l *Log) VerifierKey() string { return l.vkey }
+
+// q writes a query's placeholders for the log's dialect.
+func (l *Log) q(query string) string { return l.db.Rebind(query) }
+
+// forUpdate locks the head row for the rest of a transaction (PostgreSQL;
+// SQLite has one writer).
+func (l *Log) forUpdate() string {
+	if l.db.Dialect == datastore.Postgres {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// Append adds entries at the end of the log in one transaction and
+// returns the index of the first. An entry over MaxEntryBytes refuses the
+// whole call, naming it; nothing of a failed call is kept.
+func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err error) {
+	if len(entries) == 0 {
+		return 0, errors.New("translog: nothing to append")
+	}
+	for i, e := range entries {
+		if len(e.Data) == 0 || len(e.Data) > MaxEntryBytes {
+			return 0, fmt.Errorf("translog: entry %d is %d bytes: want 1 to %d (tlog-tiles' uint16 length)", i, len(e.Data), MaxEntryBytes)
+		}
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("translog: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var size int64
+	if err := tx.QueryRowContext(ctx, "SELECT size FROM translog_head WHERE id = 1"+l.forUpdate()).Scan(&size); err != nil {
+		return 0, fmt.Errorf("translog: reading the log's size: %w", err)
+	}
+	r := &hashReader{ctx: ctx, query: tx.QueryContext, q: l.q, cache: map[int64]tlog.Hash{}}
+	var hashes []storedHash
+	for i, e := range entries {
+		n := size + int64(i)
+		hs, err := tlog.StoredHashes(n, e.Data, r)
+		if err != nil {
+			return 0, fmt.Errorf("translog: hashing entry %d: %w", n, err)
+		}
+		base := tlog.StoredHashIndex(0, n)
+		for j, h := range hs {
+			r.cache[base+int64(j)] = h
+			hashes = append(hashes, storedHash{base + int64(j), h})
+		}
+	}
+	if err := insertRows(ctx, tx, l.q, "INSERT INTO translog_hashes (idx, hash) VALUES ", 2, len(hashes), func(i int) []any {
+		return []any{hashes[i].idx, hashes[i].h[:]}
+	}); err != nil {
+		return 0, fmt.Errorf("translog: storing the tree: %w", err)
+	}
+	if err := insertRows(ctx, tx, l.q, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, data) VALUES ", 8, len(entries), func(i int) []any {
+		e := entries[i]
+		allowed := 0
+		if e.Allowed {
+			allowed = 1
+		}
+		return []any{size + int64(i), e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, e.Data}
+	}); err != nil {
+		return 0, fmt.Errorf("translog: storing the entries: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, l.q("UPDATE translog_head SET size = ? WHERE id = 1"), size+int64(len(entries))); err != nil {
+		return 0, fmt.Errorf("translog: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("translog: %w", err)
+	}
+	return size, nil
+}
+
+// errMissing: hashes asked for are not stored (pruned, beyond the end, or
+// a damaged store).
+var errMissing = errors.New("stored hashes not in the store (pruned, or the store is damaged)")
+
+type storedHash struct {
+	idx int64
+	h   tlog.Hash
+}
+
+// insertRows inserts n rows of width columns, row(i) giving each, in
+// statements of at most 256 rows (under both dialects' bound on
+// parameters).
+func insertRows(ctx context.Context, tx *sql.Tx, q func(string) string, head string, width, n int, row func(int) []any) error {
+	const per = 256
+	for start := 0; start < n; start += per {
+		end := min(n, start+per)
+		var b strings.Builder
+		b.WriteString(head)
+		args := make([]any, 0, (end-start)*width)
+		for i := start; i < end; i++ {
+			if i > start {
+				b.WriteByte(',')
+			}
+			b.WriteByte('(')
+			for c := range width {
+				if c > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteByte('?')
+			}
+			b.WriteByte(')')
+			args = append(args, row(i)...)
+		}
+		if _, err := tx.ExecContext(ctx, q(b.String()), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hashReader reads stored hashes (tlog.HashReader) through query, a
+// transaction's or the database's, the hashes of this append first.
+type hashReader struct {
+	ctx   context.Context
+	query func(context.Context, string, ...any) (*sql.Rows, error)
+	q     func(string) string
+	cache map[int64]tlog.Hash
+}
+
+func (r *hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	var missing []int64
+	at := map[int64][]int{}
+	for i, x := range indexes {
+		if h, ok := r.cache[x]; ok {
+			out[i] = h
+			continue
+		}
+		if _, seen := at[x]; !seen {
+			missing = append(missing, x)
+		}
+		at[x] = append(at[x], i)
+	}
+	for start := 0; start < len(missing); start += 256 {
+		part := missing[start:min(len(missing), start+256)]
+		args := make([]any, len(part))
+		for i, x := range part {
+			args[i] = x
+		}
+		rows, err := r.query(r.ctx, r.q("SELECT idx, hash FROM translog_hashes WHERE idx IN (?"+strings.Repeat(",?", len(part)-1)+")"), args...)
+		if err != nil {
+			return nil, err
+		}
+		found := 0
+		for rows.Next() {
+			var x int64
+			var h []byte
+			if err := rows.Scan(&x, &h); err != nil {
+				_ = rows.Close()
+				return nil, err
+			}
+			if len(h) != tlog.HashSize {
+				_ = rows.Close()
+				return nil, fmt.Errorf("stored hash %d is %d bytes: the store is damaged", x, len(h))
+			}
+			for _, i := range at[x] {
+				copy(out[i][:], h)
+			}
+			found++
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if found != len(part) {
+			return nil, fmt.Errorf("%w: %d of %d", errMissing, len(part)-found, len(part))
+		}
+	}
+	return out, nil
+}
+
+// reader reads the committed tree.
+func (l *Log) reader(ctx context.Context) *hashReader {
+	return &hashReader{ctx: ctx, query: l.db.QueryContext, q: l.q}
+}
+
+// Size is the number of entries committed.
+func (l *Log) Size(ctx context.Context) (int64, error) {
+	var size int64
+	if err := l.db.QueryRowContext(ctx, "SELECT size FROM translog_head WHERE id = 1").Scan(&size); err != nil {
+		return 0, fmt.Errorf("translog: %w", err)
+	}
+	return size, nil
+}
+
+// TreeHash is the root of the tree of the first size entries.
+func (l *Log) TreeHash(ctx context.Context, size int64) (tlog.Hash, error) {
+	h, err := tlog.TreeHash(size, l.reader(ctx))
+	if err != nil {
+		return tlog.Hash{}, fmt.Errorf("translog: the tree of size %d: %w", size, err)
+	}
+	return h, nil
+}
+
+// Sign signs a checkpoint of the log as it stands and stores it; when
+// the latest stored checkpoint already has that size, it is returned.
+func (l *Log) Sign(ctx context.Context) (Checkpoint, error) {
+	size, err := l.Size(ctx)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if c, err := l.Latest(ctx); err == nil && c.Size == size {
+		return c, nil
+	}
+	root, err := l.TreeHash(ctx, size)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	text := CheckpointText(l.origin, size, root)
+	signed, err := note.Sign(&note.Note{Text: text}, l.signer)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("translog: signing the checkpoint: %w", err)
+	}
+	if _, err := l.db.ExecContext(ctx, l.q("INSERT INTO translog_checkpoints (size, at, note) VALUES (?, ?, ?) ON CONFLICT (size) DO NOTHING"), size, l.now().UnixMilli(), signed); err != nil {
+		return Checkpoint{}, fmt.Errorf("translog: storing the checkpoint: %w", err)
+	}
+	return Checkpoint{Size: size, Root: root, Note: signed}, nil
+}
+
+// CheckpointText is a checkpoint's note text (C2SP tlog-checkpoint): the
+// origin, the tree size in decimal and the root hash in standard base64,
+// each on a line of its own.
+func CheckpointText(origin string, size int64, root tlog.Hash) string {
+	return origin + "\n" + strconv.FormatInt(size, 10) + "\n" + base64.StdEncoding.EncodeToString(root[:]) + "\n"
+}
+
+// ParseCheckpoint reads a checkpoint's note text: its origin, size and
+// root. Extension lines are refused (this log writes none).
+func ParseCheckpoint(text string) (origin string, size int64, root tlog.Hash, err error) {
+	lines := strings.Split(text, "\n")
+	if len(lines) != 4 || lines[3] != "" || lines[0] == "" {
+		return "", 0, root, errors.New("a checkpoint is three lines: origin, size, root hash")
+	}
+	size, err = strconv.ParseInt(lines[1], 10, 64)
+	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {
+		return "", 0, root, fmt.Errorf("checkpoint size %q: want a decimal with no leading zero", lines[1])
+	}
+	h, err := base64.StdEncoding.DecodeString(lines[2])
+	if err != nil || len(h) != tlog.HashSize {
+		return "", 0, root, fmt.Errorf("checkpoint root %q: want a base64 SHA-256 hash", lines[2])
+	}
+	copy(root[:], h)
+	return lines[0], size, root, nil
+}
+
+// Latest is the latest stored checkpoint; sql.ErrNoRows wrapped when none
+// was signed yet.
+func (l *Log) Latest(ctx context.Context) (Checkpoint, error) {
+	var c Checkpoint
+	if err := l.db.QueryRowContext(ctx, "SELECT size, note FROM translog_checkpoints ORDER BY size DESC LIMIT 1").Scan(&c.Size, &c.Note); err != nil {
+		return Checkpoint{}, fmt.Errorf("translog: the latest checkpoint: %w", err)
+	}
+	n, err := note.Open(c.Note, note.VerifierList(l.verifier))
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d does not verify with the log's key: %w", c.Size, err)
+	}
+	origin, size, root, err := ParseCheckpoint(n.Text)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d: %w", c.Size, err)
+	}
+	if origin != l.origin || size != c.Size {
+		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d is of %s at size %d: not this log's", c.Size, origin, size)
+	}
+	c.Root = root
+	return c, nil
+}
+
+// ProveEntry is the proof that entry index is in the tree of size
+// entries (tlog.CheckRecord verifies it).
+func (l *Log) ProveEntry(ctx context.Context, index, size int64) (tlog.RecordProof, error) {
+	p, err := tlog.ProveRecord(size, index, l.reader(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("translog: proving entry %d in the tree of size %d: %w", index, size, err)
+	}
+	return p, nil
+}
+
+// ProveTree is the proof that the tree of size old is a prefix of the
+// tree of size size (tlog.CheckTree verifies it).
+func (l *Log) ProveTree(ctx context.Context, size, old int64) (tlog.TreeProof, error) {
+	p, err := tlog.ProveTree(size, old, l.reader(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("translog: proving the tree of size %d a prefix of size %d: %w", old, size, err)
+	}
+	return p, nil
+}
+
+// Get is entry index; sql.ErrNoRows wrapped when it is not held (beyond
+// the end, or pruned).
+func (l *Log) Get(ctx context.Context, index int64) (Stored, error) {
+	rows, err := l.db.QueryContext(ctx, l.q(selectEntries+" WHERE idx = ?"), index)
+	if err != nil {
+		return Stored{}, fmt.Errorf("translog: %w", err)
+	}
+	s, err := scanEntries(rows)
+	if err != nil {
+		return Stored{}, err
+	}
+	if len(s) == 0 {
+		return Stored{}, fmt.Errorf("translog: entry %d: %w", index, sql.ErrNoRows)
+	}
+	return s[0], nil
+}
+
+const selectEntries = "SELECT idx, at, caller, system, tenant, reason, allowed, data FROM translog_entries"
+
+func scanEntries(rows *sql.Rows) ([]Stored, error) {
+	defer func() { _ = rows.Close() }()
+	var out []Stored
+	for rows.Next() {
+		var s Stored
+		var at int64
+		var allowed int
+		if err := rows.Scan(&s.Index, &at, &s.Caller, &s.System, &s.Tenant, &s.Reason, &allowed, &s.Data); err != nil {
+			return nil, fmt.Errorf("translog: %w", err)
+		}
+		s.At, s.Allowed = time.UnixMilli(at).UTC(), allowed != 0
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	return out, nil
+}
+
+// keys reads a note signer key (note.GenerateKey's first result:
+// PRIVATE+KEY+name+hash+base64 of 0x01 and an Ed25519 seed) into its
+// signer and its verifier key (name+hash+base64 of 0x01 and the public
+// key), the one an auditor is given.
+func keys(skey string) (note.Signer, note.Verifier, string, error) {
+	signer, err := note.NewSigner(skey)
+	if err != nil {
+		return nil, nil, "", errors.New("not a note signer key (PRIVATE+KEY+name+hash+key, as callerauth decisions keygen writes it)")
+	}
+	// PRIVATE, KEY, the name (no +), the hash (hex), the key (base64,
+	// which may hold +).
+	f := strings.SplitN(skey, "+", 5)
+	raw, err := base64.StdEncoding.DecodeString(f[len(f)-1])
+	if len(f) != 5 || err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
+		return nil, nil, "", errors.New("not an Ed25519 note signer key")
+	}
+	pub := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
+	vkey, err := note.NewEd25519VerifierKey(signer.Name(), pub)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	verifier, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return signer, verifier, vkey, nil
+}
