@@ -194,6 +194,9 @@ type Verdict struct {
 	Cached bool
 	// Mode the verdict was reached in.
 	Mode Mode
+	// System is the system the request asked to speak for, as the rules
+	// judged it; "" when it was refused before it was read.
+	System string
 }
 
 // Check judges one request: the credential as bearer read it, and what the
@@ -301,7 +304,7 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 }
 
 func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Request, v *Verdict) *Verdict {
-	*v = Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller}
+	*v = Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller, System: req.System}
 	viol := a.viol
 	if a.degraded {
 		// Counted now, as the violation it is; the rules then judge the

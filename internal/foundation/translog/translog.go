@@ -34,12 +34,20 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 )
 
-// Migrations are the log's tables, one set per dialect under
-// migrations/, applied by Open under their own version table
-// (translog_schema_version).
-//
 //go:embed migrations
-var Migrations embed.FS
+var migrations embed.FS
+
+// Migrations are the log's tables, one set per dialect (sqlite/,
+// postgres/), applied by Open under their own version table
+// (translog_schema_version). A datastore that holds the log alone can be
+// opened with them (datastore.Open with the name "translog").
+var Migrations = func() fs.FS {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}()
 
 // MaxEntryBytes bounds an entry: a tlog-tiles entry bundle prefixes each
 // entry with its length as a big-endian uint16.
@@ -112,11 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	case signer.Name() != cfg.Origin:
 		return nil, fmt.Errorf("translog: the checkpoint key is named %q, the origin is %q: C2SP tlog-checkpoint wants them equal", signer.Name(), cfg.Origin)
 	}
-	sub, err := fs.Sub(Migrations, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.DB.Migrate(ctx, "translog", sub, datastore.Options{}); err != nil {
+	if err := cfg.DB.Migrate(ctx, "translog", Migrations, datastore.Options{}); err != nil {
 		return nil, fmt.Errorf("translog: %w", err)
 	}
 	l := &Log{db: cfg.DB, origin: cfg.Origin, signer: signer, verifier: verifier, vkey: vkey, now: cfg.Now}
@@ -497,4 +501,77 @@ func keys(skey string) (note.Signer, note.Verifier, string, error) {
 		return nil, nil, "", err
 	}
 	return signer, verifier, vkey, nil
+}
+
+// CountByCaller is how many entries each caller holds in the log.
+func (l *Log) CountByCaller(ctx context.Context) (map[string]int64, error) {
+	rows, err := l.db.QueryContext(ctx, "SELECT caller, COUNT(*) FROM translog_entries GROUP BY caller")
+	if err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	counts := map[string]int64{}
+	for rows.Next() {
+		var caller string
+		var n int64
+		if err := rows.Scan(&caller, &n); err != nil {
+			return nil, fmt.Errorf("translog: %w", err)
+		}
+		counts[caller] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	return counts, nil
+}
+
+// Query selects entries: each set field must match; After is a cursor
+// (entries after that index; -1 for from the start).
+type Query struct {
+	Caller, System, Tenant, Reason string
+	Allowed                        *bool
+	Since, Until                   time.Time
+	After                          int64
+	// Limit bounds the entries returned: 1 to MaxSearch.
+	Limit int
+}
+
+// MaxSearch bounds a search's page.
+const MaxSearch = 1000
+
+// Search returns the entries q selects, in index order.
+func (l *Log) Search(ctx context.Context, q Query) ([]Stored, error) {
+	if q.Limit <= 0 || q.Limit > MaxSearch {
+		return nil, fmt.Errorf("translog: a search page of %d: want 1 to %d", q.Limit, MaxSearch)
+	}
+	where := []string{"idx > ?"}
+	args := []any{q.After}
+	for _, c := range []struct{ col, v string }{{"caller", q.Caller}, {"system", q.System}, {"tenant", q.Tenant}, {"reason", q.Reason}} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if q.Allowed != nil {
+		allowed := 0
+		if *q.Allowed {
+			allowed = 1
+		}
+		where = append(where, "allowed = ?")
+		args = append(args, allowed)
+	}
+	if !q.Since.IsZero() {
+		where = append(where, "at >= ?")
+		args = append(args, q.Since.UnixMilli())
+	}
+	if !q.Until.IsZero() {
+		where = append(where, "at < ?")
+		args = append(args, q.Until.UnixMilli())
+	}
+	args = append(args, q.Limit)
+	rows, err := l.db.QueryContext(ctx, l.q(selectEntries+" WHERE "+strings.Join(where, " AND ")+" ORDER BY idx LIMIT ?"), args...)
+	if err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	return scanEntries(rows)
 }

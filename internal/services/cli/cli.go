@@ -93,7 +93,7 @@ func NewRoot(o *Options) *cobra.Command {
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
 	root.Version = version.Get().String() // --version
-	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}),
+	root.AddCommand(newIssuerCmd(o), newTokenCmd(o), newPublishCmd(o), newDecisionCmd(o), newDecisionsCmd(o), newDoctorCmd(o), newConfigCmd(o), jobcli.NewCommand(&jobcli.Options{Stdout: o.Stdout, Stderr: o.Stderr, Getenv: o.Getenv}),
 		&cobra.Command{Use: "version", Short: "Print the build: module version, VCS revision (and whether the tree was modified), Go version", Args: cobra.NoArgs,
 			RunE: func(*cobra.Command, []string) error {
 				_, err := fmt.Fprintln(o.Stdout, "callerauth", version.Get().String())

@@ -648,6 +648,18 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		b.WriteString("]}")
 	}
 	b.WriteByte('\n')
+	// The log's allowed is the answer's decision: for a batch, whether
+	// every evaluation answered allows; its reason is a single one's.
+	allowed, why := true, ""
+	for i := range answers {
+		allowed = allowed && answers[i].Decision
+	}
+	if !req.batch && len(leaves) == 1 {
+		why = leaves[0].Reason
+	}
+	if !s.keep(w, r, allowed, why, b.Bytes()) {
+		return
+	}
 	writeBody(w, r, b.Bytes())
 }
 
@@ -722,17 +734,6 @@ func writeHashes(b *bytes.Buffer, hashes []string) {
 // carries the batch's one record JWS, so that it verifies on its own, and
 // those repeat.
 const GzipAbove = 64 << 10
-
-// writeJSON answers v as JSON, gzip-compressed when it is larger than
-// GzipAbove and the request accepts gzip.
-func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		guard.WriteHTTPError(w, ReasonEncodingFailed, "")
-		return
-	}
-	writeBody(w, r, append(b, '\n'))
-}
 
 // writeBody sends a JSON body, gzip-compressed when it is larger than
 // GzipAbove and the request accepts gzip.

@@ -17,6 +17,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
 
@@ -44,7 +45,7 @@ func (s *Server) guarded(extract guard.HTTPRequest, h http.Handler, latency prom
 		})
 	} else {
 		inner = s.guard.Middleware(extract, guard.RequireIdentity(), guard.WithBadRequest(badRequest),
-			guard.WithRefusal(func(w http.ResponseWriter, _ *http.Request, v *guard.Verdict) { s.refuse(w, v) }))(h)
+			guard.WithRefusal(s.refuse))(h)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -119,9 +120,34 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		}
 		body = responseBody(signed)
 	}
+	if !s.keep(w, r, rec.Effect == decision.Allow, rec.Reason, body) {
+		return
+	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
+}
+
+// keep puts an answer in the decision log (--decision-log) before it is
+// given; false: the log refused it, and the refusal is answered.
+func (s *Server) keep(w http.ResponseWriter, r *http.Request, allowed bool, why string, body []byte) bool {
+	if s.dlog == nil {
+		return true
+	}
+	d := decisionlog.Decision{Allowed: allowed, Reason: why, Path: r.URL.Path, Status: http.StatusOK, Answer: body, At: s.now()}
+	if v, ok := guard.FromContext(r.Context()); ok {
+		d.System = v.System
+		if v.Caller != nil {
+			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
+		}
+	}
+	refusal, err := s.dlog.Keep(r.Context(), d)
+	if refusal.IsZero() {
+		return true
+	}
+	s.log.Warn("pdp: the decision log did not keep an answer, so it is not given", "reason", refusal, "err", err)
+	guard.WriteHTTPError(w, refusal, "")
+	return false
 }
 
 // groupBody is a group-signed check's response: {"record", "root_jws",
@@ -164,8 +190,16 @@ func (s *Server) caller(r *http.Request) (decision.Caller, string) {
 	return caller, s.c.Callers.ModeName()
 }
 
-// refuse answers a refused caller (the guard counted it).
-func (s *Server) refuse(w http.ResponseWriter, v *guard.Verdict) {
+// refuse answers a refused caller (the guard counted it), and logs the
+// refusal in the decision log as it has room.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, v *guard.Verdict) {
+	if s.dlog != nil {
+		d := decisionlog.Decision{System: v.System, Reason: v.Reason.String(), Path: r.URL.Path, Status: guard.HTTPStatus(v.Reason.Code()), At: s.now()}
+		if v.Caller != nil {
+			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
+		}
+		s.dlog.Refused(d)
+	}
 	guard.WriteRefusal(w, v)
 }
 

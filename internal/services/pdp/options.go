@@ -16,6 +16,7 @@ import (
 
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/callers"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/serve"
 )
 
@@ -58,12 +59,15 @@ type Options struct {
 	// (--authzen-search-max-candidates): a page that reaches it stops
 	// there, with a next_token, however few results it holds.
 	SearchMaxCandidates int
+	// DecisionLog: --decision-log and its settings (docs/decision-log.md).
+	DecisionLog decisionlog.Options
 }
 
 // NewOptions returns the pdp's defaults: the one place they are written.
 func NewOptions() Options {
 	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(), ReloadInterval: 2 * time.Second,
-		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates}
+		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates,
+		DecisionLog: decisionlog.NewOptions()}
 	o.Callers.Audience, o.Callers.CanBeOff = DefaultAudience, true
 	return o
 }
@@ -87,6 +91,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.SearchPageSize, "authzen-search-page-size", o.SearchPageSize, "a search page's results when the request names no page.limit, and the most page.limit may ask")
 	f.IntVar(&o.SearchMaxCandidates, "authzen-search-max-candidates", o.SearchMaxCandidates, "the candidates one search page evaluates at most; a page that reaches it ends there, with a next_token")
 	f.DurationVar(&o.ReloadInterval, "reload-interval", o.ReloadInterval, "how often the policy, registry and signing key files are checked for a change (SIGHUP reloads at once)")
+	o.DecisionLog.AddFlags(f)
 }
 
 // Validate refuses options that cannot be honoured, naming the flags:
@@ -118,6 +123,7 @@ type Config struct {
 	AuthZENBaseURL                              string
 	AuthZENMaxBody                              int64
 	SignGroupMax, SearchPageSize, MaxCandidates int
+	DecisionLog                                 decisionlog.Options
 }
 
 // Complete validates the options — refusing every one that cannot be
@@ -182,6 +188,9 @@ func (o Options) Complete() (Config, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pdp: %w", err))
 	}
+	if err := o.DecisionLog.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("pdp: %w", err))
+	}
 	if o.Callers.Mode != callers.ModeOff && len(bindings) == 0 {
 		errs = append(errs, errors.New("pdp: at least one --caller-binding SYSTEM=PRINCIPAL is required: no caller could represent any system"))
 	}
@@ -191,5 +200,5 @@ func (o Options) Complete() (Config, error) {
 	return Config{Serve: o.Serve, Callers: callerCfg,
 		Bindings: bindings, Warnings: warnings, InsecureHTTP: o.InsecureHTTP, PolicyDir: o.PolicyDir, Registry: o.Registry, SigningKeyFile: o.SigningKeyFile,
 		ReloadInterval: o.ReloadInterval, AuthZENBaseURL: o.AuthZENBaseURL, AuthZENMaxBody: o.AuthZENMaxBody,
-		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates}, nil
+		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates, DecisionLog: o.DecisionLog}, nil
 }

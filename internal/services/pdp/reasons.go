@@ -3,6 +3,7 @@ package pdp
 import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/reason"
 )
 
@@ -30,7 +31,7 @@ var ReasonCallerAuthOff = reason.New("caller_auth_off", reason.Unauthenticated, 
 // binding's, a request it could not read, and its own. docs/pdp.md lists
 // each; test/reasons holds the code to this list.
 func Reasons() []reason.Reason {
-	return reason.Union(binding.Reasons(binding.SystemBinding(nil)), guard.ReasonBadRequest,
+	return reason.Union(binding.Reasons(binding.SystemBinding(nil)), append([]reason.Reason{guard.ReasonBadRequest,
 		ReasonAPINotServed, ReasonNoPDPIdentifier, ReasonUnknownTenant, ReasonRecordFailed, ReasonSigningFailed, ReasonEncodingFailed,
-		ReasonCallerAuthOff)
+		ReasonCallerAuthOff}, decisionlog.Reasons()...)...)
 }

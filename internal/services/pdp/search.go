@@ -328,5 +328,13 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		return
 	}
 	ans.Context = map[string]any{decision.ContextKey: proof}
-	writeJSON(w, r, ans)
+	b, err := json.Marshal(ans)
+	if err != nil {
+		guard.WriteHTTPError(w, ReasonEncodingFailed, "")
+		return
+	}
+	if !s.keep(w, r, true, "", b) {
+		return
+	}
+	writeBody(w, r, append(b, '\n'))
 }

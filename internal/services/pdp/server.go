@@ -20,8 +20,10 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // RecordProfile is the format of the PDP's decision records: the flex-auth
@@ -77,7 +79,10 @@ type Server struct {
 	groupSize       prometheus.Histogram
 	evalGroupSize   prometheus.Histogram
 	azLatency       *prometheus.HistogramVec
-	now             func() time.Time
+	// dlog is the decision log (--decision-log); nil: none.
+	dlog        *decisionlog.Log
+	readLatency prometheus.Histogram
+	now         func() time.Time
 }
 
 // New loads and validates the policy package and the registry, the
@@ -128,7 +133,39 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if s.dlog, err = decisionlog.Open(ctx, "pdp", c.DecisionLog, s.log); err != nil {
+		return nil, fmt.Errorf("pdp: %w", err)
+	}
+	if s.dlog != nil {
+		s.readLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_decision_log_read_duration_seconds", Help: "Time to answer a read of the decision log (a search, a decision with its proof, a tile).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+		reg.MustRegister(s.readLatency)
+		reg.MustRegister(s.dlog.Collectors()...)
+		if c.Callers.Off() {
+			s.log.Warn("pdp: --decision-log is kept, but its read API is not served: callers are not authenticated")
+		} else if _, bound := c.Bindings[decisionlog.ReaderSystem]; !bound {
+			s.log.Warn("pdp: --decision-log is kept, but no --caller-binding " + decisionlog.ReaderSystem + "=PRINCIPAL names who may read it: its read API refuses everyone")
+		}
+	}
 	return s, nil
+}
+
+// enforced lets through only a request the guard found no fault with:
+// the decision log is read as under enforce whatever --caller-auth-mode
+// says (under warn the guard lets a violation through).
+func enforced(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, ok := guard.FromContext(r.Context())
+		switch {
+		case !ok || v.Caller == nil:
+			guard.WriteHTTPError(w, binding.ReasonTokenMissing, "")
+		case !v.Reason.IsZero():
+			guard.WriteRefusal(w, v)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
 }
 
 // Registry returns the metrics registry.
@@ -155,6 +192,15 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		_ = json.NewEncoder(w).Encode(s.state.Get().signer.JWKS())
 	})
+	if s.dlog != nil && s.guard != nil {
+		// Read by the principal bound to ReaderSystem alone; with callers
+		// not authenticated (--caller-auth-mode off) it is not served.
+		reader := func(*http.Request) (binding.Request, error) {
+			return binding.Request{System: decisionlog.ReaderSystem}, nil
+		}
+		s.dlog.Routes(mux, func(h http.Handler) http.Handler { return s.guarded(reader, enforced(h), s.readLatency) },
+			func(w http.ResponseWriter, r reason.Reason, msg string) { guard.WriteHTTPError(w, r, msg) })
+	}
 	mux.HandleFunc("GET /healthz", s.health.Healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := s.state.Get()
@@ -185,6 +231,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.m.ServeHTTP("api", lis, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
+	if s.dlog != nil {
+		s.m.Add(s.dlog)
+		defer func() { _ = s.dlog.Close() }()
+	}
 	st := s.state.Get()
 	s.m.Set("address", lis.Addr().String(),
 		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))
@@ -194,3 +244,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// DecisionLog is the decision log (--decision-log), nil when none: Run
+// starts it; a test that serves Handler alone starts it itself.
+func (s *Server) DecisionLog() *decisionlog.Log { return s.dlog }

@@ -1,0 +1,342 @@
+// Package decisionlog is a service's decision log: every decision it
+// makes — allowed and refused — appended to a tamper-evident log
+// (internal/foundation/translog) in a datastore of its own (SQLite, or
+// PostgreSQL shared by replicas), with a retention, a size bound and a
+// quota each caller pays from, and served to the readers it names as
+// C2SP tlog-tiles and a search. docs/decision-log.md is the operator's
+// page.
+package decisionlog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/reason"
+)
+
+// The refusals the decision log adds to a service's.
+var (
+	// ReasonUnavailable: the decision could not be written to the log,
+	// so it is not given (--decision-log-mode required).
+	ReasonUnavailable = reason.New("decision_log_unavailable", reason.Unavailable, "the decision log could not keep this decision, so it is not given; retry")
+	// ReasonQuotaExceeded: the caller holds its quota of the log's
+	// entries within the retention.
+	ReasonQuotaExceeded = reason.New("decision_log_quota_exceeded", reason.ResourceExhausted, "you hold your quota of the decision log's entries; retry when older ones age out")
+)
+
+// Reasons are the refusals a service with a decision log can send: in
+// keeping an answer, and in its read API.
+func Reasons() []reason.Reason {
+	return []reason.Reason{ReasonUnavailable, ReasonQuotaExceeded, ReasonBadQuery, ReasonNotHeld, datastore.ReasonUnavailable}
+}
+
+// The modes (--decision-log-mode).
+const (
+	// ModeRequired: an answer leaves only once its decision is committed
+	// to the log; refusals are kept as the log has room.
+	ModeRequired = "required"
+	// ModeBestEffort: decisions are queued for the log and answered at
+	// once; what the queue has no room for is dropped and counted.
+	ModeBestEffort = "best-effort"
+)
+
+// Options are the decision log's settings, as flags.
+type Options struct {
+	// Datastore is an SQLite file or a postgres:// URL; empty: no log.
+	Datastore string
+	// DatastoreURLFile holds the URL instead (a mounted Secret).
+	DatastoreURLFile string
+	// KeyFile holds the checkpoint key (callerauth decisions keygen):
+	// its name is the log's origin.
+	KeyFile string
+	// Mode is ModeRequired or ModeBestEffort.
+	Mode string
+	// MaxAge and MaxEntries are the retention (translog.Retention).
+	MaxAge     time.Duration
+	MaxEntries int64
+	// CallerMaxEntries is each caller's quota of entries within the
+	// retention (the unauthenticated share one).
+	CallerMaxEntries int64
+	// Queue bounds the entries waiting for the store.
+	Queue int
+}
+
+// NewOptions are the defaults: no log; when one is named, required,
+// 30 days, 10 million entries, 1 million a caller.
+func NewOptions() Options {
+	return Options{Mode: ModeRequired, MaxAge: 30 * 24 * time.Hour, MaxEntries: 10_000_000, CallerMaxEntries: 1_000_000, Queue: 8192}
+}
+
+// AddFlags registers the settings.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Datastore, "decision-log", o.Datastore, "keep every decision in a tamper-evident log in this datastore: an SQLite file, or a postgres:// URL that replicas share (docs/decision-log.md); empty: no log")
+	f.StringVar(&o.DatastoreURLFile, "decision-log-url-file", o.DatastoreURLFile, "read --decision-log from this file (a mounted Secret: the URL may then carry the password without showing in the process's arguments)")
+	f.StringVar(&o.KeyFile, "decision-log-key-file", o.KeyFile, "the key that signs the log's checkpoints, as `callerauth decisions keygen` writes it; its name is the log's origin. Required with --decision-log")
+	f.StringVar(&o.Mode, "decision-log-mode", o.Mode, "required: an answer leaves only once its decision is in the log (else 503 decision_log_unavailable); best-effort: decisions are queued and what finds no room is dropped and counted")
+	f.DurationVar(&o.MaxAge, "decision-log-max-age", o.MaxAge, "how long a decision is kept; older ones are pruned, 256 at a time (0: no age bound)")
+	f.Int64Var(&o.MaxEntries, "decision-log-max-entries", o.MaxEntries, "the most decisions the log holds; past it the oldest are pruned, 256 at a time, even before --decision-log-max-age")
+	f.Int64Var(&o.CallerMaxEntries, "decision-log-caller-max-entries", o.CallerMaxEntries, "the most decisions one caller may hold in the log; past it the caller's requests are refused 429 decision_log_quota_exceeded until older ones age out, so that its flood cannot push out other callers' history")
+	f.IntVar(&o.Queue, "decision-log-queue", o.Queue, "decisions waiting for the store at most; past it a decision is refused (required) or dropped (best-effort)")
+}
+
+// On reports whether a log is asked for.
+func (o Options) On() bool { return o.Datastore != "" || o.DatastoreURLFile != "" }
+
+// Check refuses settings that cannot be honoured, naming the flag.
+func (o Options) Check() error {
+	if !o.On() {
+		for _, c := range []struct {
+			flag string
+			set  bool
+		}{{"decision-log-key-file", o.KeyFile != ""}} {
+			if c.set {
+				return fmt.Errorf("--%s belongs to --decision-log", c.flag)
+			}
+		}
+		return nil
+	}
+	var errs []error
+	if o.KeyFile == "" {
+		errs = append(errs, errors.New("--decision-log needs --decision-log-key-file: the key that signs its checkpoints (callerauth decisions keygen writes one)"))
+	}
+	if o.Mode != ModeRequired && o.Mode != ModeBestEffort {
+		errs = append(errs, fmt.Errorf("--decision-log-mode %q: want required or best-effort", o.Mode))
+	}
+	if o.MaxAge < 0 || o.MaxEntries < 0 {
+		errs = append(errs, errors.New("--decision-log-max-age and --decision-log-max-entries: want 0 (no bound) or more"))
+	}
+	if o.CallerMaxEntries <= 0 {
+		errs = append(errs, fmt.Errorf("--decision-log-caller-max-entries %d: want a positive number", o.CallerMaxEntries))
+	}
+	if o.Queue <= 0 {
+		errs = append(errs, fmt.Errorf("--decision-log-queue %d: want a positive number", o.Queue))
+	}
+	return errors.Join(errs...)
+}
+
+// Log is a service's open decision log.
+type Log struct {
+	o       Options
+	service string
+	log     *translog.Log
+	db      *datastore.DB
+	w       *translog.Writer
+	logger  *slog.Logger
+
+	mu     sync.Mutex
+	counts map[string]int64 // live entries by caller, as last counted plus what this process added
+
+	quotaRefused prometheus.Counter
+}
+
+// Open opens the datastore and the log for service (its name prefixes the
+// metrics). nil, nil when o asks for no log.
+func Open(ctx context.Context, service string, o Options, logger *slog.Logger) (*Log, error) {
+	if !o.On() {
+		return nil, nil
+	}
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	key, err := os.ReadFile(o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--decision-log-key-file: %w", err)
+	}
+	skey := strings.TrimSpace(string(key))
+	signer, err := note.NewSigner(skey)
+	if err != nil {
+		return nil, fmt.Errorf("--decision-log-key-file %s: not a checkpoint key (callerauth decisions keygen writes one)", o.KeyFile)
+	}
+	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	if err != nil {
+		return nil, fmt.Errorf("--decision-log: %w", err)
+	}
+	db, err := datastore.Open(ctx, "translog", target, translog.Migrations, datastore.Options{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("--decision-log: %w", err)
+	}
+	tl, err := translog.Open(ctx, translog.Config{DB: db, Origin: signer.Name(), Key: skey})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("--decision-log: %w", err)
+	}
+	w, err := translog.NewWriter(translog.WriterConfig{Log: tl, MaxQueue: o.Queue, Logger: logger, Metrics: service,
+		Retention: translog.Retention{MaxAge: o.MaxAge, MaxEntries: o.MaxEntries}})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	l := &Log{o: o, service: service, log: tl, db: db, w: w, logger: logger,
+		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: service + "_decision_log_quota_refusals_total", Help: "Decisions refused (or, for refusals, not kept) because the caller held --decision-log-caller-max-entries entries."})}
+	if err := l.recount(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("--decision-log: %w", err)
+	}
+	return l, nil
+}
+
+// Close closes the datastore; Start must have returned.
+func (l *Log) Close() error { return l.db.Close() }
+
+// Translog is the underlying log.
+func (l *Log) Translog() *translog.Log { return l.log }
+
+// Collectors are the log's metrics.
+func (l *Log) Collectors() []prometheus.Collector {
+	return append(l.w.Collectors(), l.quotaRefused)
+}
+
+// Ready reports whether the writer runs and its last transaction
+// committed.
+func (l *Log) Ready() bool { return l.w.Ready() }
+
+// String names the runnable.
+func (l *Log) String() string { return "decision log" }
+
+// Start runs the writer (group commits, checkpoints, pruning) and counts
+// each caller's entries again after every prune, until ctx ends.
+func (l *Log) Start(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- l.w.Start(ctx) }()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			if err := l.recount(ctx); err != nil && l.logger != nil && ctx.Err() == nil {
+				l.logger.Warn("decision log: counting callers' entries failed; the last counts stand", "err", err)
+			}
+		}
+	}
+}
+
+func (l *Log) recount(ctx context.Context) error {
+	counts, err := l.log.CountByCaller(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.counts = counts
+	l.mu.Unlock()
+	return nil
+}
+
+// admit takes one entry of caller's quota, or reports it spent.
+func (l *Log) admit(caller string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts[caller] >= l.o.CallerMaxEntries {
+		return false
+	}
+	l.counts[caller]++
+	return true
+}
+
+// Decision is what a service logs of one decision.
+type Decision struct {
+	// Caller is the verified username; empty when none was verified.
+	Caller  string
+	System  string
+	Tenant  string
+	Allowed bool
+	// Reason is the refusal's (or, allowed under audit, the violation's).
+	Reason string
+	// Path is the request's path.
+	Path string
+	// Status is the HTTP status answered.
+	Status int
+	// Answer is the answer given, JSON (the pdp's signed answer); nil for
+	// a refusal.
+	Answer json.RawMessage
+	At     time.Time
+}
+
+// entry is a Decision as the log stores it: one JSON object, the leaf
+// the tree hashes (docs/decision-log.md).
+type entry struct {
+	V       int             `json:"v"`
+	Service string          `json:"service"`
+	At      string          `json:"at"`
+	Caller  string          `json:"caller"`
+	System  string          `json:"system,omitempty"`
+	Tenant  string          `json:"tenant,omitempty"`
+	Allowed bool            `json:"allowed"`
+	Reason  string          `json:"reason,omitempty"`
+	Path    string          `json:"path"`
+	Status  int             `json:"status"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
+	// AnswerDigest and AnswerBytes stand for an answer too large for an
+	// entry (a batch of many evaluations): its SHA-256, and its size.
+	AnswerDigest string `json:"answer_digest,omitempty"`
+	AnswerBytes  int    `json:"answer_bytes,omitempty"`
+}
+
+func (l *Log) entry(d Decision) (translog.Entry, error) {
+	e := entry{V: 1, Service: l.service, At: d.At.UTC().Format(time.RFC3339Nano), Caller: d.Caller, System: d.System,
+		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Path: d.Path, Status: d.Status, Answer: d.Answer}
+	b, err := json.Marshal(e)
+	if err == nil && len(b) > translog.MaxEntryBytes {
+		sum := sha256.Sum256(d.Answer)
+		e.Answer, e.AnswerDigest, e.AnswerBytes = nil, "sha256:"+hex.EncodeToString(sum[:]), len(d.Answer)
+		b, err = json.Marshal(e)
+	}
+	if err != nil {
+		return translog.Entry{}, err
+	}
+	if len(b) > translog.MaxEntryBytes {
+		return translog.Entry{}, fmt.Errorf("a decision of %d bytes without its answer: over the log's %d", len(b), translog.MaxEntryBytes)
+	}
+	return translog.Entry{Data: b, At: d.At, Caller: d.Caller, System: d.System, Tenant: d.Tenant, Reason: d.Reason, Allowed: d.Allowed}, nil
+}
+
+// Keep logs an answer before it is given. Required: it returns once the
+// decision is committed, or the refusal to answer (ReasonUnavailable,
+// ReasonQuotaExceeded); best-effort: once queued, never refusing for
+// want of room. The zero reason: answer.
+func (l *Log) Keep(ctx context.Context, d Decision) (reason.Reason, error) {
+	if !l.admit(d.Caller) {
+		l.quotaRefused.Inc()
+		return ReasonQuotaExceeded, fmt.Errorf("%s holds %d decisions in the log", d.Caller, l.o.CallerMaxEntries)
+	}
+	e, err := l.entry(d)
+	if err != nil {
+		return ReasonUnavailable, err
+	}
+	if l.o.Mode == ModeBestEffort {
+		l.w.Offer(e)
+		return reason.Reason{}, nil
+	}
+	if _, err := l.w.Append(ctx, e); err != nil {
+		return ReasonUnavailable, err
+	}
+	return reason.Reason{}, nil
+}
+
+// Refused logs a refusal as the log has room and the caller quota: a
+// refusal is never held up, nor changed, by its log.
+func (l *Log) Refused(d Decision) {
+	if !l.admit(d.Caller) {
+		l.quotaRefused.Inc()
+		return
+	}
+	if e, err := l.entry(d); err == nil {
+		l.w.Offer(e)
+	}
+}

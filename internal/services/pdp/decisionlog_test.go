@@ -1,0 +1,268 @@
+package pdp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
+	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/services/pdp"
+)
+
+const (
+	logOrigin = "pdp.test.example/decisions"
+	auditor   = "system:serviceaccount:audit:auditor"
+	engine    = "system:serviceaccount:secrets-engine:secrets-engine"
+)
+
+// withLog starts a pdp keeping a decision log in an SQLite file, the
+// auditor bound to read it, and runs the log's writer; it returns the
+// checkpoints' verifier key and the log's file.
+func withLog(t *testing.T, mode string, edit func(*pdp.Options)) (*env, string, string) {
+	t.Helper()
+	skey, vkey, err := note.GenerateKey(rand.Reader, logOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keyFile, dbFile := filepath.Join(dir, "log.key"), filepath.Join(dir, "decisions.db")
+	if err := os.WriteFile(keyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, mode, func(o *pdp.Options) {
+		o.DecisionLog.Datastore, o.DecisionLog.KeyFile = dbFile, keyFile
+		o.CallerBindings = append(o.CallerBindings, decisionlog.ReaderSystem+"="+auditor)
+		if edit != nil {
+			edit(o)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.srv.DecisionLog().Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e, vkey, dbFile
+}
+
+func (e *env) tokenFor(t *testing.T, ns, sa string) string {
+	t.Helper()
+	tok, err := e.iss.Mint(devissuer.TokenRequest{Namespace: ns, ServiceAccount: sa, Audiences: []string{"flex-auth"}, Lifetime: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Token
+}
+
+func (e *env) get(t *testing.T, token, path string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.url+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+type logged struct {
+	Service string          `json:"service"`
+	Caller  string          `json:"caller"`
+	System  string          `json:"system"`
+	Allowed bool            `json:"allowed"`
+	Reason  string          `json:"reason"`
+	Path    string          `json:"path"`
+	Status  int             `json:"status"`
+	Answer  json.RawMessage `json:"answer"`
+}
+
+// search asks the read API until it holds want decisions for query.
+func (e *env) search(t *testing.T, token, query string, want int) decisionlog.Page {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := e.get(t, token, decisionlog.PathSearch+"?"+query)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s?%s: %d %s", decisionlog.PathSearch, query, code, body)
+		}
+		var p decisionlog.Page
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Decisions) >= want || time.Now().After(deadline) {
+			return p
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDecisionLog(t *testing.T) {
+	for _, mode := range []string{"enforce", "warn"} {
+		t.Run(mode, func(t *testing.T) { testDecisionLog(t, mode) })
+	}
+}
+
+func testDecisionLog(t *testing.T, mode string) {
+	e, vkey, dbFile := withLog(t, mode, nil)
+	allow := readExample(t, "check_request_allow_rotate.json")
+	good, reader := e.token(t, "secrets-engine", "flex-auth", time.Time{}), e.tokenFor(t, "audit", "auditor")
+	code, answer := e.post(t, good, allow, "application/json")
+	if code != http.StatusOK {
+		t.Fatalf("the check: %d %s", code, answer)
+	}
+	if mode == "enforce" {
+		if code, body := e.post(t, e.token(t, "default", "flex-auth", time.Time{}), allow, "application/json"); code != http.StatusForbidden {
+			t.Fatalf("a caller of another system: %d %s", code, body)
+		}
+		if code, body := e.post(t, "", allow, "application/json"); code != http.StatusUnauthorized {
+			t.Fatalf("no token: %d %s", code, body)
+		}
+	}
+
+	// Who may read: the auditor alone, under warn as under enforce.
+	for name, tok := range map[string]string{"the caller of the check": good, "no token": ""} {
+		if code, body := e.get(t, tok, decisionlog.PathSearch); code != http.StatusForbidden && code != http.StatusUnauthorized {
+			t.Errorf("%s reads the decision log: %d %.200s", name, code, body)
+		}
+	}
+
+	p := e.search(t, reader, "caller="+engine+"&decision=allowed", 1)
+	if len(p.Decisions) != 1 {
+		t.Fatalf("the allowed check: %d decisions logged", len(p.Decisions))
+	}
+	var got logged
+	if err := json.Unmarshal(p.Decisions[0].Entry, &got); err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	_ = json.Compact(&want, answer)
+	if got.Service != "pdp" || got.Caller != engine || got.System != "secrets-engine" || !got.Allowed || got.Path != "/v1/check" ||
+		got.Status != 200 || !bytes.Equal(got.Answer, want.Bytes()) {
+		t.Errorf("logged %+v; want the check's signed answer %s", got, want.Bytes())
+	}
+	if bytes.Contains(p.Decisions[0].Entry, []byte(good)) {
+		t.Error("the log holds the caller's token")
+	}
+	if mode == "enforce" {
+		refused := e.search(t, reader, "decision=refused", 2)
+		reasons := map[string]bool{}
+		for _, d := range refused.Decisions {
+			var r logged
+			_ = json.Unmarshal(d.Entry, &r)
+			reasons[r.Reason+fmt.Sprint(r.Status)] = !r.Allowed
+		}
+		if !reasons["principal_cannot_represent_system403"] || !reasons["token_missing401"] {
+			t.Errorf("refusals logged: %v", reasons)
+		}
+	}
+
+	// The auditor proves the decision is in the signed log with x/mod.
+	index := p.Decisions[0].Index
+	var proved decisionlog.Proved
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := e.get(t, reader, fmt.Sprintf("%s%d", decisionlog.PathEntry, index))
+		if code == http.StatusOK {
+			if err := json.Unmarshal(body, &proved); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET the decision with its proof: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond) // the first checkpoint is signed within a second
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := note.Open([]byte(proved.Checkpoint), note.VerifierList(v))
+	if err != nil {
+		t.Fatalf("the checkpoint does not verify: %v\n%s", err, proved.Checkpoint)
+	}
+	origin, size, root, err := translog.ParseCheckpoint(n.Text)
+	if err != nil || origin != logOrigin {
+		t.Fatalf("checkpoint %q: %v", n.Text, err)
+	}
+	proof := make(tlog.RecordProof, len(proved.Proof))
+	for i, h := range proved.Proof {
+		if proof[i], err = tlog.ParseHash(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tlog.CheckRecord(proof, size, root, index, tlog.RecordHash(proved.Entry)); err != nil {
+		t.Errorf("the decision's inclusion proof: %v", err)
+	}
+
+	// A decision altered in the store no longer proves.
+	db, err := datastore.Open(context.Background(), "translog", dbFile, translog.Migrations, datastore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	forged := bytes.Replace(proved.Entry, []byte(`"allowed":true`), []byte(`"allowed":false`), 1)
+	if _, err := db.Exec("UPDATE translog_entries SET data = ? WHERE idx = ?", forged, index); err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.get(t, reader, fmt.Sprintf("%s%d?size=%d", decisionlog.PathEntry, index, size))
+	var again decisionlog.Proved
+	if code != http.StatusOK || json.Unmarshal(body, &again) != nil {
+		t.Fatalf("GET the altered decision: %d %s", code, body)
+	}
+	if err := tlog.CheckRecord(proof, size, root, index, tlog.RecordHash(again.Entry)); err == nil || !bytes.Equal(again.Entry, forged) {
+		t.Errorf("a decision altered in the store still proves (%v)", err)
+	}
+}
+
+// TestDecisionLogQuota: a caller that holds its quota of the log is
+// refused, another caller is not.
+func TestDecisionLogQuota(t *testing.T) {
+	e, _, _ := withLog(t, "enforce", func(o *pdp.Options) { o.DecisionLog.CallerMaxEntries = 3 })
+	allow := readExample(t, "check_request_allow_rotate.json")
+	good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	for i := range 3 {
+		if code, body := e.post(t, good, allow, "application/json"); code != http.StatusOK {
+			t.Fatalf("check %d: %d %s", i, code, body)
+		}
+	}
+	code, body := e.post(t, good, allow, "application/json")
+	if code != http.StatusTooManyRequests || !strings.Contains(string(body), decisionlog.ReasonQuotaExceeded.String()) {
+		t.Fatalf("a fourth check over a quota of 3: %d %s", code, body)
+	}
+	if p := e.search(t, e.tokenFor(t, "audit", "auditor"), "caller="+engine, 3); len(p.Decisions) != 3 {
+		t.Errorf("%d of the caller's decisions logged, want 3", len(p.Decisions))
+	}
+}
+
+// TestDecisionLogRequired: with the log's store gone, no answer leaves.
+func TestDecisionLogRequired(t *testing.T) {
+	e, _, _ := withLog(t, "enforce", nil)
+	allow := readExample(t, "check_request_allow_rotate.json")
+	good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	if code, body := e.post(t, good, allow, "application/json"); code != http.StatusOK {
+		t.Fatalf("the check: %d %s", code, body)
+	}
+	_ = e.srv.DecisionLog().Close()
+	code, body := e.post(t, good, allow, "application/json")
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), decisionlog.ReasonUnavailable.String()) {
+		t.Fatalf("a check the log cannot keep: %d %s", code, body)
+	}
+}
