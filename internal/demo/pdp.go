@@ -45,7 +45,7 @@ func (e *env) startPDP(mode string) (*pdpEnv, error) {
 // servePDP writes an example package (writeTo), makes a signing key, and
 // serves a pdp in mode with the binding, reviewing tokens against the dev
 // issuer, on a loopback httptest server.
-func (e *env) servePDP(name string, writeTo func(dir string) (string, string, error), mode, binding string) (*pdp.Server, string, func(), error) {
+func (e *env) servePDP(name string, writeTo func(dir string) (string, string, error), mode, binding string, edits ...func(dir string, o *pdp.Options) error) (*pdp.Server, string, func(), error) {
 	dir, err := os.MkdirTemp(e.dir, name+"-")
 	if err != nil {
 		return nil, "", nil, err
@@ -62,6 +62,11 @@ func (e *env) servePDP(name string, writeTo func(dir string) (string, string, er
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
 	o.PolicyDir, o.Registry, o.SigningKeyFile = policyDir, registry, key
 	o.Callers.Kubeconfig, o.Callers.Mode, o.CallerBindings = e.iss.KubeconfigFile(), mode, []string{binding}
+	for _, edit := range edits {
+		if err := edit(dir, &o); err != nil {
+			return nil, "", nil, err
+		}
+	}
 	c, err := o.Complete()
 	if err != nil {
 		return nil, "", nil, err
@@ -267,4 +272,5 @@ var pdpScenarios = []func(context.Context, *env) Result{
 	pdpForged,
 	pdpAuthZENBatch,
 	pdpAuthZENSearch,
+	pdpDecisionLog,
 }
