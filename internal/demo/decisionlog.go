@@ -57,8 +57,12 @@ func pdpDecisionLog(ctx context.Context, e *env) Result {
 		return fail(r, err)
 	}
 	p := &pdpEnv{url: url}
-	if code, body, err := p.check(ctx, toks["positive"]); err != nil || code != http.StatusOK {
-		return fail(r, fmt.Errorf("the check: %d %.200s %v", code, body, err))
+	code, body, err := p.check(ctx, toks["positive"])
+	if err != nil {
+		return fail(r, err)
+	}
+	if code != http.StatusOK {
+		return fail(r, fmt.Errorf("the check: %d %.200s", code, body))
 	}
 	auditor, err := e.iss.Mint(devissuer.TokenRequest{Namespace: "audit", ServiceAccount: "auditor", Audiences: []string{pdp.DefaultAudience}, Lifetime: 10 * time.Minute})
 	if err != nil {
