@@ -340,3 +340,13 @@ func (l *Log) Refused(d Decision) {
 		l.w.Offer(e)
 	}
 }
+
+// Sign signs a checkpoint of the log as it stands now (the writer signs
+// one every second while the log grows).
+func (l *Log) Sign(ctx context.Context) (translog.Checkpoint, error) { return l.log.Sign(ctx) }
+
+// Prune applies the retention now (the writer does every minute) and
+// returns the log's minimum index.
+func (l *Log) Prune(ctx context.Context) (int64, error) {
+	return l.log.Prune(ctx, translog.Retention{MaxAge: l.o.MaxAge, MaxEntries: l.o.MaxEntries})
+}

@@ -546,3 +546,37 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestAcrossARestart: a log reopened goes on from where it stood, and its
+// next checkpoint is proved an extension of the one before the restart.
+func TestAcrossARestart(t *testing.T) {
+	dialects(t, func(t *testing.T, target string) {
+		ctx := context.Background()
+		skey, vkey := newKey(t)
+		l, db := open(t, target, skey, nil)
+		appendN(t, l, 0, 300, time.Now())
+		before, err := l.Sign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = db.Close()
+
+		l, _ = open(t, target, skey, nil)
+		if c, err := l.Latest(ctx); err != nil || c.Size != before.Size || c.Root != before.Root {
+			t.Fatalf("after the restart the latest checkpoint is %d %v (%v), want %d %v", c.Size, c.Root, err, before.Size, before.Root)
+		}
+		appendN(t, l, 300, 10, time.Now())
+		after, err := l.Sign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, root := checkpoint(t, after.Note, vkey)
+		p, err := l.ProveTree(ctx, size, before.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tlog.CheckTree(p, size, root, before.Size, before.Root); err != nil || size != 310 {
+			t.Errorf("the checkpoint of %d after the restart, from %d before it: %v", size, before.Size, err)
+		}
+	})
+}

@@ -232,23 +232,53 @@ func testDecisionLog(t *testing.T, mode string) {
 	}
 }
 
-// TestDecisionLogQuota: a caller that holds its quota of the log is
-// refused, another caller is not.
+// TestDecisionLogQuota: a caller that holds its share of the log is
+// refused, and its flood does not push another caller's decision out of
+// the log; without the share, the same flood does.
 func TestDecisionLogQuota(t *testing.T) {
-	e, _, _ := withLog(t, "enforce", func(o *pdp.Options) { o.DecisionLog.CallerMaxEntries = 3 })
-	allow := readExample(t, "check_request_allow_rotate.json")
-	good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
-	for i := range 3 {
-		if code, body := e.post(t, good, allow, "application/json"); code != http.StatusOK {
-			t.Fatalf("check %d: %d %s", i, code, body)
-		}
-	}
-	code, body := e.post(t, good, allow, "application/json")
-	if code != http.StatusTooManyRequests || !strings.Contains(string(body), decisionlog.ReasonQuotaExceeded.String()) {
-		t.Fatalf("a fourth check over a quota of 3: %d %s", code, body)
-	}
-	if p := e.search(t, e.tokenFor(t, "audit", "auditor"), "caller="+engine, 3); len(p.Decisions) != 3 {
-		t.Errorf("%d of the caller's decisions logged, want 3", len(p.Decisions))
+	for _, c := range []struct {
+		name    string
+		share   int64
+		evicted bool
+	}{{"a share of 128", 128, false}, {"no share to speak of", 1 << 40, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e, _, _ := withLog(t, "enforce", func(o *pdp.Options) {
+				o.DecisionLog.CallerMaxEntries, o.DecisionLog.MaxEntries = c.share, 256
+				o.CallerBindings = append(o.CallerBindings, "billing=system:serviceaccount:billing:billing")
+			})
+			allow := readExample(t, "check_request_allow_rotate.json")
+			other := bytes.Replace(allow, []byte(`"system": "secrets-engine"`), []byte(`"system": "billing"`), 1)
+			if code, body := e.post(t, e.tokenFor(t, "billing", "billing"), other, "application/json"); code != http.StatusOK {
+				t.Fatalf("billing's check: %d %s", code, body)
+			}
+			flooder := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+			answered := 0
+			for range 600 {
+				code, body := e.post(t, flooder, allow, "application/json")
+				if code == http.StatusOK {
+					answered++
+					continue
+				}
+				if code != http.StatusTooManyRequests || !strings.Contains(string(body), decisionlog.ReasonQuotaExceeded.String()) {
+					t.Fatalf("the flood: %d %s", code, body)
+				}
+			}
+			if want := min(600, int(c.share)); answered != want {
+				t.Errorf("%d of the flood's 600 checks answered, want %d", answered, want)
+			}
+			reader := e.tokenFor(t, "audit", "auditor")
+			e.search(t, reader, "caller="+engine+"&after="+fmt.Sprint(answered-1), 1) // all committed
+			if _, err := e.srv.DecisionLog().Sign(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.srv.DecisionLog().Prune(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			p := e.search(t, reader, "caller=system:serviceaccount:billing:billing", 0)
+			if evicted := len(p.Decisions) == 0; evicted != c.evicted {
+				t.Errorf("billing's decision evicted by the flood: %v, want %v", evicted, c.evicted)
+			}
+		})
 	}
 }
 
