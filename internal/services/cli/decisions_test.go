@@ -1,0 +1,162 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
+	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
+	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/services/pdp"
+)
+
+// TestDecisionsCommands: keygen, then search, show and verify against a
+// pdp keeping its decision log, over HTTPS with an auditor's token file.
+func TestDecisionsCommands(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "decisions.key")
+	r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", keyFile)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_, vkey, ok := strings.Cut(r.stdout.String(), "verifier key: ")
+	vkey = strings.TrimSpace(vkey)
+	if !ok || !strings.HasPrefix(vkey, "pdp.test/decisions+") {
+		t.Fatalf("keygen printed %q", r.stdout.String())
+	}
+	if r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", keyFile); r.err == nil {
+		t.Error("keygen overwrote a key")
+	}
+
+	iss, _ := devissuertest.Serve(t, devissuer.Config{})
+	policyDir, registry, err := secretsengine.WriteTo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signing := filepath.Join(dir, "signing.pem")
+	if err := decision.GenerateKeyFile(signing); err != nil {
+		t.Fatal(err)
+	}
+	o := pdp.NewOptions()
+	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
+	o.PolicyDir, o.Registry, o.SigningKeyFile, o.Callers.Kubeconfig = policyDir, registry, signing, iss.KubeconfigFile()
+	o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine", decisionlog.ReaderSystem + "=system:serviceaccount:audit:auditor"}
+	dbFile := filepath.Join(dir, "decisions.db")
+	o.DecisionLog.Datastore, o.DecisionLog.KeyFile = dbFile, keyFile
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pdp.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(s.Handler())
+	defer srv.Close()
+	logCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = s.DecisionLog().Start(logCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	mint := func(ns, sa string) string {
+		tok, err := iss.Mint(devissuer.TokenRequest{Namespace: ns, ServiceAccount: sa, Audiences: []string{pdp.DefaultAudience}, Lifetime: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	check := func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/check", bytes.NewReader(secretsengine.AllowRequest()))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+mint("secrets-engine", "secrets-engine"))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the check: %d", resp.StatusCode)
+		}
+	}
+	check()
+
+	caFile, tokenFile, cfgFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "auditor.token"), filepath.Join(dir, "audit.yaml")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(mint("audit", "auditor")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "decisions:\n  address: " + strings.TrimPrefix(srv.URL, "https://") + "\n  tls: true\n  ca_file: " + caFile + "\n  token_file: " + tokenFile + "\n"
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) *run {
+		t.Helper()
+		return execute(ctx, t, "", time.Time{}, append([]string{"decisions", "--config", cfgFile}, args...)...)
+	}
+	// The first checkpoint is signed within a second.
+	var r2 *run
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if r2 = cli("show", "0", "--verifier-key", vkey); r2.err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r2.err != nil || !strings.Contains(r2.stdout.String(), "verified: decision 0 is in the log pdp.test/decisions of 1 decisions") {
+		t.Fatalf("show 0: %v\n%s", r2.err, r2.stdout.String())
+	}
+	r = cli("search", "--caller", "system:serviceaccount:secrets-engine:secrets-engine", "-o", "json")
+	var got decisionlog.Stored
+	if r.err != nil || json.Unmarshal(r.stdout.Bytes(), &got) != nil || got.Index != 0 {
+		t.Fatalf("search: %v\n%s", r.err, r.stdout.String())
+	}
+	if r := cli("search", "--decision", "allowed"); r.err != nil || !strings.Contains(r.stdout.String(), "secrets-engine") || !strings.Contains(r.stdout.String(), "INDEX") {
+		t.Errorf("search as a table: %v\n%s", r.err, r.stdout.String())
+	}
+
+	kept := filepath.Join(dir, "checkpoint-1")
+	if r := cli("verify", "--verifier-key", vkey, "--save", kept); r.err != nil || !strings.Contains(r.stdout.String(), "holds 1 decisions") {
+		t.Fatalf("verify: %v\n%s", r.err, r.stdout.String())
+	}
+	check()
+	var r3 *run
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if r3 = cli("verify", "--verifier-key", vkey, "--since", kept); strings.Contains(r3.stdout.String(), "holds 2 decisions") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r3.err != nil || !strings.Contains(r3.stdout.String(), "extends the log of 1") {
+		t.Fatalf("verify --since: %v\n%s", r3.err, r3.stdout.String())
+	}
+	_, other, _ := strings.Cut(strings.TrimSpace(execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", filepath.Join(dir, "other.key")).stdout.String()), "verifier key: ")
+	if r := cli("show", "0", "--verifier-key", other); r.err == nil {
+		t.Error("show accepted a checkpoint with another log's key")
+	}
+	// Altered in the store: show refuses it.
+	db, err := datastore.Open(ctx, "translog", dbFile, translog.Migrations, datastore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("UPDATE translog_entries SET data = replace(data, 'secrets-engine:secrets-engine', 'secrets-engine:impostor') WHERE idx = 0"); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli("show", "0", "--verifier-key", vkey); r.err == nil || !strings.Contains(r.err.Error(), "NOT proved") {
+		t.Errorf("show of an altered decision: %v\n%s", r.err, r.stdout.String())
+	}
+}
