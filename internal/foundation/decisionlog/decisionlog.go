@@ -8,6 +8,7 @@
 package decisionlog
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -271,17 +272,17 @@ type Decision struct {
 // entry is a Decision as the log stores it: one JSON object, the leaf
 // the tree hashes (docs/decision-log.md).
 type entry struct {
-	V       int             `json:"v"`
-	Service string          `json:"service"`
-	At      string          `json:"at"`
-	Caller  string          `json:"caller"`
-	System  string          `json:"system,omitempty"`
-	Tenant  string          `json:"tenant,omitempty"`
-	Allowed bool            `json:"allowed"`
-	Reason  string          `json:"reason,omitempty"`
-	Path    string          `json:"path"`
-	Status  int             `json:"status"`
-	Answer  json.RawMessage `json:"answer,omitempty"`
+	V       int    `json:"v"`
+	Service string `json:"service"`
+	At      string `json:"at"`
+	Caller  string `json:"caller"`
+	System  string `json:"system,omitempty"`
+	Tenant  string `json:"tenant,omitempty"`
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+	Path    string `json:"path"`
+	Status  int    `json:"status"`
+	// The answer, when there is one and it fits, follows as "answer".
 	// AnswerDigest and AnswerBytes stand for an answer too large for an
 	// entry (a batch of many evaluations): its SHA-256, and its size.
 	AnswerDigest string `json:"answer_digest,omitempty"`
@@ -290,15 +291,24 @@ type entry struct {
 
 func (l *Log) entry(d Decision) (translog.Entry, error) {
 	e := entry{V: 1, Service: l.service, At: d.At.UTC().Format(time.RFC3339Nano), Caller: d.Caller, System: d.System,
-		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Path: d.Path, Status: d.Status, Answer: d.Answer}
+		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Path: d.Path, Status: d.Status}
 	b, err := json.Marshal(e)
-	if err == nil && len(b) > translog.MaxEntryBytes {
-		sum := sha256.Sum256(d.Answer)
-		e.Answer, e.AnswerDigest, e.AnswerBytes = nil, "sha256:"+hex.EncodeToString(sum[:]), len(d.Answer)
-		b, err = json.Marshal(e)
-	}
 	if err != nil {
 		return translog.Entry{}, err
+	}
+	// The answer is the service's own JSON, checked when it was written:
+	// spliced in as it is, not decoded and encoded again.
+	answer := bytes.TrimSpace(d.Answer)
+	if len(answer) > 0 {
+		if len(b)+len(answer)+len(`,"answer":`) <= translog.MaxEntryBytes {
+			b = append(append(append(b[:len(b)-1], `,"answer":`...), answer...), '}')
+		} else {
+			sum := sha256.Sum256(answer)
+			e.AnswerDigest, e.AnswerBytes = "sha256:"+hex.EncodeToString(sum[:]), len(answer)
+			if b, err = json.Marshal(e); err != nil {
+				return translog.Entry{}, err
+			}
+		}
 	}
 	if len(b) > translog.MaxEntryBytes {
 		return translog.Entry{}, fmt.Errorf("a decision of %d bytes without its answer: over the log's %d", len(b), translog.MaxEntryBytes)

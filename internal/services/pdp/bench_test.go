@@ -3,16 +3,20 @@ package pdp_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
+	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 
@@ -95,6 +99,62 @@ func BenchmarkAuthZEN(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "evaluations/s")
+		})
+	}
+}
+
+// BenchmarkCheckDecisionLog is /v1/check in process from 8 goroutines
+// (RunParallel, the decision record signed by group commit), without a
+// decision log, with one in an SQLite file queued (best-effort), and with
+// one each answer waits for (required: its transaction committed, by
+// group commit too).
+func BenchmarkCheckDecisionLog(b *testing.B) {
+	key := filepath.Join(b.TempDir(), "signing.pem")
+	if err := decision.GenerateKeyFile(key); err != nil {
+		b.Fatal(err)
+	}
+	skey, _, err := note.GenerateKey(rand.Reader, "pdp.bench/decisions")
+	if err != nil {
+		b.Fatal(err)
+	}
+	logKey := filepath.Join(b.TempDir(), "log.key")
+	if err := os.WriteFile(logKey, []byte(skey), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	caller := &authn.Caller{Username: "system:serviceaccount:secrets-engine:secrets-engine", Audiences: []string{"flex-auth"},
+		CredentialID: "JTI=x", IssuedAt: time.Now(), Expiry: time.Now().Add(time.Hour)}
+	body := readExample(b, "check_request_allow_rotate.json")
+	for _, mode := range []string{"off", decisionlog.ModeBestEffort, decisionlog.ModeRequired} {
+		b.Run(mode, func(b *testing.B) {
+			o := options(example, "enforce", key)
+			o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"}
+			if mode != "off" {
+				o.DecisionLog.Datastore, o.DecisionLog.KeyFile, o.DecisionLog.Mode = filepath.Join(b.TempDir(), "log.db"), logKey, mode
+				o.DecisionLog.CallerMaxEntries = 1 << 40
+			}
+			s := newServer(b, o, authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }))
+			if l := s.DecisionLog(); l != nil {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { _ = l.Start(ctx); close(done) }()
+				defer func() { cancel(); <-done }()
+			}
+			h := s.Handler()
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req := httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Authorization", "Bearer token")
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Fatalf("status %d: %s", rec.Code, rec.Body)
+					}
+				}
+			})
 		})
 	}
 }
