@@ -16,6 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +28,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
 	"github.com/callerauth/callerauth/reason"
@@ -75,12 +79,20 @@ type Options struct {
 	CallerMaxEntries int64
 	// Queue bounds the entries waiting for the store.
 	Queue int
+	// Sink ships committed decisions in OPA's decision-log format;
+	// empty: none. SinkCAFile and SinkTokenFile are its TLS roots and
+	// bearer token; SinkBuffer bounds what waits, SinkEvery how often it
+	// is sent.
+	Sink, SinkCAFile, SinkTokenFile string
+	SinkBuffer                      int
+	SinkEvery                       time.Duration
 }
 
 // NewOptions are the defaults: no log; when one is named, required,
 // 30 days, 10 million entries, 1 million a caller.
 func NewOptions() Options {
-	return Options{Mode: ModeRequired, MaxAge: 30 * 24 * time.Hour, MaxEntries: 10_000_000, CallerMaxEntries: 1_000_000, Queue: 8192}
+	return Options{Mode: ModeRequired, MaxAge: 30 * 24 * time.Hour, MaxEntries: 10_000_000, CallerMaxEntries: 1_000_000, Queue: 8192,
+		SinkBuffer: 10_000, SinkEvery: 5 * time.Second}
 }
 
 // AddFlags registers the settings.
@@ -93,6 +105,11 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.MaxEntries, "decision-log-max-entries", o.MaxEntries, "the most decisions the log holds; past it the oldest are pruned, 256 at a time, even before --decision-log-max-age")
 	f.Int64Var(&o.CallerMaxEntries, "decision-log-caller-max-entries", o.CallerMaxEntries, "the most decisions one caller may hold in the log; past it the caller's requests are refused 429 decision_log_quota_exceeded until older ones age out, so that its flood cannot push out other callers' history")
 	f.IntVar(&o.Queue, "decision-log-queue", o.Queue, "decisions waiting for the store at most; past it a decision is refused (required) or dropped (best-effort)")
+	f.StringVar(&o.Sink, "decision-log-sink", o.Sink, "also ship every decision the log commits to this URL in OPA's decision-log format (POSTs of gzip-compressed JSON arrays, as OPA's decision_logs service receives them): https://, or http:// to a loopback address without a token")
+	f.StringVar(&o.SinkCAFile, "decision-log-sink-ca-file", o.SinkCAFile, "CA bundle (PEM) the sink's certificate is checked against (default: the system roots)")
+	f.StringVar(&o.SinkTokenFile, "decision-log-sink-token-file", o.SinkTokenFile, "a bearer token for the sink, read again on every POST")
+	f.IntVar(&o.SinkBuffer, "decision-log-sink-buffer", o.SinkBuffer, "decisions waiting to be shipped at most; past it they are dropped from the shipping (never from the log) and counted")
+	f.DurationVar(&o.SinkEvery, "decision-log-sink-every", o.SinkEvery, "how often what waits is shipped (a full batch of 500 at once); a failed POST is retried with backoff up to a minute")
 }
 
 // On reports whether a log is asked for.
@@ -104,7 +121,7 @@ func (o Options) Check() error {
 		for _, c := range []struct {
 			flag string
 			set  bool
-		}{{"decision-log-key-file", o.KeyFile != ""}} {
+		}{{"decision-log-key-file", o.KeyFile != ""}, {"decision-log-sink", o.Sink != ""}} {
 			if c.set {
 				return fmt.Errorf("--%s belongs to --decision-log", c.flag)
 			}
@@ -127,7 +144,38 @@ func (o Options) Check() error {
 	if o.Queue <= 0 {
 		errs = append(errs, fmt.Errorf("--decision-log-queue %d: want a positive number", o.Queue))
 	}
+	if o.Sink != "" {
+		if _, err := o.sinkCredentials(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.SinkBuffer <= 0 || o.SinkEvery <= 0 {
+			errs = append(errs, errors.New("--decision-log-sink-buffer and --decision-log-sink-every: want positive values"))
+		}
+	} else if o.SinkCAFile != "" || o.SinkTokenFile != "" {
+		errs = append(errs, errors.New("--decision-log-sink-ca-file and --decision-log-sink-token-file belong to --decision-log-sink"))
+	}
 	return errors.Join(errs...)
+}
+
+// sinkCredentials reads --decision-log-sink into the credentials
+// package's configuration: https:// with TLS, or http:// to a loopback
+// address, where no token may go.
+func (o Options) sinkCredentials() (credentials.Config, error) {
+	u, err := url.Parse(o.Sink)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil {
+		return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: want an https:// URL (or http:// to a loopback address)", o.Sink)
+	}
+	c := credentials.Config{Address: u.Host, TLS: u.Scheme == "https", CAFile: o.SinkCAFile, TokenFile: o.SinkTokenFile}
+	if !c.TLS {
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: plain http:// only to a loopback address: the decisions name callers", o.Sink)
+		}
+		if o.SinkCAFile != "" || o.SinkTokenFile != "" {
+			return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: a CA file or a token needs https://", o.Sink)
+		}
+	}
+	return c, c.Validate()
 }
 
 // Log is a service's open decision log.
@@ -143,6 +191,7 @@ type Log struct {
 	counts map[string]int64 // live entries by caller, as last counted plus what this process added
 
 	quotaRefused prometheus.Counter
+	sink         *Sink
 }
 
 // Open opens the datastore and the log for service (its name prefixes the
@@ -176,13 +225,30 @@ func Open(ctx context.Context, service string, o Options, logger *slog.Logger) (
 		_ = db.Close()
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
+	var sink *Sink
+	var committed func(int64, []translog.Entry)
+	if o.Sink != "" {
+		cc, _ := o.sinkCredentials() // checked by Check
+		rt, err := cc.Transport()
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("--decision-log-sink: %w", err)
+		}
+		u, _ := url.Parse(o.Sink)
+		if sink, err = newSink(SinkConfig{URL: u, Client: &http.Client{Transport: rt, Timeout: 30 * time.Second}, Service: service,
+			Buffer: o.SinkBuffer, MaxBatch: 500, Every: o.SinkEvery, MaxBackoff: time.Minute, Logger: logger, Metrics: service}, signer.Name()); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		committed = sink.committed
+	}
 	w, err := translog.NewWriter(translog.WriterConfig{Log: tl, MaxQueue: o.Queue, Logger: logger, Metrics: service,
-		Retention: translog.Retention{MaxAge: o.MaxAge, MaxEntries: o.MaxEntries}})
+		Retention: translog.Retention{MaxAge: o.MaxAge, MaxEntries: o.MaxEntries}, Committed: committed})
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	l := &Log{o: o, service: service, log: tl, db: db, w: w, logger: logger,
+	l := &Log{o: o, service: service, log: tl, db: db, w: w, logger: logger, sink: sink,
 		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: service + "_decision_log_quota_refusals_total", Help: "Decisions refused (or, for refusals, not kept) because the caller held --decision-log-caller-max-entries entries."})}
 	if err := l.recount(ctx); err != nil {
 		_ = db.Close()
@@ -199,7 +265,11 @@ func (l *Log) Translog() *translog.Log { return l.log }
 
 // Collectors are the log's metrics.
 func (l *Log) Collectors() []prometheus.Collector {
-	return append(l.w.Collectors(), l.quotaRefused)
+	cs := append(l.w.Collectors(), l.quotaRefused)
+	if l.sink != nil {
+		cs = append(cs, l.sink.Collectors()...)
+	}
+	return cs
 }
 
 // Ready reports whether the writer runs and its last transaction
@@ -214,6 +284,14 @@ func (l *Log) String() string { return "decision log" }
 func (l *Log) Start(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- l.w.Start(ctx) }()
+	if l.sink != nil {
+		// The sink ships what the writer committed, the last of it once
+		// the writer has drained.
+		sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
+		sunk := make(chan struct{})
+		go func() { _ = l.sink.Start(sinkCtx); close(sunk) }()
+		defer func() { stopSink(); <-sunk }()
+	}
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {

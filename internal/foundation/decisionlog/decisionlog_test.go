@@ -1,14 +1,19 @@
 package decisionlog_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,5 +100,114 @@ func TestAnswersKept(t *testing.T) {
 		if i == 1 && (e.Answer != nil || e.AnswerDigest != "sha256:"+hex.EncodeToString(sum[:]) || e.AnswerBytes != len(trimmed)) {
 			t.Errorf("a %d-byte answer kept as %.200s", len(large), s.Data)
 		}
+	}
+}
+
+// opaEvent is an event of OPA's decision-log service API as its
+// documentation describes one: what a consumer of OPA's logs decodes.
+type opaEvent struct {
+	Labels     map[string]string `json:"labels"`
+	DecisionID string            `json:"decision_id"`
+	Path       string            `json:"path"`
+	Input      map[string]any    `json:"input"`
+	Result     any               `json:"result"`
+	Timestamp  time.Time         `json:"timestamp"`
+}
+
+// TestSinkShipsOPAsFormat: committed decisions reach an HTTP sink as OPA
+// sends its decision logs — POSTs of gzip-compressed JSON arrays — through
+// failures retried with backoff.
+func TestSinkShipsOPAsFormat(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var got []opaEvent
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= 2 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/logs" || r.Header.Get("Content-Encoding") != "gzip" || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "not OPA's decision-log API", http.StatusBadRequest)
+			return
+		}
+		z, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var batch []opaEvent
+		if err := json.NewDecoder(z).Decode(&batch); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got = append(got, batch...)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := decisionlog.NewOptions()
+	o.Datastore, o.KeyFile, o.Sink, o.SinkEvery = filepath.Join(dir, "log.db"), filepath.Join(dir, "log.key"), srv.URL+"/logs", 50*time.Millisecond
+	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := decisionlog.Open(ctx, "pdp", o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	run, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = l.Start(run); close(done) }()
+	for i := range 3 {
+		if refusal, err := l.Keep(ctx, decisionlog.Decision{Caller: fmt.Sprintf("c%d", i), System: "secrets-engine", Allowed: i != 1, Reason: "r", Path: "/v1/check", Status: 200,
+			Answer: []byte(`{"record":{"n":` + fmt.Sprint(i) + `}}`), At: time.Now()}); !refusal.IsZero() {
+			t.Fatal(refusal, err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || calls < 3 {
+		t.Fatalf("%d events in %d POSTs: %+v", len(got), calls, got)
+	}
+	for i, e := range got {
+		r, _ := e.Result.(map[string]any)
+		if e.Labels["app"] != "callerauth-pdp" || e.Labels["id"] == "" || e.DecisionID != fmt.Sprintf("svc.test/decisions/%d", i) ||
+			e.Path != "callerauth/pdp/v1/check" || e.Input["caller"] != fmt.Sprintf("c%d", i) || e.Timestamp.IsZero() || r["allowed"] != (i != 1) || r["answer"] == nil {
+			t.Errorf("event %d: %+v", i, e)
+		}
+	}
+}
+
+func TestSinkRefusesPlaintextElsewhere(t *testing.T) {
+	for _, sink := range []string{"http://logs.example.com/logs", "ftp://x/logs", "https://user:pw@x/logs"} {
+		o := decisionlog.NewOptions()
+		o.Datastore, o.KeyFile, o.Sink = "x.db", "k", sink
+		if err := o.Check(); err == nil {
+			t.Errorf("--decision-log-sink %s was accepted", sink)
+		}
+	}
+	o := decisionlog.NewOptions()
+	o.Datastore, o.KeyFile, o.Sink, o.SinkTokenFile = "x.db", "k", "http://127.0.0.1:1/logs", "t"
+	if err := o.Check(); err == nil {
+		t.Error("a token for a plain http:// sink was accepted")
 	}
 }

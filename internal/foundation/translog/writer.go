@@ -33,6 +33,9 @@ type WriterConfig struct {
 	// Metrics prefixes the writer's metric names: the service's
 	// (pdp: pdp_decision_log_appended_total, …).
 	Metrics string
+	// Committed, when set, is told of every transaction that committed:
+	// its first index and its entries. It must not block.
+	Committed func(first int64, entries []Entry)
 }
 
 // ErrQueueFull refuses an entry the writer has no room for: the store is
@@ -228,6 +231,9 @@ func (w *Writer) flush(ctx context.Context) bool {
 		}
 	} else {
 		w.appended.Add(float64(n))
+		if w.cfg.Committed != nil {
+			w.cfg.Committed(first, entries)
+		}
 	}
 	for i, p := range batch {
 		if p.done != nil {
