@@ -78,8 +78,9 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// At each concurrency: throughput and CPU against either OPA, and p99.
-	if lr := benchcompare.LatencyRows(latency); len(latency) != 6 || len(lr) != 10 {
+	// At each concurrency: throughput and CPU against either OPA, the
+	// decision log's throughput and CPU, and p99.
+	if lr := benchcompare.LatencyRows(latency); len(latency) != 8 || len(lr) != 14 {
 		t.Fatalf("%d latency loads, %d rows", len(latency), len(lr))
 	} else {
 		rows = append(rows, lr...)

@@ -8,6 +8,7 @@ package benchcompare
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/cedar-policy/cedar-go/types"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
@@ -73,6 +75,9 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 // Peers are the servers of the HTTP comparison.
 type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
+	// PDPLog is PDP keeping its decision log (--decision-log, required,
+	// SQLite): what keeping every decision costs.
+	PDPLog *Server
 	// OPAMinimal is OPA serving the catalog rule as an OPA user would
 	// write it (examples/secrets-engine/rego/minimal.rego): no registry.
 	OPAMinimal *Server
@@ -147,7 +152,15 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 		return fail(err)
 	}
 	common := []string{"--insecure-http", "--metrics-listen", "", "--signing-key-file", key, "--log-level", "error"}
-	for _, mode := range []string{"enforce", "off", "authzen", "search"} {
+	logKey := filepath.Join(dir, "decisions.key")
+	skey, _, err := note.GenerateKey(rand.Reader, "pdp.bench/decisions")
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(logKey, []byte(skey+"\n"), 0o600); err != nil {
+		return fail(err)
+	}
+	for _, mode := range []string{"enforce", "off", "authzen", "search", "log"} {
 		addr, err := loopback.Addr()
 		if err != nil {
 			return fail(err)
@@ -166,6 +179,11 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			name = "pdp AuthZEN search"
 			args = append(args, "--policy-dir", searchPolicy, "--registry", searchRegistry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "authzen-search=system:serviceaccount:todo:todo-backend")
+		case "log":
+			name = "pdp with its decision log"
+			args = append(args, "--policy-dir", policyDir, "--registry", registry,
+				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
+				"--decision-log", filepath.Join(dir, "decisions.db"), "--decision-log-key-file", logKey, "--decision-log-caller-max-entries", "1000000000")
 		default:
 			if p.PDPMetrics, err = loopback.Addr(); err != nil {
 				return fail(err)
@@ -185,6 +203,8 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			p.AuthZEN = s
 		case "search":
 			p.Search = s
+		case "log":
+			p.PDPLog = s
 		default:
 			p.PDP = s
 		}
@@ -607,6 +627,8 @@ func LatencyLoads(ctx context.Context, p *Peers, conns []int, d time.Duration, r
 			want       string
 		}{
 			{fmt.Sprintf("pdp at %d connections", c), "pdp", p.PDP, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
+				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
+			{fmt.Sprintf("pdp with its decision log at %d connections", c), "pdp-log", p.PDPLog, loadgen.Config{URL: p.PDPLog.URL + "/v1/check", Body: req,
 				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
 			{fmt.Sprintf("OPA at %d connections", c), "opa", p.OPA, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
 				Header: http.Header{"Content-Type": {"application/json"}}}, `"allow":true`},

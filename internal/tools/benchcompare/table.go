@@ -147,6 +147,11 @@ func LoadRows(loads []Load) []Row {
 	return rows
 }
 
+// DecisionLogTarget is issue 56's goal: the pdp keeping its decision log
+// at most 1.10× the CPU a decision of the pdp without it, at 8 and 64
+// connections.
+const DecisionLogTarget = 1.10
+
 // LatencyRows compares the pdp (caller authentication and a signed record)
 // with OPA — the policy that decides as the pdp does, and the minimal rule
 // — at each concurrency of LatencyLoads (Decisions holds the connections
@@ -190,6 +195,17 @@ func LatencyRows(loads []Load) []Row {
 					Ours: tput(ours), Base: tput(theirs), Ratio: ours.Result.PerSecond() / theirs.Result.PerSecond(), Throughput: true, Target: 1}, ours, theirs, perSecond),
 				loadSpread(Row{Name: fmt.Sprintf("pdp: caller auth + signed record vs %s, %d connections: server CPU per decision", peer.name, c),
 					Ours: cpu(ours), Base: cpu(theirs), Ratio: float64(ours.CPUPerRequest) / float64(max(1, theirs.CPUPerRequest)), Target: cpuTarget}, ours, theirs, cpuPer))
+		}
+		if logged, ok := g["pdp-log"]; ok {
+			target := 0.0
+			if c >= 8 {
+				target = DecisionLogTarget
+			}
+			rows = append(rows,
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (required, SQLite) vs without, %d connections: throughput", c),
+					Ours: tput(logged), Base: tput(ours), Ratio: logged.Result.PerSecond() / ours.Result.PerSecond(), Throughput: true}, logged, ours, perSecond),
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (required, SQLite) vs without, %d connections: server CPU per decision", c),
+					Ours: cpu(logged), Base: cpu(ours), Ratio: float64(logged.CPUPerRequest) / float64(max(1, ours.CPUPerRequest)), Target: target}, logged, ours, cpuPer))
 		}
 		if theirs, ok := g["opa"]; ok {
 			fig := func(l Load) string {
