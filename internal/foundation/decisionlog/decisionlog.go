@@ -22,6 +22,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,6 +193,7 @@ type Log struct {
 
 	quotaRefused prometheus.Counter
 	sink         *Sink
+	started      atomic.Bool
 }
 
 // Open opens the datastore and the log for service (its name prefixes the
@@ -276,12 +278,27 @@ func (l *Log) Collectors() []prometheus.Collector {
 // committed.
 func (l *Log) Ready() bool { return l.w.Ready() }
 
+// Check is the log's readiness: its writer runs and its datastore
+// answers. (A failed transaction alone does not make it unready: the next
+// may commit, and an unready pdp would get none to try.)
+func (l *Log) Check(ctx context.Context) error {
+	if !l.started.Load() {
+		return errors.New("the decision log's writer is not running")
+	}
+	if err := l.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("the decision log's datastore: %w", err)
+	}
+	return nil
+}
+
 // String names the runnable.
 func (l *Log) String() string { return "decision log" }
 
 // Start runs the writer (group commits, checkpoints, pruning) and counts
 // each caller's entries again after every prune, until ctx ends.
 func (l *Log) Start(ctx context.Context) error {
+	l.started.Store(true)
+	defer l.started.Store(false)
 	done := make(chan error, 1)
 	go func() { done <- l.w.Start(ctx) }()
 	if l.sink != nil {

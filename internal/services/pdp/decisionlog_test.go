@@ -290,7 +290,13 @@ func TestDecisionLogRequired(t *testing.T) {
 	if code, body := e.post(t, good, allow, "application/json"); code != http.StatusOK {
 		t.Fatalf("the check: %d %s", code, body)
 	}
+	if err := e.srv.DecisionLog().Check(context.Background()); err != nil {
+		t.Errorf("the log's readiness with its store up: %v", err)
+	}
 	_ = e.srv.DecisionLog().Close()
+	if err := e.srv.DecisionLog().Check(context.Background()); err == nil {
+		t.Error("the log is ready with its store gone")
+	}
 	code, body := e.post(t, good, allow, "application/json")
 	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), decisionlog.ReasonUnavailable.String()) {
 		t.Fatalf("a check the log cannot keep: %d %s", code, body)

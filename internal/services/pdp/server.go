@@ -142,6 +142,11 @@ func New(c Config) (*Server, error) {
 		s.readLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_decision_log_read_duration_seconds", Help: "Time to answer a read of the decision log (a search, a decision with its proof, a tile).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 		reg.MustRegister(s.readLatency)
 		reg.MustRegister(s.dlog.Collectors()...)
+		if c.DecisionLog.Mode == decisionlog.ModeRequired {
+			// No answer leaves that the log did not keep: a pdp whose log
+			// cannot keep any is not ready.
+			s.health.AddReadyCheck("decision log", s.dlog.Check)
+		}
 		if c.Callers.Off() {
 			s.log.Warn("pdp: --decision-log is kept, but its read API is not served: callers are not authenticated")
 		} else if _, bound := c.Bindings[decisionlog.ReaderSystem]; !bound {
