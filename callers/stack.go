@@ -1,6 +1,8 @@
 package callers
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"fmt"
@@ -124,6 +126,8 @@ type Service struct {
 	// registers Stack.Collectors itself.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
+	// Tracer, when set, is the guard's (guard.Config.Tracer).
+	Tracer trace.Tracer
 }
 
 // Reasons are every reason the guard the service makes can give: the
@@ -200,7 +204,7 @@ func New(c Config, svc Service) (*Stack, error) {
 	}
 	g, err := guard.New(guard.Config{
 		Mode: c.Mode(), FailOpenOnUnavailable: c.o.FailOpenOnUnavailable,
-		Authenticator: cache.Layer(), Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger,
+		Authenticator: cache.Layer(), Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger, Tracer: svc.Tracer,
 	})
 	if err != nil {
 		return nil, err

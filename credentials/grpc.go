@@ -52,7 +52,7 @@ func (c Config) DialOptions() ([]grpc.DialOption, error) {
 	default:
 		tc = insecure.NewCredentials()
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(tc)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(tc), grpc.WithChainUnaryInterceptor(traceUnary), grpc.WithChainStreamInterceptor(traceStream)}
 	if src := c.TokenSource(); src != nil {
 		opts = append(opts, grpc.WithPerRPCCredentials(PerRPC(src)))
 	}

@@ -1,6 +1,8 @@
 package credentials
 
 import (
+	"go.opentelemetry.io/otel/propagation"
+
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +50,7 @@ func (c Config) Transport() (http.RoundTripper, error) {
 	}
 	src := c.TokenSource()
 	if src == nil {
-		return base, nil
+		return traceTransport{base}, nil
 	}
 	return &bearerTransport{base: base, src: src, unix: unix}, nil
 }
@@ -83,5 +85,8 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := req.Clone(req.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
+	if traced(req.Context()) {
+		traceContext.Inject(req.Context(), propagation.HeaderCarrier(r.Header))
+	}
 	return t.base.RoundTrip(r)
 }

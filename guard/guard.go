@@ -10,6 +10,8 @@
 package guard
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +77,10 @@ type Config struct {
 	Metrics *Metrics
 	// Logger gets one line per decision. Default slog.Default().
 	Logger *slog.Logger
+	// Tracer, when set, records a span of each authentication and each
+	// verdict, children of the request's span when that one records
+	// (docs/monitoring.md "Traces"). Nil: none.
+	Tracer trace.Tracer
 }
 
 // Authorizer is a judgement made after the rule allowed a request, one
@@ -287,6 +293,8 @@ func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authe
 }
 
 func (g *Guard) authenticate(ctx context.Context, cred bearer.Credential, a *Authentication) {
+	ctx, span := g.startSpan(ctx, "callerauth.authenticate")
+	defer endAuthentication(span, a)
 	identify(ctx, &g.cfg.Authenticator, cred, a)
 	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.SaysNothingAboutCaller(authn.ReasonOf(a.err)) {
 		// The request goes on as a degraded subject; Decide counts the
@@ -304,6 +312,8 @@ func (g *Guard) Decide(ctx context.Context, a *Authentication, req binding.Reque
 }
 
 func (g *Guard) decide(ctx context.Context, a *Authentication, req binding.Request, v *Verdict) *Verdict {
+	ctx, span := g.startSpan(ctx, "callerauth.decide")
+	defer endVerdict(span, v)
 	*v = Verdict{Mode: g.cfg.Mode, Cached: a.cached, Caller: a.subject.Caller, System: req.System}
 	viol := a.viol
 	if a.degraded {

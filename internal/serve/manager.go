@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"go.opentelemetry.io/otel"
+
 	"context"
 	"crypto/tls"
 	"errors"
@@ -45,6 +47,9 @@ type Manager struct {
 	gates    []gate
 	serving  atomic.Bool // the API servers started
 	settings []any
+	// stopTracing flushes and stops the tracer provider (--otlp-endpoint);
+	// nil when traces are off.
+	stopTracing func(context.Context) error
 }
 
 // A gate is something a service's handlers need before its listeners
@@ -75,6 +80,12 @@ func New(name string, opts Options, log *slog.Logger) (*Manager, error) {
 		log = opts.Logger(out)
 	}
 	m := &Manager{name: name, opts: opts, log: log, health: newHealth()}
+	if opts.Tracing.On() {
+		var err error
+		if m.stopTracing, err = opts.Tracing.start(name); err != nil {
+			return nil, err
+		}
+	}
 	if opts.HasTLS() {
 		var err error
 		if m.certs, err = opts.loadCerts(log); err != nil {
@@ -110,6 +121,9 @@ func (m *Manager) Guard(cfg callers.Config, svc callers.Service) (*guard.Guard, 
 		return nil, nil
 	}
 	svc.Registry, svc.Logger = m.health.Registry, m.log
+	// The process's tracer: spans only under a request span that records
+	// (--otlp-endpoint, or a test's provider), nothing otherwise.
+	svc.Tracer = otel.Tracer(guard.TracerName)
 	st, err := callers.New(cfg, svc)
 	if err != nil {
 		return nil, err
@@ -139,6 +153,9 @@ func (m *Manager) ServeGRPC(name string, lis net.Listener, srv *grpc.Server) {
 // limits and drained for --shutdown-timeout, serving once the gates are
 // ready.
 func (m *Manager) ServeHTTP(name string, lis net.Listener, h http.Handler) {
+	if m.opts.Tracing.On() {
+		h = TraceHandler(h, m.name)
+	}
 	m.addServer(&httpServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
@@ -181,7 +198,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.Add(metrics)
 		line[1] = metrics.Listener.Addr().String()
 	}
-	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String())
+	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String(),
+		"otlp_endpoint", m.opts.Tracing.Endpoint)
 	line = append(line, m.callers...)
 	m.log.Info(m.name+": serving", append(line, m.settings...)...)
 	runnables := m.runnables
@@ -189,7 +207,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		g := &gatedServers{gates: m.gates, servers: m.servers, log: m.log, name: m.name, timeout: StartGateTimeout, serving: &m.serving}
 		runnables = append(runnables[:len(runnables):len(runnables)], g)
 	}
-	if err := runAll(ctx, runnables...); err != nil {
+	err = runAll(ctx, runnables...)
+	if m.stopTracing != nil {
+		if serr := m.stopTracing(context.WithoutCancel(ctx)); serr != nil {
+			m.log.Warn(m.name+": flushing the last spans failed", "err", serr)
+		}
+	}
+	if err != nil {
 		m.log.Error(m.name+": serving failed", "err", err)
 		return err
 	}

@@ -44,6 +44,8 @@ type Options struct {
 	HTTP HTTPLimits
 	// LogOutput is where the JSON log goes. Nil: standard error.
 	LogOutput io.Writer
+	// Tracing is where OpenTelemetry spans go (--otlp-*); off by default.
+	Tracing Tracing
 }
 
 // NewOptions returns the defaults: listen on listen, metrics on
@@ -51,7 +53,7 @@ type Options struct {
 // certificate check, the default HTTP limits (docs/development.md).
 func NewOptions(listen, metricsListen string) Options {
 	return Options{Listen: listen, MetricsListen: metricsListen, LogLevel: "info", ShutdownTimeout: defaultShutdownTimeout,
-		CertCheckInterval: defaultCertCheckInterval, HTTP: defaultHTTPLimits()}
+		CertCheckInterval: defaultCertCheckInterval, HTTP: defaultHTTPLimits(), Tracing: Tracing{Protocol: "grpc", SampleRatio: 1}}
 }
 
 // AddFlags registers the serving flags, with o's values as their
@@ -74,6 +76,7 @@ func (o *Options) AddProcessFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go's profiles under /debug/pprof/ on --metrics-listen")
 	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight work may drain on SIGTERM")
+	o.Tracing.addFlags(f)
 }
 
 // Validate refuses settings that cannot be honoured, naming the flag. It
@@ -97,6 +100,9 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("serve: --tls-cert-file and --tls-key-file go together"))
 	}
 	if err := o.HTTP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Tracing.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -4,6 +4,10 @@ package pdp
 // the refusals.
 
 import (
+	"github.com/callerauth/callerauth/internal/serve"
+
+	"go.opentelemetry.io/otel/attribute"
+
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +82,9 @@ func badRequest(w http.ResponseWriter, _ *http.Request, err error) {
 	guard.WriteHTTPError(w, guard.ReasonBadRequest, err.Error(), "field", field)
 }
 
+// tracerName names the pdp's spans.
+const tracerName = "github.com/callerauth/callerauth/internal/services/pdp"
+
 // decide evaluates a request the middleware let through and signs the
 // record.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +99,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
 		return
 	}
+	_, span := serve.StartSpan(r.Context(), tracerName, "pdp.evaluate")
 	d := st.pkg.Evaluate(st.reg, *req)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("callerauth.allowed", d.Allow), attribute.String("callerauth.reason", d.Reason))
+	}
+	span.End()
 	if d.Detail != "" {
 		s.log.Info("pdp: denied against the registry", "reason", d.Reason, "detail", guard.LogValue(d.Detail))
 	}
@@ -105,6 +117,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.BindCanonical(req.Canonical())
 	var body []byte
+	_, span = serve.StartSpan(r.Context(), tracerName, "pdp.sign")
+	defer span.End()
 	if st.group != nil {
 		g, err := st.group.Sign(rec)
 		if err != nil {
@@ -141,7 +155,9 @@ func (s *Server) keep(w http.ResponseWriter, r *http.Request, allowed bool, why 
 			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
 		}
 	}
-	refusal, err := s.dlog.Keep(r.Context(), d)
+	ctx, span := serve.StartSpan(r.Context(), tracerName, "pdp.decision_log")
+	defer span.End()
+	refusal, err := s.dlog.Keep(ctx, d)
 	if refusal.IsZero() {
 		return true
 	}

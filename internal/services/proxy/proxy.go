@@ -9,6 +9,8 @@
 package proxy
 
 import (
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -124,7 +126,7 @@ func New(c Config) (*Server, error) {
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
 		ModifyResponse: modifyResponse,
-		Transport:      transport(c),
+		Transport:      tracedTransport(c),
 		// FlushInterval 0: a response of unknown length (gRPC, a chunked
 		// stream) or a text/event-stream is flushed as each write comes,
 		// by ReverseProxy itself; one whose length is known is written
@@ -192,6 +194,18 @@ func transport(c Config) *http.Transport {
 		tr.Protocols = &p
 	}
 	return tr
+}
+
+// tracedTransport is the upstream's transport; with traces on
+// (--otlp-endpoint), each upstream call is a client span, child of the
+// request's, whose traceparent the upstream receives in place of the
+// caller's.
+func tracedTransport(c Config) http.RoundTripper {
+	t := transport(c)
+	if !c.Serve.Tracing.On() {
+		return t
+	}
+	return otelhttp.NewTransport(t)
 }
 
 // Handler is the proxy's API: the path filters, the guard, the upstream.
