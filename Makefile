@@ -45,6 +45,14 @@ OPA_VERSION := v1.22.3
 OPA_BIN     := $(CACHE)/opa/$(OPA_VERSION)
 export CALLERAUTH_OPA_BIN := $(OPA_BIN)
 
+# Jaeger (its v2 binary, an OpenTelemetry Collector distribution), the OTLP
+# receiver the trace tests (test/traces) export to and read back from:
+# built from its Go module in a tools module of its own (test/tools/jaeger).
+# About 4 minutes cold.
+JAEGER_VERSION := v1.75.0
+JAEGER_BIN     := $(CACHE)/jaeger/$(JAEGER_VERSION)
+export CALLERAUTH_JAEGER_BIN := $(JAEGER_BIN)
+
 # The images: FROM scratch, static, non-root, reproducible; written as OCI
 # layouts and docker load tarballs with an SPDX SBOM each, no registry and
 # no daemon (docs/deploy.md). The tag is the VERSION file's, which every
@@ -55,11 +63,11 @@ IMAGE_TAG      ?= $(VERSION)
 IMAGES_OUT     ?= $(CURDIR)/dist/images
 PLATFORMS      ?=
 
-.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools node-tools cluster generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools
+.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools node-tools cluster generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools jaeger-tools
 
 all: lint test
 
-test: kube-tools node-tools hydra-tools opa-tools ffmpeg postgresql runc skopeo
+test: kube-tools node-tools hydra-tools opa-tools jaeger-tools ffmpeg postgresql runc skopeo
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
@@ -166,6 +174,13 @@ $(OPA_BIN)/opa:
 	cd test/tools/opa && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/open-policy-agent/opa
 	mv $@.tmp $@
 
+jaeger-tools: $(JAEGER_BIN)/jaeger
+
+$(JAEGER_BIN)/jaeger:
+	@mkdir -p $(JAEGER_BIN)
+	cd test/tools/jaeger && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/jaegertracing/jaeger/cmd/jaeger
+	mv $@.tmp $@
+
 hydra-tools: $(HYDRA_BIN)/hydra
 
 $(HYDRA_BIN)/hydra:
@@ -234,6 +249,7 @@ tidy:
 	cd tools && $(GO) mod tidy
 	cd test/tools/kube && $(GO) mod tidy
 	cd test/tools/hydra && $(GO) mod tidy
+	cd test/tools/jaeger && $(GO) mod tidy
 
 clean:
 	rm -rf $(CACHE)
