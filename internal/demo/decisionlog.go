@@ -22,8 +22,8 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 

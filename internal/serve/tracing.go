@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/callerauth/callerauth/internal/foundation/version"
@@ -157,4 +159,15 @@ func StartSpan(ctx context.Context, tracer, name string) (context.Context, trace
 		return ctx, parent
 	}
 	return otel.Tracer(tracer).Start(ctx, name)
+}
+
+// GRPCServerOptions are what a service's gRPC server is made with: with
+// traces on, a stats handler that continues a caller's trace (W3C
+// traceparent in the metadata) in a server span (otelgrpc, the RPC
+// semantic conventions; no metadata or message is recorded).
+func (m *Manager) GRPCServerOptions() []grpc.ServerOption {
+	if !m.opts.Tracing.On() {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler())}
 }

@@ -23,8 +23,8 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/callerauth/callerauth/credentials"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 func newDecisionsCmd(o *Options) *cobra.Command {

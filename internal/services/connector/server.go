@@ -169,7 +169,7 @@ func New(c Config) (*Server, error) {
 	if err := s.recount(context.Background()); err != nil {
 		return nil, err
 	}
-	s.grpc = grpc.NewServer(opts...)
+	s.grpc = grpc.NewServer(append(opts, m.GRPCServerOptions()...)...)
 	pcv1.RegisterPlatformConnectorServer(s.grpc, &service{s: s})
 	rpcMetrics.Init(s.grpc)
 	return s, nil

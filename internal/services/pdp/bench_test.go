@@ -16,7 +16,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/decision"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
 

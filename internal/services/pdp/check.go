@@ -21,7 +21,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/callers"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 // Options are the PDP's flags. Start from [NewOptions], which holds

@@ -3,7 +3,7 @@ package pdp
 import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/reason"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/reason"
 )
 

@@ -165,9 +165,9 @@ func New(c Config) (*Server, error) {
 			func() float64 { return float64(s.fair.paced.Load()) }))
 	// Every stream is guarded too: the JobService has none, but server
 	// reflection (--grpc-reflection) is one.
-	s.grpc = grpc.NewServer(grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(grpccreds.NewTLS(m.TLSConfig())),
 		grpc.ChainUnaryInterceptor(rpcMetrics.Interceptor, s.guard.UnaryServerInterceptor(nil), s.fair.interceptor(), logRefusals(s.log)),
-		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor()))
+		grpc.ChainStreamInterceptor(s.guard.StreamServerInterceptor())}, m.GRPCServerOptions()...)...)
 	vmafxv1.RegisterJobServiceServer(s.grpc, &Service{Store: s.store, Lease: o.Lease, MaxAttempts: o.MaxAttempts, Log: s.log, Replays: s.replays,
 		Quotas: q, QuotaRefusals: quotaRefusals, Now: o.Now, MaxJobs: o.MaxJobs})
 	if o.Reflection {

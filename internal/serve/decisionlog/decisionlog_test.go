@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/callerauth/callerauth/internal/foundation/decisionlog"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 func TestChecksRefuseWhatCannotBeHonoured(t *testing.T) {
