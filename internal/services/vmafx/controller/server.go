@@ -1,6 +1,10 @@
 package controller
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -364,6 +368,22 @@ func (s *Service) storeError(ctx context.Context, err error) error {
 	}
 }
 
+// tracerName names the controller's spans.
+const tracerName = "github.com/callerauth/callerauth/internal/services/vmafx/controller"
+
+// endTransition ends a job transition's span with the state it left the
+// job in (none when the store refused it).
+func endTransition(span trace.Span, j *vmafxv1.Job, err error) {
+	if span.IsRecording() {
+		if err != nil {
+			span.SetStatus(otelcodes.Error, "the store refused the transition")
+		} else if j != nil {
+			span.SetAttributes(attribute.String("vmafx.job_state", j.GetState().String()), attribute.Int64("vmafx.job_attempts", int64(j.GetAttempts())))
+		}
+	}
+	span.End()
+}
+
 // SubmitJob implements JobService.
 func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (*vmafxv1.SubmitJobResponse, error) {
 	c, err := caller(ctx)
@@ -387,7 +407,9 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 		s.quotaRefused("rate", c.Tenant)
 		return nil, refuse(ReasonSubmissionRate, fmt.Sprintf("tenant %s has submitted %d jobs this minute, its quota; retry in %s", c.Tenant, q.PerMinute, retry.Round(time.Second)))
 	}
-	j, err := s.Store.Submit(ctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending, s.MaxJobs)
+	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.submit")
+	j, err := s.Store.Submit(sctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending, s.MaxJobs)
+	endTransition(span, j, err)
 	if errors.Is(err, ErrPendingQuota) {
 		s.quotaRefused("pending", c.Tenant)
 		return nil, refuse(ReasonPendingQuota, fmt.Sprintf("tenant %s has %d jobs PENDING, its quota; retry once nodes have claimed some", c.Tenant, q.Pending))
@@ -478,7 +500,9 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	if key != "" {
 		key = claimKeyOf(c, key)
 	}
-	j, lease, replayed, err := s.Store.Claim(ctx, c.Tenant, node, key, s.Lease)
+	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.claim")
+	j, lease, replayed, err := s.Store.Claim(sctx, c.Tenant, node, key, s.Lease)
+	endTransition(span, j, err)
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}
@@ -507,7 +531,9 @@ func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (
 	if err := CheckReport(in); err != nil {
 		return nil, refuse(ReasonInvalidArgument, err.Error())
 	}
-	j, replayed, err := s.Store.Report(ctx, c.Tenant, in, s.Lease, s.MaxAttempts)
+	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.report")
+	j, replayed, err := s.Store.Report(sctx, c.Tenant, in, s.Lease, s.MaxAttempts)
+	endTransition(span, j, err)
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}
@@ -529,7 +555,9 @@ func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (
 	if err := checkID(in.GetId()); err != nil {
 		return nil, err
 	}
-	j, err := s.Store.Cancel(ctx, c.Tenant, in.GetId())
+	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.cancel")
+	j, err := s.Store.Cancel(sctx, c.Tenant, in.GetId())
+	endTransition(span, j, err)
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}
