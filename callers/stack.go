@@ -1,8 +1,6 @@
 package callers
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/kube"
@@ -167,6 +166,9 @@ type Stack struct {
 	// reload (oidc), the bound-object watches
 	// (--caller-watch-bound-objects); none otherwise.
 	Runnables []Runnable
+
+	logger *slog.Logger
+	tracer trace.Tracer
 }
 
 // New makes the backend c names, the verdict cache in front of it, the
@@ -209,7 +211,30 @@ func New(c Config, svc Service) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stack{Guard: g, Authenticator: cache.Layer(), Collectors: collectors, Runnables: b.runnables}, nil
+	return &Stack{Guard: g, Authenticator: cache.Layer(), Collectors: collectors, Runnables: b.runnables, logger: svc.Logger, tracer: svc.Tracer}, nil
+}
+
+// Door is another guard over the stack's authentication (its verdict
+// cache, its backend), judging door's rule always under enforce and never
+// failing open: a second entrance to the same service with readers of
+// its own (callerauth-proxy's decision-log read API). Its metrics are
+// door.Name's, registered in door.Registry.
+func (st *Stack) Door(door Service) (*guard.Guard, error) {
+	if door.Name == "" || door.Rule == nil || door.Registry == nil {
+		return nil, errors.New("caller authentication: a door needs a name, a rule and a registry")
+	}
+	m, err := guard.NewMetrics(door.Registry, guard.MetricsConfig{Prefix: door.Name, Reasons: door.Reasons(), Mode: guard.Enforce})
+	if err != nil {
+		return nil, err
+	}
+	if door.Logger == nil {
+		door.Logger = st.logger
+	}
+	if door.Tracer == nil {
+		door.Tracer = st.tracer
+	}
+	return guard.New(guard.Config{Mode: guard.Enforce, Authenticator: st.Authenticator, Rule: door.Rule, Authorizer: door.Authorizer,
+		Metrics: m, Logger: door.Logger, Tracer: door.Tracer})
 }
 
 // off maps an option's zero (off) to the library's negative (off).

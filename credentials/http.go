@@ -1,14 +1,14 @@
 package credentials
 
 import (
-	"go.opentelemetry.io/otel/propagation"
-
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/callerauth/callerauth/token"
 )

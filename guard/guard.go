@@ -10,14 +10,14 @@
 package guard
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/bearer"

@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"go.opentelemetry.io/otel"
-
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 
 	"github.com/callerauth/callerauth/callers"
@@ -40,6 +39,7 @@ type Manager struct {
 	health    *Health
 	certs     *certReloader
 	callers   []any // the caller-authentication settings, once Guard ran
+	stack     *callers.Stack
 	runnables []Runnable
 	// servers are the API listeners' servers: started once every gate is
 	// ready (or StartGateTimeout has passed).
@@ -132,7 +132,19 @@ func (m *Manager) Guard(cfg callers.Config, svc callers.Service) (*guard.Guard, 
 		m.Add(r)
 		m.Gate(r.String(), r.Ready)
 	}
+	m.stack = st
 	return st.Guard, nil
+}
+
+// Door is a second guard over the caller authentication Guard built
+// (callers.Stack.Door): door's rule, always enforced, its metrics in the
+// manager's registry. Guard must have built a guard.
+func (m *Manager) Door(door callers.Service) (*guard.Guard, error) {
+	if m.stack == nil {
+		return nil, errors.New("serve: a door needs the service's caller authentication (Manager.Guard, not off)")
+	}
+	door.Registry, door.Logger, door.Tracer = m.health.Registry, m.log, otel.Tracer(guard.TracerName)
+	return m.stack.Door(door)
 }
 
 // Add adds a runnable: it starts with [Manager.Run] and stops with it.

@@ -159,7 +159,7 @@ var binaryBudgets = map[string][2]int{
 	"vmafx-controller":     {500, 46},
 	"vmafx-node":           {450, 38},
 	"vmafx-operator":       {870, 58},
-	"callerauth-proxy":     {450, 38},
+	"callerauth-proxy":     {510, 46},
 	"callerauth-refresher": {15, 8},
 	"callerauth":           {990, 68},
 }

@@ -354,9 +354,14 @@ type Decision struct {
 	Allowed bool
 	// Reason is the refusal's (or, allowed under audit, the violation's).
 	Reason string
-	// Path is the request's path.
+	// Method is the request's method, where it says more than the path
+	// (callerauth-proxy's requests); empty: not kept.
+	Method string
+	// Path is the request's path; one over MaxPathBytes is kept as its
+	// first MaxPathBytes bytes, its length beside it.
 	Path string
-	// Status is the HTTP status answered.
+	// Status is the HTTP status the service answered itself; 0 for a
+	// request passed on (callerauth-proxy's upstream answers it).
 	Status int
 	// Answer is the answer given, JSON (the pdp's signed answer); nil for
 	// a refusal.
@@ -375,8 +380,12 @@ type entry struct {
 	Tenant  string `json:"tenant,omitempty"`
 	Allowed bool   `json:"allowed"`
 	Reason  string `json:"reason,omitempty"`
+	Method  string `json:"method,omitempty"`
 	Path    string `json:"path"`
-	Status  int    `json:"status"`
+	// PathBytes is the length of a path over MaxPathBytes, of which Path
+	// holds the first MaxPathBytes bytes.
+	PathBytes int `json:"path_bytes,omitempty"`
+	Status    int `json:"status"`
 	// The answer, when there is one and it fits, follows as "answer".
 	// AnswerDigest and AnswerBytes stand for an answer too large for an
 	// entry (a batch of many evaluations): its SHA-256, and its size.
@@ -384,9 +393,16 @@ type entry struct {
 	AnswerBytes  int    `json:"answer_bytes,omitempty"`
 }
 
+// MaxPathBytes is the most of a request's path an entry keeps: a path is
+// the client's to choose, the log's room is not.
+const MaxPathBytes = 2048
+
 func (l *Log) entry(d Decision) (translog.Entry, error) {
 	e := entry{V: 1, Service: l.service, At: d.At.UTC().Format(time.RFC3339Nano), Caller: d.Caller, System: d.System,
-		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Path: d.Path, Status: d.Status}
+		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Method: d.Method, Path: d.Path, Status: d.Status}
+	if len(e.Path) > MaxPathBytes {
+		e.Path, e.PathBytes = strings.ToValidUTF8(e.Path[:MaxPathBytes], ""), len(d.Path)
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return translog.Entry{}, err

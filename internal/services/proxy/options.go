@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/textproto"
 	"net/url"
 	"path"
@@ -22,6 +23,7 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 // Options are the proxy's flags. Start from [NewOptions], which holds
@@ -122,6 +124,12 @@ type Options struct {
 	// only from the one principal bound to it, binding.SystemBinding.
 	CallerBindings []string
 	SystemHeader   string
+	// DecisionLog keeps every request's verdict (--decision-log and its
+	// settings, docs/decision-log.md); DecisionLogListen serves its read
+	// API on a TLS listener of its own (--decision-log-listen), to the
+	// principal --caller-binding binds to decisionlog.ReaderSystem.
+	DecisionLog       decisionlog.Options
+	DecisionLogListen string
 	// kubeRBACProxy are the kube-rbac-proxy flags given (hidden; each
 	// warned of or refused at start-up).
 	kubeRBACProxy []krpFlag
@@ -135,7 +143,7 @@ func NewOptions() Options {
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,
 		AuthorizationCacheMaxEntries: DefaultAuthorizationCacheMaxEntries, AuthorizationTimeout: DefaultAuthorizationTimeout,
 		AuthorizationQPS: DefaultAuthorizationQPS, AuthorizationBurst: DefaultAuthorizationBurst,
-		IdentityAssertionTTL: DefaultAssertionTTL, SystemHeader: DefaultSystemHeader}
+		IdentityAssertionTTL: DefaultAssertionTTL, SystemHeader: DefaultSystemHeader, DecisionLog: decisionlog.NewOptions()}
 	o.Serve.HTTP.ReadTimeout, o.Serve.HTTP.WriteTimeout = DefaultStreamTimeout, DefaultStreamTimeout
 	return o
 }
@@ -167,7 +175,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Float64Var(&o.AuthorizationQPS, "authorization-qps", o.AuthorizationQPS, "rbac: SubjectAccessReviews sent per second at most; one that would wait past --authorization-timeout fails as rbac_unavailable")
 	f.IntVar(&o.AuthorizationBurst, "authorization-burst", o.AuthorizationBurst, "rbac: SubjectAccessReviews that may be sent at once above --authorization-qps")
 	f.StringVar(&o.RoleFile, "role-file", o.RoleFile, "YAML or JSON: the role each request needs (METHOD /PATH-PATTERN) and the callers given each role (by service account, group, username or extra value); a request no entry names is refused role_missing")
-	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: a request naming SYSTEM in --system-header is let through only from PRINCIPAL (repeatable); one naming no bound system is refused")
+	f.StringArrayVar(&o.CallerBindings, "caller-binding", o.CallerBindings, "SYSTEM=PRINCIPAL: a request naming SYSTEM in --system-header is let through only from PRINCIPAL (repeatable); one naming no bound system is refused. "+decisionlog.ReaderSystem+"=PRINCIPAL names who may read the decision log on --decision-log-listen instead (never a system of the upstream)")
 	f.StringVar(&o.SystemHeader, "system-header", o.SystemHeader, "the request header naming the system a caller speaks for (with --caller-binding)")
 	f.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle (PEM): a caller without a token may present a client certificate it signed (common name: the user, organizations: the groups)")
 	f.StringVar(&o.IdentityAssertionAudience, "identity-assertion-audience", o.IdentityAssertionAudience, "send the upstream a signed identity assertion (a JWT in X-Callerauth-Identity) for this audience, the upstream's name; its keys at /.well-known/jwks.json on --metrics-listen (default: none sent)")
@@ -175,6 +183,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.IdentityAssertionTTL, "identity-assertion-ttl", o.IdentityAssertionTTL, "how long an assertion is valid (at most 10m)")
 	f.BoolVar(&o.AllowWebSocket, "allow-websocket", o.AllowWebSocket, "forward WebSocket upgrades: the handshake is authenticated and authorized as any request (never on an --ignore-paths path), the frames after it are not (default: refused 400); other upgrades are always refused, an h2c offer declined")
 	f.BoolVar(&o.PassBearerToken, "pass-bearer-token", o.PassBearerToken, "pass the caller's Authorization header to the upstream (default: removed)")
+	o.DecisionLog.AddFlags(f)
+	f.StringVar(&o.DecisionLogListen, "decision-log-listen", o.DecisionLogListen, "host:port serving the decision log's read API (search, proofs, tiles) over TLS with the proxy's certificate, to the principal --caller-binding "+decisionlog.ReaderSystem+"=PRINCIPAL names (empty: not served)")
 	addKubeRBACProxyFlags(f, &o.kubeRBACProxy)
 }
 
@@ -220,6 +230,12 @@ type Config struct {
 	Bindings     map[string]string
 	SystemHeader string
 	Warnings     []string
+	// DecisionLog is --decision-log's (On: every verdict kept);
+	// DecisionLogListen serves its read API to LogReader, the principal
+	// bound to decisionlog.ReaderSystem (never one of Bindings).
+	DecisionLog       decisionlog.Options
+	DecisionLogListen string
+	LogReader         string
 }
 
 // Complete validates the options — refusing every one that cannot be
@@ -302,10 +318,20 @@ func (o Options) Complete() (Config, error) {
 			errs = append(errs, fmt.Errorf("proxy: --system-header %q: want a header name other than Authorization and the identity headers", o.SystemHeader))
 		}
 	}
+	if reader, ok := c.Bindings[decisionlog.ReaderSystem]; ok {
+		// The log's reader, not a system of the upstream: a request
+		// naming it in --system-header is refused as any unbound one.
+		c.LogReader = reader
+		delete(c.Bindings, decisionlog.ReaderSystem)
+		if len(c.Bindings) == 0 {
+			c.Bindings = nil
+		}
+	}
+	errs = append(errs, c.completeDecisionLog(o)...)
 	if len(o.CallerBindings) == 0 && o.SystemHeader != DefaultSystemHeader {
 		errs = append(errs, fmt.Errorf("proxy: --system-header %q names where a request's system is read for --caller-binding; give --caller-binding SYSTEM=PRINCIPAL", o.SystemHeader))
 	}
-	ruled := named || o.RoleFile != "" || len(o.CallerBindings) > 0
+	ruled := named || o.RoleFile != "" || len(c.Bindings) > 0
 	if !ruled && o.Authorization != AuthorizationRBAC {
 		errs = append(errs, errors.New("proxy: name the callers let through: --allow-service-account NAMESPACE:NAME (or NAMESPACE:*), --allow-group or --allow-user, --role-file or --caller-binding (or ask Kubernetes RBAC: --authorization rbac)"))
 	}
@@ -335,6 +361,28 @@ func (o Options) Complete() (Config, error) {
 		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// completeDecisionLog reads --decision-log's settings and where its
+// read API is served.
+func (c *Config) completeDecisionLog(o Options) []error {
+	var errs []error
+	c.DecisionLog, c.DecisionLogListen = o.DecisionLog, o.DecisionLogListen
+	if err := o.DecisionLog.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("proxy: %w", err))
+	}
+	switch {
+	case !o.DecisionLog.On() && (o.DecisionLogListen != "" || c.LogReader != ""):
+		errs = append(errs, fmt.Errorf("proxy: --decision-log-listen and --caller-binding %s=PRINCIPAL serve the decision log: give --decision-log", decisionlog.ReaderSystem))
+	case c.LogReader != "" && o.DecisionLogListen == "":
+		errs = append(errs, fmt.Errorf("proxy: --caller-binding %s=%s names a reader of the decision log, but nothing serves it: give --decision-log-listen", decisionlog.ReaderSystem, c.LogReader))
+	}
+	if o.DecisionLogListen != "" {
+		if _, _, err := net.SplitHostPort(o.DecisionLogListen); err != nil {
+			errs = append(errs, fmt.Errorf("proxy: --decision-log-listen %q: want host:port", o.DecisionLogListen))
+		}
+	}
+	return errs
 }
 
 // Defaults.

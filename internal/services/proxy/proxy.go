@@ -9,8 +9,6 @@
 package proxy
 
 import (
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -28,6 +26,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -37,6 +36,7 @@ import (
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/copybuf"
 	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/reason"
 )
 
@@ -56,7 +56,8 @@ func Reasons() []reason.Reason {
 	// --role-file's roles refuse role_missing (they never require a
 	// tenant), --caller-binding's systems principal_cannot_represent_system.
 	rules := []reason.Reason{binding.ReasonRoleMissing, binding.ReasonPrincipalCannotRepresentSystem}
-	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), append(append(rules, (&rbac{}).Reasons()...), ReasonUpstreamUnavailable, guard.ReasonBadRequest)...)
+	rules = append(append(append(rules, (&rbac{}).Reasons()...), ReasonUpstreamUnavailable, guard.ReasonBadRequest), decisionlog.Reasons()...)
+	return reason.Union(binding.Reasons(allowRule(binding.RoleGrant{})), rules...)
 }
 
 // Server is a running proxy.
@@ -77,6 +78,12 @@ type Server struct {
 
 	clientBodyErrors prometheus.Counter
 	upgrades         *prometheus.CounterVec
+
+	// dlog keeps every verdict (--decision-log), nil when none; reader
+	// guards its read API (--decision-log-listen), nil when not served.
+	dlog        *decisionlog.Log
+	reader      *guard.Guard
+	readLatency prometheus.Histogram
 }
 
 // New builds the proxy: the caller authentication, the rule, the
@@ -122,6 +129,9 @@ func New(c Config) (*Server, error) {
 	s.guard, err = m.Guard(c.Callers, svc)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: caller authentication: %w", err)
+	}
+	if err := s.openDecisionLog(); err != nil {
+		return nil, err
 	}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
@@ -218,7 +228,7 @@ func (s *Server) Handler() http.Handler {
 	if s.c.ClientCAs != nil {
 		opts = append(opts, guard.WithPeerIdentity(s.certificateCaller))
 	}
-	guarded := s.guard.Middleware(extract, opts...)(s.proxy)
+	guarded := s.guard.Middleware(extract, opts...)(s.kept(s.proxy))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		clean, ok := canonical(r.URL.Path, r.URL.EscapedPath())
 		if !ok {
@@ -391,6 +401,7 @@ func setIdentity(h http.Header, c Config, caller *authn.Caller) {
 // with the reason in an ErrorInfo for a gRPC call, the guard's JSON
 // otherwise.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, v *guard.Verdict) {
+	s.logRefusal(r, v)
 	if !isGRPC(r) {
 		guard.WriteRefusal(w, v)
 		return
@@ -474,6 +485,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	lis = tls.NewListener(lis, cfg)
 	s.m.ServeHTTP("proxy", lis, s.Handler())
+	if s.dlog != nil {
+		defer func() { _ = s.dlog.Close() }()
+	}
+	if err := s.serveDecisionLog(); err != nil {
+		_ = lis.Close()
+		return err
+	}
 	upstream := s.c.Upstream.String()
 	if s.c.UnixSocket != "" {
 		upstream = "unix://" + s.c.UnixSocket
