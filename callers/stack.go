@@ -167,8 +167,9 @@ type Stack struct {
 	// (--caller-watch-bound-objects); none otherwise.
 	Runnables []Runnable
 
-	logger *slog.Logger
-	tracer trace.Tracer
+	logger  *slog.Logger
+	tracer  trace.Tracer
+	backend string
 }
 
 // New makes the backend c names, the verdict cache in front of it, the
@@ -206,12 +207,12 @@ func New(c Config, svc Service) (*Stack, error) {
 	}
 	g, err := guard.New(guard.Config{
 		Mode: c.Mode(), FailOpenOnUnavailable: c.o.FailOpenOnUnavailable,
-		Authenticator: cache.Layer(), Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger, Tracer: svc.Tracer,
+		Authenticator: cache.Layer(), Rule: svc.Rule, Authorizer: svc.Authorizer, Metrics: m, Logger: svc.Logger, Tracer: svc.Tracer, Backend: c.Backend(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Stack{Guard: g, Authenticator: cache.Layer(), Collectors: collectors, Runnables: b.runnables, logger: svc.Logger, tracer: svc.Tracer}, nil
+	return &Stack{Guard: g, Authenticator: cache.Layer(), Collectors: collectors, Runnables: b.runnables, logger: svc.Logger, tracer: svc.Tracer, backend: c.Backend()}, nil
 }
 
 // Door is another guard over the stack's authentication (its verdict
@@ -234,7 +235,7 @@ func (st *Stack) Door(door Service) (*guard.Guard, error) {
 		door.Tracer = st.tracer
 	}
 	return guard.New(guard.Config{Mode: guard.Enforce, Authenticator: st.Authenticator, Rule: door.Rule, Authorizer: door.Authorizer,
-		Metrics: m, Logger: door.Logger, Tracer: door.Tracer})
+		Metrics: m, Logger: door.Logger, Tracer: door.Tracer, Backend: st.backend})
 }
 
 // off maps an option's zero (off) to the library's negative (off).

@@ -77,6 +77,9 @@ type Config struct {
 	Metrics *Metrics
 	// Logger gets one line per decision. Default slog.Default().
 	Logger *slog.Logger
+	// Backend names the authenticator in each authentication's span
+	// (callerauth.backend: tokenreview, oidc); empty: not named.
+	Backend string
 	// Tracer, when set, records a span of each authentication and each
 	// verdict, children of the request's span when that one records
 	// (docs/monitoring.md "Traces"). Nil: none.
@@ -294,7 +297,7 @@ func (g *Guard) Authenticate(ctx context.Context, cred bearer.Credential) *Authe
 
 func (g *Guard) authenticate(ctx context.Context, cred bearer.Credential, a *Authentication) {
 	ctx, span := g.startSpan(ctx, "callerauth.authenticate")
-	defer endAuthentication(span, a)
+	defer endAuthentication(span, a, g.cfg.Backend)
 	identify(ctx, &g.cfg.Authenticator, cred, a)
 	if a.viol != nil && cred.Kind == bearer.Token && g.cfg.FailOpenOnUnavailable && authn.SaysNothingAboutCaller(authn.ReasonOf(a.err)) {
 		// The request goes on as a degraded subject; Decide counts the

@@ -28,9 +28,12 @@ func (g *Guard) startSpan(ctx context.Context, name string) (context.Context, tr
 }
 
 // endAuthentication ends an authentication's span with what it found.
-func endAuthentication(span trace.Span, a *Authentication) {
+func endAuthentication(span trace.Span, a *Authentication, backend string) {
 	if !span.IsRecording() {
 		return
+	}
+	if backend != "" {
+		span.SetAttributes(attribute.String("callerauth.backend", backend))
 	}
 	span.SetAttributes(attribute.Bool("callerauth.cached", a.cached), attribute.Bool("callerauth.credential_absent", a.absent),
 		attribute.Bool("callerauth.degraded", a.degraded))

@@ -56,16 +56,18 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	authv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/authn/oidc"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 	"github.com/callerauth/callerauth/internal/foundation/kubeclient"
-
-	"github.com/callerauth/callerauth/authn"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/reason"
 	tokens "github.com/callerauth/callerauth/token"
 )
@@ -405,9 +407,33 @@ func (a *Authenticator) caller(st *authv1.TokenReviewStatus, token string) (*aut
 	return c, nil
 }
 
+// tracerName names the backend's spans.
+const tracerName = "github.com/callerauth/callerauth/authn/kube"
+
 // review creates the TokenReview, retrying transient failures with
-// jittered exponential backoff until ctx ends.
+// jittered exponential backoff until ctx ends, in a span of its own
+// (callerauth.token_review: whether the API server authenticated the
+// token, or the failure's class; never the token or the user).
 func (a *Authenticator) review(ctx context.Context, token string) (*authv1.TokenReviewStatus, error) {
+	ctx, span := spans.Start(ctx, tracerName, "callerauth.token_review", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	st, err := a.reviewRetrying(ctx, token)
+	if span.IsRecording() {
+		var ae *authn.Error
+		switch {
+		case err == nil:
+			span.SetAttributes(attribute.Bool("callerauth.authenticated", st.Authenticated))
+		case errors.As(err, &ae):
+			span.SetAttributes(attribute.String("callerauth.reason", ae.Reason.String()))
+			spans.Fail(span, "TokenReview failed: "+ae.Reason.String())
+		default:
+			spans.Fail(span, "TokenReview failed")
+		}
+	}
+	return st, err
+}
+
+func (a *Authenticator) reviewRetrying(ctx context.Context, token string) (*authv1.TokenReviewStatus, error) {
 	tr := &authv1.TokenReview{Spec: authv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
 	backoff := 50 * time.Millisecond
 	var answered reason.Reason // the class of the validator's last own answer

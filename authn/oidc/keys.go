@@ -18,10 +18,13 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/token"
 )
 
@@ -227,7 +230,26 @@ func (k *keySet) refresh(ctx context.Context) error {
 	}
 }
 
+// tracerName names the backend's spans.
+const tracerName = "github.com/callerauth/callerauth/authn/oidc"
+
+// fetch reads the issuer's keys (its discovery document first, once), in
+// a span of its own when the request that needs them is traced
+// (callerauth.key_fetch: the keys found, or the failure).
 func (k *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
+	ctx, span := spans.Start(ctx, tracerName, "callerauth.key_fetch", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	keys, err := k.fetchKeys(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("callerauth.keys", len(keys)))
+		if err != nil {
+			spans.Fail(span, "the issuer's keys could not be fetched")
+		}
+	}
+	return keys, err
+}
+
+func (k *keySet) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, error) {
 	k.mu.RLock()
 	jwksURL := k.jwksURL
 	k.mu.RUnlock()

@@ -15,6 +15,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/callerauth/callerauth/internal/foundation/spans"
+
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -152,13 +154,9 @@ func TraceHandler(h http.Handler, name string) http.Handler {
 // StartSpan starts a span named name, a child of ctx's span, when that
 // one records (traces on, and this trace sampled); otherwise it returns
 // ctx's own span, which records nothing, at no cost. tracer names the
-// package (its import path).
+// package (its import path). spans.Start.
 func StartSpan(ctx context.Context, tracer, name string) (context.Context, trace.Span) {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
-		return ctx, parent
-	}
-	return otel.Tracer(tracer).Start(ctx, name)
+	return spans.Start(ctx, tracer, name)
 }
 
 // GRPCServerOptions are what a service's gRPC server is made with: with

@@ -131,7 +131,7 @@ func TestTraceAcrossThreeHops(t *testing.T) {
 			for _, s := range tr.Spans {
 				services[tr.Service(s)] = true
 			}
-			if services["test-client"] && services["callerauth-proxy"] && services["pdp"] && len(tr.Spans) >= 9 {
+			if services["test-client"] && services["callerauth-proxy"] && services["pdp"] && len(tr.Spans) >= 11 {
 				break
 			}
 		}
@@ -160,7 +160,7 @@ func TestTraceAcrossThreeHops(t *testing.T) {
 	find := func(service, name string, kind string) jaeger.Span {
 		t.Helper()
 		for _, s := range tr.Spans {
-			if tr.Service(s) != service || !strings.HasPrefix(s.OperationName, name) {
+			if tr.Service(s) != service || !strings.HasPrefix(s.OperationName, name) || (name == "" && strings.HasPrefix(s.OperationName, "callerauth.")) {
 				continue
 			}
 			if kind != "" && tag(s, "span.kind") != kind {
@@ -179,6 +179,19 @@ func TestTraceAcrossThreeHops(t *testing.T) {
 	proxyServer := find("callerauth-proxy", "", "server")
 	proxyUpstream := find("callerauth-proxy", "", "client")
 	pdpServer := find("pdp", "", "server")
+	proxyAuth, pdpAuth := find("callerauth-proxy", "callerauth.authenticate", ""), find("pdp", "callerauth.authenticate", "")
+	for _, a := range []jaeger.Span{proxyAuth, pdpAuth} {
+		// The first call: a miss of each verdict cache, a TokenReview.
+		if tag(a, "callerauth.backend") != "tokenreview" || tag(a, "callerauth.cached") != "false" {
+			t.Errorf("%s's authentication: backend %q, cached %q; want tokenreview, false", tr.Service(a), tag(a, "callerauth.backend"), tag(a, "callerauth.cached"))
+		}
+	}
+	proxyReview, pdpReview := find("callerauth-proxy", "callerauth.token_review", "client"), find("pdp", "callerauth.token_review", "client")
+	for _, r := range []jaeger.Span{proxyReview, pdpReview} {
+		if tag(r, "callerauth.authenticated") != "true" {
+			t.Errorf("%s's TokenReview: authenticated %q", tr.Service(r), tag(r, "callerauth.authenticated"))
+		}
+	}
 	chain := []struct {
 		what          string
 		child, parent jaeger.Span
@@ -187,7 +200,9 @@ func TestTraceAcrossThreeHops(t *testing.T) {
 		{"the proxy's guard, under its server span", find("callerauth-proxy", "callerauth.decide", ""), proxyServer},
 		{"the proxy's upstream call, under its server span", proxyUpstream, proxyServer},
 		{"the pdp's server span, under the proxy's upstream call", pdpServer, proxyUpstream},
-		{"the pdp's authentication, under its server span", find("pdp", "callerauth.authenticate", ""), pdpServer},
+		{"the proxy's TokenReview, under its authentication", proxyReview, proxyAuth},
+		{"the pdp's authentication, under its server span", pdpAuth, pdpServer},
+		{"the pdp's TokenReview, under its authentication", pdpReview, pdpAuth},
 		{"the pdp's verdict, under its server span", find("pdp", "callerauth.decide", ""), pdpServer},
 		{"the pdp's evaluation, under its server span", find("pdp", "pdp.evaluate", ""), pdpServer},
 		{"the pdp's signature, under its server span", find("pdp", "pdp.sign", ""), pdpServer},
