@@ -56,6 +56,12 @@ func NewOptions(listen, metricsListen string) Options {
 		CertCheckInterval: defaultCertCheckInterval, HTTP: defaultHTTPLimits(), Tracing: Tracing{Protocol: "grpc", SampleRatio: 1}}
 }
 
+// For names the binary the options are for: its spans' service.name.
+func (o Options) For(binary string) Options {
+	o.Tracing.Service = binary
+	return o
+}
+
 // AddFlags registers the serving flags, with o's values as their
 // defaults: --listen, --tls-cert-file, --tls-key-file,
 // --tls-check-interval, the --http-* limits, and [Options.AddProcessFlags].

@@ -47,6 +47,9 @@ type Tracing struct {
 	// SampleRatio is the share of traces that start here that are
 	// recorded; a trace a caller started is recorded as the caller chose.
 	SampleRatio float64
+	// Service is the spans' service.name: the binary's name, which a
+	// service's NewOptions sets (vmafx-node); empty: the manager's name.
+	Service string
 }
 
 // On reports whether traces are exported.
@@ -94,6 +97,9 @@ func (t Tracing) validate() error {
 // process's own (otel's globals, which the libraries' spans use). It
 // returns what flushes and stops it.
 func (t Tracing) start(service string) (func(context.Context) error, error) {
+	if t.Service != "" {
+		service = t.Service
+	}
 	var tlsCfg *tls.Config
 	if !t.Insecure {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}

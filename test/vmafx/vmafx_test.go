@@ -55,14 +55,18 @@ type world struct {
 	datadir     string
 	cert        string
 	key         string
+	ctlFlags    []string
 }
 
 func newWorld(t *testing.T) *world { return newWorldOn(t, "") }
 
 // newWorldOn is newWorld with the controller's datastore: an SQLite file
 // in the world's directory when datastore is "".
-func newWorldOn(t *testing.T, datastore string) *world {
-	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}}
+func newWorldOn(t *testing.T, datastore string) *world { return newWorldWith(t, datastore) }
+
+// newWorldWith is newWorldOn, the controller started with extra flags.
+func newWorldWith(t *testing.T, datastore string, ctlFlags ...string) *world {
+	w := &world{t: t, dir: t.TempDir(), idp: map[string]*devissuer.Issuer{}, ctlFlags: ctlFlags}
 	// The tenants' identity providers, as an AuthenticationConfiguration
 	// (each issuer its constant tenant, scp its roles).
 	var issuers oidc.Config
@@ -112,7 +116,7 @@ func write(t *testing.T, path, body string) {
 }
 
 func (w *world) startController() {
-	w.ctl, w.addr = w.startReplica()
+	w.ctl, w.addr = w.startReplica(w.ctlFlags...)
 }
 
 // startReplica starts a controller on the world's datastore (with extra

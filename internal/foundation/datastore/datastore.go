@@ -53,6 +53,15 @@ var ReasonUnavailable = reason.New("datastore_unavailable", reason.Unavailable, 
 // Dialect is the SQL a datastore speaks.
 type Dialect string
 
+// SystemName is the dialect as OpenTelemetry's database conventions name
+// it (db.system.name).
+func (d Dialect) SystemName() string {
+	if d == Postgres {
+		return "postgresql"
+	}
+	return string(d)
+}
+
 // The dialects.
 const (
 	SQLite   Dialect = "sqlite"

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/callerauth/callerauth/internal/kit/loopback"
@@ -180,6 +181,23 @@ func (s *Server) Trace(ctx context.Context, traceID string) (Trace, error) {
 		return Trace{}, fmt.Errorf("jaeger: trace %s: %d found", traceID, len(r.Data))
 	}
 	return r.Data[0], nil
+}
+
+// Traces finds the traces in which service recorded a span named
+// operation, at most limit, the newest first.
+func (s *Server) Traces(ctx context.Context, service, operation string, limit int) ([]Trace, error) {
+	q := url.Values{"service": {service}, "operation": {operation}, "limit": {strconv.Itoa(limit)}, "lookback": {"1h"}}
+	b, err := s.get(ctx, "/api/traces?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Data []Trace `json:"data"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("jaeger: %w", err)
+	}
+	return r.Data, nil
 }
 
 func (s *Server) get(ctx context.Context, path string) ([]byte, error) {

@@ -63,7 +63,7 @@ type Options struct {
 // written. nodeName is the socket role's node ($NODE_NAME).
 func NewOptions(nodeName string) Options {
 	return Options{Role: RoleSocket, ConfigFile: "/etc/platform-connector/config.json", NodeName: nodeName,
-		Serve: serve.NewOptions("", "127.0.0.1:2112"), Callers: callers.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
+		Serve: serve.NewOptions("", "127.0.0.1:2112").For("platform-connector"), Callers: callers.NewOptions(), Datastore: "/var/lib/platform-connector/events.db",
 		MaxBatchEvents: DefaultMaxBatchEvents, MaxMessageBytes: DefaultMaxMessageBytes, QuotaEvents: DefaultQuotaEvents, QuotaWindow: DefaultQuotaWindow,
 		KeyRetention: DefaultKeyRetention, MaxDatastoreBytes: DefaultMaxDatastoreBytes}
 }

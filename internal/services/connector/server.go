@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpccreds "google.golang.org/grpc/credentials"
@@ -28,6 +29,7 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/reason"
@@ -331,7 +333,7 @@ func (svc *service) HealthEventOccurredV1(ctx context.Context, in *pcv1.HealthEv
 			key = p + "/" + key
 		}
 	}
-	duplicate, stored, err := s.store.Append(ctx, pub, caller, scope, key, events)
+	duplicate, stored, err := s.append(ctx, pub, caller, scope, key, events)
 	switch {
 	case errors.Is(err, ErrKeyReused):
 		return nil, guard.Refuse(ReasonKeyReused, "idempotency_key was already used for another batch of yours; nothing was stored")
@@ -511,4 +513,25 @@ func hostDirHint(role Role, flag string, err error) error {
 	}
 	return fmt.Errorf("%w: the %s directory is not writable by UID %d GID %d; on a node, the chart's daemonset.prepareHostDirs (default true) gives the hostPath directories to the pod's user, or provision them owned by it (docs/deploy.md, \"The socket role\")",
 		err, flag, os.Getuid(), os.Getgid())
+}
+
+// tracerName names the connector's spans.
+const tracerName = "github.com/callerauth/callerauth/internal/services/connector"
+
+// append stores a batch (Store.Append) in a span of its own when the
+// call is traced (connector.store, the database conventions' attributes:
+// the datastore, the operation, the table; how many events, whether the
+// batch was a retry already stored). No event, caller or key is in it.
+func (s *Server) append(ctx context.Context, pub, caller, scope, key string, events []*pcv1.HealthEvent) (bool, int64, error) {
+	ctx, span := serve.StartSpan(ctx, tracerName, "connector.store")
+	defer span.End()
+	duplicate, stored, err := s.store.Append(ctx, pub, caller, scope, key, events)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("db.system.name", s.store.db.Dialect.SystemName()), attribute.String("db.operation.name", "INSERT"),
+			attribute.String("db.collection.name", "health_events"), attribute.Int("connector.events", len(events)), attribute.Bool("connector.duplicate", duplicate))
+		if err != nil {
+			spans.Fail(span, "the batch was not stored")
+		}
+	}
+	return duplicate, stored, err
 }

@@ -65,7 +65,7 @@ type Options struct {
 
 // NewOptions returns the pdp's defaults: the one place they are written.
 func NewOptions() Options {
-	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(), ReloadInterval: 2 * time.Second,
+	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090").For("pdp"), Callers: callers.NewOptions(), ReloadInterval: 2 * time.Second,
 		SignGroupMax: DefaultSignGroup, AuthZENMaxBody: DefaultAuthZENMaxBody, SearchPageSize: DefaultSearchPageSize, SearchMaxCandidates: DefaultSearchMaxCandidates,
 		DecisionLog: decisionlog.NewOptions()}
 	o.Callers.Audience, o.Callers.CanBeOff = DefaultAudience, true

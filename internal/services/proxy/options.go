@@ -137,7 +137,7 @@ type Options struct {
 
 // NewOptions returns the proxy's defaults: the one place they are written.
 func NewOptions() Options {
-	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090"), Callers: callers.NewOptions(),
+	o := Options{Serve: serve.NewOptions(":8443", "127.0.0.1:9090").For("callerauth-proxy"), Callers: callers.NewOptions(),
 		UpstreamHeaderTimeout: DefaultUpstreamHeaderTimeout,
 		UserHeader:            DefaultUserHeader, GroupHeader: DefaultGroupHeader, ExtraHeaderPrefix: DefaultExtraHeaderPrefix,
 		Authorization: AuthorizationAllow, AuthorizationAllowTTL: DefaultAuthorizationAllowTTL, AuthorizationDenyTTL: DefaultAuthorizationDenyTTL,

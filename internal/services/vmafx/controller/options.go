@@ -57,7 +57,7 @@ type Options struct {
 // written. The caller backend is oidc: each tenant's identity provider,
 // offline.
 func NewOptions() Options {
-	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091"), Callers: callers.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
+	o := Options{Serve: serve.NewOptions(":9443", "127.0.0.1:9091").For("vmafx-controller"), Callers: callers.NewOptions(), Datastore: "/var/lib/vmafx/controller.db",
 		Lease: DefaultLease, MaxAttempts: DefaultMaxAttempts, MaxPendingJobs: DefaultMaxPendingJobs, MaxSubmissionsPerMinute: DefaultMaxSubmissionsPerMinute,
 		MaxJobsPerTenant: DefaultMaxJobsPerTenant, FinishedJobRetention: DefaultFinishedJobRetention, TenantShare: DefaultTenantShare}
 	// Each tenant's identity provider, offline; a token for any audience

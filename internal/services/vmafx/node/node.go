@@ -20,6 +20,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,6 +30,7 @@ import (
 
 	vmafxv1 "github.com/callerauth/callerauth/api/vmafx/v1"
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/vmafx/connection"
 	"github.com/callerauth/callerauth/internal/services/vmafx/measure"
@@ -147,6 +151,9 @@ func (n *Node) once(ctx context.Context) bool {
 	return true
 }
 
+// tracerName names the node's spans.
+const tracerName = "github.com/callerauth/callerauth/internal/services/vmafx/node"
+
 // Why a measurement was stopped before its end.
 var (
 	errLeaseLost = errors.New("the controller refused a progress report")
@@ -180,7 +187,14 @@ func (n *Node) measureJob(ctx context.Context, job *vmafxv1.Job, frames *atomic.
 // when the node stops (the job is given back; the node waits at most
 // --shutdown-timeout for the measurement to end). It returns only once the
 // measurement has ended, so that a node never holds two jobs' frames.
+//
+// With traces on, a job is a trace of its own: a root span (vmafx.job)
+// over the measurement (vmafx.measure) and the reports, which carry it to
+// the controller. No clip, tenant or job name is in a span.
 func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "vmafx.job", trace.WithNewRoot(),
+		trace.WithAttributes(attribute.Int("vmafx.attempt", int(job.GetAttempts())), attribute.Int("vmafx.metrics", len(job.GetSpec().GetMetrics()))))
+	defer span.End()
 	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if n.o.MaxJobDuration > 0 {
@@ -194,7 +208,16 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 	leaseEnd := job.GetLeaseExpiresAt().AsTime()
 	done := make(chan outcome, 1)
 	go func() {
-		scores, err := n.measureJob(mctx, job, &frames)
+		sctx, mspan := spans.Start(mctx, tracerName, "vmafx.measure")
+		scores, err := n.measureJob(sctx, job, &frames)
+		if mspan.IsRecording() {
+			mspan.SetAttributes(attribute.Int64("vmafx.frames", frames.Load()))
+			if err != nil {
+				mspan.SetAttributes(attribute.String("vmafx.reason", measure.ReasonOf(err)))
+				spans.Fail(mspan, "the measurement did not complete")
+			}
+		}
+		mspan.End()
 		done <- outcome{scores, err}
 	}()
 	tick := time.NewTicker(n.o.ReportEvery)
@@ -206,7 +229,7 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 			return
 		case <-ctx.Done():
 			cancel(ctx.Err())
-			n.giveBack(job, lease, "the node is stopping")
+			n.giveBack(ctx, job, lease, "the node is stopping")
 			select {
 			case <-done:
 			case <-time.After(n.o.Serve.ShutdownTimeout):
@@ -246,7 +269,7 @@ func (n *Node) run(ctx context.Context, job *vmafxv1.Job, lease string) {
 func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string, leaseEnd time.Time, out outcome, frames int64) {
 	switch cause := context.Cause(mctx); {
 	case errors.Is(cause, errTooLong):
-		n.giveBack(job, lease, fmt.Sprintf("the measurement outlasted --max-job-duration %s after %d frames", n.o.MaxJobDuration, frames))
+		n.giveBack(ctx, job, lease, fmt.Sprintf("the measurement outlasted --max-job-duration %s after %d frames", n.o.MaxJobDuration, frames))
 		return
 	case ctx.Err() != nil || cause != nil:
 		return
@@ -258,6 +281,7 @@ func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string,
 	for _, s := range out.scores {
 		report.Scores = append(report.Scores, &vmafxv1.Score{Metric: s.Metric, Mean: s.Mean, Min: s.Min, Frames: s.Frames})
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("vmafx.job_state", report.GetState().String()))
 	for attempt := 0; ; attempt++ {
 		_, rerr := n.client.ReportJob(ctx, report)
 		if rerr == nil {
@@ -283,8 +307,10 @@ func (n *Node) finish(ctx, mctx context.Context, job *vmafxv1.Job, lease string,
 // giveBack hands the job back to the controller (queued again behind the
 // tenant's other jobs), with a deadline of its own: the node may be
 // stopping.
-func (n *Node) giveBack(job *vmafxv1.Job, lease, why string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+func (n *Node) giveBack(ctx context.Context, job *vmafxv1.Job, lease, why string) {
+	span := trace.SpanFromContext(ctx) // the job's trace, whatever ctx's end
+	span.SetAttributes(attribute.String("vmafx.job_state", vmafxv1.JobState_JOB_STATE_PENDING.String()))
+	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), span), 2*time.Second)
 	defer cancel()
 	_, err := n.client.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: job.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_PENDING, Error: why})
 	n.jobs.WithLabelValues("given_back").Inc()

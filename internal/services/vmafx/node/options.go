@@ -55,7 +55,7 @@ type Options struct {
 func NewOptions(nodeName string) Options {
 	return Options{LookupEnv: os.LookupEnv, Poll: 2 * time.Second, ReportEvery: 5 * time.Second, ClipRoot: DefaultClipRoot, NodeName: nodeName,
 		MaxFramePixels: measure.DefaultMaxFramePixels, MaxFrames: measure.DefaultMaxFrames, MaxJobDuration: DefaultMaxJobDuration,
-		Serve: serve.NewOptions("", DefaultMetricsListen)}
+		Serve: serve.NewOptions("", DefaultMetricsListen).For("vmafx-node")}
 }
 
 // AddFlags registers the node's flags, with o's values as their defaults.

@@ -47,7 +47,7 @@ type Options struct {
 // written.
 func NewOptions() Options {
 	return Options{Config: "/etc/vmafx/operator.yaml", LookupEnv: os.LookupEnv, Poll: 5 * time.Second, LeaderElect: true,
-		LeaderElectionNamespace: "vmafx-system", Serve: serve.NewOptions("", DefaultMetricsListen)}
+		LeaderElectionNamespace: "vmafx-system", Serve: serve.NewOptions("", DefaultMetricsListen).For("vmafx-operator")}
 }
 
 // AddFlags registers the operator's flags, with o's values as their
