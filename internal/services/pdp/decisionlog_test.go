@@ -20,6 +20,7 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
@@ -300,5 +301,112 @@ func TestDecisionLogRequired(t *testing.T) {
 	code, body := e.post(t, good, allow, "application/json")
 	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), decisionlog.ReasonUnavailable.String()) {
 		t.Fatalf("a check the log cannot keep: %d %s", code, body)
+	}
+}
+
+// TestDecisionLogReplicas: two pdps on one PostgreSQL keep one log. Each
+// one's decisions are read, and proven with x/mod, through the other;
+// every checkpoint either signs is a prefix of the other's latest (the
+// consistency proof the read API serves, checked with tlog.CheckTree).
+func TestDecisionLogReplicas(t *testing.T) {
+	target := pgtest.Start(t).NewDatabase(t)
+	skey, vkey, err := note.GenerateKey(rand.Reader, logOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "log.key")
+	if err := os.WriteFile(keyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shared := func(o *pdp.Options) { o.DecisionLog.Datastore, o.DecisionLog.KeyFile = target, keyFile }
+	a, _, _ := withLog(t, "enforce", shared)
+	b, _, _ := withLog(t, "enforce", shared)
+	allow := readExample(t, "check_request_allow_rotate.json")
+	const each = 5
+	for _, e := range []*env{a, b} {
+		good := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+		for range each {
+			if code, body := e.post(t, good, allow, "application/json"); code != http.StatusOK {
+				t.Fatalf("a check: %d %s", code, body)
+			}
+		}
+	}
+	readerA, readerB := a.tokenFor(t, "audit", "auditor"), b.tokenFor(t, "audit", "auditor")
+	for name, r := range map[string]struct {
+		e   *env
+		tok string
+	}{"replica a": {a, readerA}, "replica b": {b, readerB}} {
+		if p := r.e.search(t, r.tok, "decision=allowed", 2*each); len(p.Decisions) != 2*each {
+			t.Fatalf("%s reads %d decisions of the two replicas' %d", name, len(p.Decisions), 2*each)
+		}
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// latest is a replica's checkpoint once it covers every decision.
+	latest := func(e *env, tok string) (int64, tlog.Hash) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			code, body := e.get(t, tok, decisionlog.PathTiles+"checkpoint")
+			if code == http.StatusOK {
+				n, err := note.Open(body, note.VerifierList(v))
+				if err != nil {
+					t.Fatalf("a checkpoint that does not verify: %v", err)
+				}
+				_, size, root, err := translog.ParseCheckpoint(n.Text)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if size >= 2*each {
+					return size, root
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no checkpoint of the whole log: %d %s", code, body)
+			}
+		}
+	}
+	sizeA, rootA := latest(a, readerA)
+	sizeB, rootB := latest(b, readerB)
+	if sizeA == sizeB && rootA != rootB {
+		t.Fatalf("the replicas signed two trees of size %d", sizeA)
+	}
+	// B proves A's checkpoint a prefix of its own (or the reverse).
+	older, olderRoot, newer, newerRoot, prover, tok := sizeA, rootA, sizeB, rootB, b, readerB
+	if sizeA > sizeB {
+		older, olderRoot, newer, newerRoot, prover, tok = sizeB, rootB, sizeA, rootA, a, readerA
+	}
+	code, body := prover.get(t, tok, fmt.Sprintf("%s?old=%d&size=%d", decisionlog.PathConsistency, older, newer))
+	var c decisionlog.Consistency
+	if code != http.StatusOK || json.Unmarshal(body, &c) != nil {
+		t.Fatalf("the consistency proof: %d %s", code, body)
+	}
+	proof := make(tlog.TreeProof, len(c.Proof))
+	for i, h := range c.Proof {
+		if proof[i], err = tlog.ParseHash(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tlog.CheckTree(proof, newer, newerRoot, older, olderRoot); err != nil {
+		t.Errorf("replica checkpoints of sizes %d and %d are not one log: %v", older, newer, err)
+	}
+	// A decision replica a wrote, proven through replica b.
+	p := b.search(t, readerB, "decision=allowed", 2*each)
+	for _, d := range p.Decisions {
+		code, body := b.get(t, readerB, fmt.Sprintf("%s%d?size=%d", decisionlog.PathEntry, d.Index, sizeB))
+		var proved decisionlog.Proved
+		if code != http.StatusOK || json.Unmarshal(body, &proved) != nil {
+			t.Fatalf("decision %d through replica b: %d %s", d.Index, code, body)
+		}
+		rp := make(tlog.RecordProof, len(proved.Proof))
+		for i, h := range proved.Proof {
+			if rp[i], err = tlog.ParseHash(h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tlog.CheckRecord(rp, sizeB, rootB, d.Index, tlog.RecordHash(proved.Entry)); err != nil {
+			t.Errorf("decision %d: %v", d.Index, err)
+		}
 	}
 }
