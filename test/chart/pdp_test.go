@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,5 +284,84 @@ func TestPDPChartWatchBoundObjects(t *testing.T) {
 	}
 	if strings.Contains(off["pdp/templates/rbac.yaml"], "bound-objects") || strings.Contains(off["pdp/templates/deployment.yaml"], "--caller-watch-bound-objects") {
 		t.Fatal("watchBoundObjects off still renders the watch")
+	}
+}
+
+// TestPDPChartDecisionLogAndTraces: the decision log's and the traces'
+// values render flags the pdp itself accepts, mount what they name, and
+// are refused when they could not work.
+func TestPDPChartDecisionLogAndTraces(t *testing.T) {
+	on := examplePDPValues(t,
+		set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
+			"mode": "best-effort", "reader": "system:serviceaccount:audit:auditor", "sink": "https://logs.example:8443/logs"}, "decisionLog"),
+		set(map[string]any{"otlpEndpoint": "otel-collector.observability.svc:4317", "caConfigMap": map[string]any{"name": "otel-ca"}, "sampleRatio": 0.25}, "tracing"))
+	out, err := renderPDP(t, on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := findDeployment(t, out["pdp/templates/deployment.yaml"])
+	args := d.Spec.Template.Spec.Containers[0].Args
+	o, err := pdp.ParseArgs(args)
+	if err != nil {
+		t.Fatalf("the pdp refuses the rendered flags: %v\n%s", err, strings.Join(args, "\n"))
+	}
+	dl := o.DecisionLog
+	if dl.DatastoreURLFile != "/etc/pdp/decision-log-url/uri" || dl.KeyFile != "/etc/pdp/decision-log-key/decisions.key" || dl.Mode != "best-effort" ||
+		dl.MaxEntries != 10_000_000 || dl.CallerMaxEntries != 1_000_000 || dl.MaxAge != 720*time.Hour || dl.Sink != "https://logs.example:8443/logs" {
+		t.Errorf("decision log options %+v", dl)
+	}
+	if !slices.Contains(o.CallerBindings, "callerauth/decision-log=system:serviceaccount:audit:auditor") {
+		t.Errorf("the reader is not bound: %v", o.CallerBindings)
+	}
+	if tr := o.Serve.Tracing; tr.Endpoint != "otel-collector.observability.svc:4317" || tr.Protocol != "grpc" || tr.CAFile != "/etc/pdp/otlp-ca/ca.crt" || tr.SampleRatio != 0.25 || tr.Insecure {
+		t.Errorf("tracing options %+v", tr)
+	}
+	if err := dl.Check(); err != nil {
+		t.Errorf("the pdp refuses the rendered decision log: %v", err)
+	}
+	mounts := map[string]string{}
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	vols := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v.Secret.SecretName + v.ConfigMap.Name
+	}
+	for name, want := range map[string][2]string{"decision-log-url": {"/etc/pdp/decision-log-url", "decisions-db"}, "decision-log-key": {"/etc/pdp/decision-log-key", "decisions-key"}, "otlp-ca": {"/etc/pdp/otlp-ca", "otel-ca"}} {
+		if mounts[name] != want[0] || vols[name] != want[1] {
+			t.Errorf("volume %s: mounted at %q from %q, want %v", name, mounts[name], vols[name], want)
+		}
+	}
+
+	// Off by default: no flag, no volume.
+	out, err = renderPDP(t, examplePDPValues(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = findDeployment(t, out["pdp/templates/deployment.yaml"])
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--decision-log") || strings.HasPrefix(a, "--otlp") || strings.HasPrefix(a, "--trace") {
+			t.Errorf("by default the chart renders %s", a)
+		}
+	}
+
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"no URL Secret", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.urlSecret.name is required"},
+		{"no key Secret", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
+		{"settings while off", set(map[string]any{"reader": "system:serviceaccount:audit:auditor"}, "decisionLog"), "decisionLog.enabled is false"},
+		{"a plaintext sink", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "sink": "http://logs.example/"}, "decisionLog"), "want an https:// URL"},
+		{"an unknown mode", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "mode": "sometimes"}, "decisionLog"), "mode"},
+		{"an unknown protocol", set(map[string]any{"otlpEndpoint": "c:4317", "protocol": "udp"}, "tracing"), "protocol"},
+		{"a ratio over 1", set(map[string]any{"otlpEndpoint": "c:4317", "sampleRatio": 2}, "tracing"), "sampleRatio"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := renderPDP(t, examplePDPValues(t, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a refusal naming %q", err, c.want)
+			}
+		})
 	}
 }

@@ -36,6 +36,9 @@ type deployment struct {
 					Secret struct {
 						SecretName string `json:"secretName"`
 					} `json:"secret"`
+					ConfigMap struct {
+						Name string `json:"name"`
+					} `json:"configMap"`
 				} `json:"volumes"`
 			} `json:"spec"`
 		} `json:"template"`

@@ -76,6 +76,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail (printf "pdp: caller.bindings.%s %q: want system:serviceaccount:<namespace>:<name>, lowercase, no white space" $system $principal) -}}
 {{- end -}}
 {{- end -}}
+{{- with $v.decisionLog -}}
+{{- if .enabled -}}
+{{- if not .urlSecret.name -}}
+{{- fail "pdp: decisionLog.urlSecret.name is required: the Secret holding the postgres:// URL the replicas share" -}}
+{{- end -}}
+{{- if not .keySecret.name -}}
+{{- fail "pdp: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
+{{- end -}}
+{{- if hasKey $v.caller.bindings "callerauth/decision-log" -}}
+{{- fail "pdp: name the decision log's reader in decisionLog.reader, not in caller.bindings" -}}
+{{- end -}}
+{{- if and .reader (hasPrefix "system:serviceaccount:" .reader) (not (regexMatch "^system:serviceaccount:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$" .reader)) -}}
+{{- fail (printf "pdp: decisionLog.reader %q: want system:serviceaccount:<namespace>:<name>, lowercase, no white space" .reader) -}}
+{{- end -}}
+{{- if and .sink (not (hasPrefix "https://" .sink)) -}}
+{{- fail (printf "pdp: decisionLog.sink %q: want an https:// URL" .sink) -}}
+{{- end -}}
+{{- else if or .reader .sink .urlSecret.name .keySecret.name -}}
+{{- fail "pdp: decisionLog's settings are given but decisionLog.enabled is false" -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.authzenBaseURL (not (hasPrefix "https://" $v.authzenBaseURL)) -}}
 {{- fail (printf "pdp: authzenBaseURL %q: want an https:// URL" $v.authzenBaseURL) -}}
 {{- end -}}
