@@ -108,7 +108,7 @@ func (s *Signer) signRoot(payloads [][]byte, now time.Time) ([]GroupSigned, erro
 		for j, h := range path {
 			p.Hashes[j] = base64url(h[:])
 		}
-		out[i] = GroupSigned{Record: payloads[i], RootJWS: compact, Proof: p}
+		out[i] = GroupSigned{Record: payloads[i], RootJWS: compact, Proof: p, Records: len(payloads)}
 	}
 	return out, nil
 }
@@ -119,6 +119,9 @@ type GroupSigned struct {
 	Record  []byte
 	RootJWS string
 	Proof   Proof
+	// Records is how many records the root signature covers (not part of
+	// the answer: what a span or a metric says of the group).
+	Records int `json:"-"`
 }
 
 // Group signs records in groups: a record that arrives while a signature

@@ -126,6 +126,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		body = groupBody(g)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("pdp.group_records", g.Records))
+		}
 	} else {
 		signed, err := st.signer.Sign(rec)
 		if err != nil {

@@ -108,6 +108,15 @@ func TestTraceAcrossTheCheck(t *testing.T) {
 			t.Error("the decide span says refused")
 		}
 	}
+	var records int64
+	for _, a := range byName["pdp.sign"].Attributes() {
+		if a.Key == "pdp.group_records" {
+			records = a.Value.AsInt64()
+		}
+	}
+	if records != 1 { // one check, alone under its signature
+		t.Errorf("the signature's span says %d records in the group, want 1", records)
+	}
 }
 
 func names(spans []sdktrace.ReadOnlySpan) []string {
