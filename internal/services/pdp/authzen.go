@@ -17,11 +17,13 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
+	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
 
@@ -567,6 +569,8 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	var answers []evaluationAnswer
 	digests := memberDigests{}
 	batch := st.pkg.NewBatch(st.reg)
+	_, espan := serve.StartSpan(r.Context(), tracerName, "pdp.evaluate")
+	defer espan.End() // a request given up part way
 	for i := range req.items {
 		if r.Context().Err() != nil {
 			// The client went away: nothing more is evaluated or signed,
@@ -615,6 +619,13 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 			break
 		}
 	}
+	if espan.IsRecording() {
+		espan.SetAttributes(attribute.Int("pdp.evaluations", len(leaves)))
+		if len(leaves) == 1 {
+			espan.SetAttributes(attribute.Bool("callerauth.allowed", leaves[0].Decision), attribute.String("callerauth.reason", leaves[0].Reason))
+		}
+	}
+	espan.End()
 	rec := &decision.EvaluationRecord{DecisionID: uuid.NewString(), PolicyVersion: st.pkg.Version, Caller: caller,
 		Endpoint: req.endpoint, Semantic: req.semantic, Requested: len(req.items), RequestID: requestID(r), Ignored: req.ignored,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
@@ -625,7 +636,9 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		// evaluations that arrive while one is being made, as checks do.
 		sign = st.evalGroup.SignEvaluations
 	}
+	_, sspan := serve.StartSpan(r.Context(), tracerName, "pdp.sign")
 	_, proofs, err := sign(rec, leaves)
+	sspan.End()
 	if err != nil {
 		s.signingFailed(w, err)
 		return
