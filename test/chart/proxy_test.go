@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,5 +189,75 @@ func TestProxySidecarBlock(t *testing.T) {
 	}
 	if o := proxyAccepts(t, root, args, map[string][]byte{}); o.Upstream != "http://127.0.0.1:8080" {
 		t.Errorf("options %+v", o)
+	}
+}
+
+// TestProxyChartDecisionLogAndTraces: the decision log's and the traces'
+// values render flags the proxy itself accepts, a port of its own for the
+// log's readers (in the Service and the NetworkPolicy), and the mounts
+// they name; refused when they could not work.
+func TestProxyChartDecisionLogAndTraces(t *testing.T) {
+	values := exampleProxyValues(t,
+		set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
+			"reader": "system:serviceaccount:audit:auditor", "readers": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"name": "audit"}}}}}, "decisionLog"),
+		set(map[string]any{"otlpEndpoint": "otel-collector.observability.svc:4318", "protocol": "http", "caConfigMap": map[string]any{"name": "otel-ca"}}, "tracing"))
+	out, err := renderChart(t, proxyChart, "metrics", "monitoring", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := manifests(t, out)
+	d := findDeployment(t, out["callerauth-proxy/templates/deployment.yaml"])
+	args := slices.Clone(d.Spec.Template.Spec.Containers[0].Args)
+	root := t.TempDir()
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "/etc/callerauth-proxy", root)
+	}
+	data, _ := objs["ConfigMap/metrics-callerauth-proxy-config"]["data"].(map[string]any)
+	file, _ := data["config-file.yaml"].(string)
+	o := proxyAccepts(t, root, args, map[string][]byte{"config/config-file.yaml": []byte(file)})
+	dl := o.DecisionLog
+	if dl.DatastoreURLFile != root+"/decision-log-url/uri" || dl.KeyFile != root+"/decision-log-key/decisions.key" || dl.Mode != "required" ||
+		o.DecisionLogListen != ":8444" || !slices.Contains(o.CallerBindings, "callerauth/decision-log=system:serviceaccount:audit:auditor") {
+		t.Errorf("decision log options %+v, listen %q, bindings %v", dl, o.DecisionLogListen, o.CallerBindings)
+	}
+	if tr := o.Serve.Tracing; tr.Endpoint != "otel-collector.observability.svc:4318" || tr.Protocol != "http" || tr.CAFile != root+"/otlp-ca/ca.crt" || tr.SampleRatio != 1 {
+		t.Errorf("tracing options %+v", tr)
+	}
+	svc := objs["Service/metrics-callerauth-proxy"]
+	if !strings.Contains(fmt.Sprint(svc["spec"]), "name:decision-log port:8444") {
+		t.Errorf("the Service has no decision-log port: %v", svc["spec"])
+	}
+	np := fmt.Sprint(objs["NetworkPolicy/metrics-callerauth-proxy"]["spec"])
+	if !strings.Contains(np, "port:decision-log") || !strings.Contains(np, "name:audit") {
+		t.Errorf("the NetworkPolicy does not admit the readers to the log's port alone: %s", np)
+	}
+	vols := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v.Secret.SecretName + v.ConfigMap.Name
+	}
+	if vols["decision-log-url"] != "decisions-db" || vols["decision-log-key"] != "decisions-key" || vols["otlp-ca"] != "otel-ca" {
+		t.Errorf("volumes %v", vols)
+	}
+
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"no URL Secret", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.urlSecret.name is required"},
+		{"no key Secret", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
+		{"settings while off", set(map[string]any{"reader": "system:serviceaccount:audit:auditor"}, "decisionLog"), "decisionLog.enabled is false"},
+		{"the proxy's own port", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "port": 8443}, "decisionLog"), "decisionLog.port 8443"},
+		{"as a sidecar", func(v map[string]any) {
+			set(false, "deployment", "enabled")(v)
+			set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}}, "decisionLog")(v)
+		}, "standalone"},
+		{"an unknown protocol", set(map[string]any{"otlpEndpoint": "c:4317", "protocol": "udp"}, "tracing"), "protocol"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := renderChart(t, proxyChart, "metrics", "monitoring", exampleProxyValues(t, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a refusal naming %q", err, c.want)
+			}
+		})
 	}
 }

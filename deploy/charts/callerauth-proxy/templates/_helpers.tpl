@@ -47,6 +47,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and $v.ignorePaths $v.allowPaths -}}
 {{- fail "callerauth-proxy: ignorePaths and allowPaths: give one" -}}
 {{- end -}}
+{{- with $v.decisionLog -}}
+{{- if .enabled -}}
+{{- if not $v.deployment.enabled -}}
+{{- fail "callerauth-proxy: decisionLog is rendered for the standalone proxy (deployment.enabled); as a sidecar give the --decision-log flags yourself (docs/decision-log.md)" -}}
+{{- end -}}
+{{- if not .urlSecret.name -}}
+{{- fail "callerauth-proxy: decisionLog.urlSecret.name is required: the Secret holding the postgres:// URL the replicas share" -}}
+{{- end -}}
+{{- if not .keySecret.name -}}
+{{- fail "callerauth-proxy: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
+{{- end -}}
+{{- if and .reader (hasPrefix "system:serviceaccount:" .reader) (not (regexMatch "^system:serviceaccount:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$" .reader)) -}}
+{{- fail (printf "callerauth-proxy: decisionLog.reader %q: want system:serviceaccount:<namespace>:<name>, lowercase, no white space" .reader) -}}
+{{- end -}}
+{{- if or (eq (int .port) (int $v.port)) (eq (int .port) (int $v.metrics.port)) -}}
+{{- fail (printf "callerauth-proxy: decisionLog.port %d is the proxy's or the metrics' port" (int .port)) -}}
+{{- end -}}
+{{- else if or .reader .urlSecret.name .keySecret.name -}}
+{{- fail "callerauth-proxy: decisionLog's settings are given but decisionLog.enabled is false" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The proxy's arguments, the same standalone and as a sidecar. */}}
@@ -91,5 +112,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- with .Values.allowPaths }}
 - --allow-paths={{ join "," . }}
 {{- end }}
+{{- with .Values.decisionLog }}{{ if .enabled }}
+- --decision-log-url-file=/etc/callerauth-proxy/decision-log-url/{{ .urlSecret.key }}
+- --decision-log-key-file=/etc/callerauth-proxy/decision-log-key/{{ .keySecret.key }}
+- --decision-log-mode={{ .mode }}
+- --decision-log-max-age={{ .maxAge }}
+- --decision-log-max-entries={{ int64 .maxEntries }}
+- --decision-log-caller-max-entries={{ int64 .callerMaxEntries }}
+{{- if .reader }}
+- --decision-log-listen=:{{ .port }}
+- --caller-binding=callerauth/decision-log={{ .reader }}
+{{- end }}
+{{- end }}{{ end }}
+{{- with .Values.tracing }}{{ if .otlpEndpoint }}
+- --otlp-endpoint={{ .otlpEndpoint }}
+- --otlp-protocol={{ .protocol }}
+{{- if .caConfigMap.name }}
+- --otlp-ca-file=/etc/callerauth-proxy/otlp-ca/{{ .caConfigMap.key }}
+{{- end }}
+- --trace-sample-ratio={{ .sampleRatio }}
+{{- end }}{{ end }}
 - --log-level={{ .Values.logLevel }}
 {{- end -}}
