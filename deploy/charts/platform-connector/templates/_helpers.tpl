@@ -125,3 +125,29 @@ resources:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The --otlp-* flags of .Values.tracing (docs/monitoring.md "Traces"),
+the CA bundle's mount and its volume: empty when traces are off. */}}
+{{- define "connector.tracingArgs" -}}
+{{- with .Values.tracing }}{{ if .otlpEndpoint -}}
+- --otlp-endpoint={{ .otlpEndpoint }}
+- --otlp-protocol={{ .protocol }}
+{{- if .caConfigMap.name }}
+- --otlp-ca-file=/etc/otlp-ca/{{ .caConfigMap.key }}
+{{- end }}
+- --trace-sample-ratio={{ .sampleRatio }}
+{{- end }}{{ end }}
+{{- end -}}
+
+{{- define "connector.tracingMount" -}}
+{{- if and .Values.tracing.otlpEndpoint .Values.tracing.caConfigMap.name -}}
+- {name: otlp-ca, mountPath: /etc/otlp-ca, readOnly: true}
+{{- end -}}
+{{- end -}}
+
+{{- define "connector.tracingVolume" -}}
+{{- if and .Values.tracing.otlpEndpoint .Values.tracing.caConfigMap.name -}}
+- name: otlp-ca
+  configMap: {name: {{ .Values.tracing.caConfigMap.name }}}
+{{- end -}}
+{{- end -}}
