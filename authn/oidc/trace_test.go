@@ -53,7 +53,7 @@ func TestKeyFetchSpan(t *testing.T) {
 			fetches = append(fetches, s)
 		}
 		for _, kv := range s.Attributes() {
-			if v := kv.Value.Emit(); strings.Contains(v, tok) || strings.Contains(v, "alice") || strings.Contains(v, "idp.example") {
+			if v := kv.Value.String(); strings.Contains(v, tok) || strings.Contains(v, "alice") || strings.Contains(v, "idp.example") {
 				t.Errorf("span %s carries %s = %.40s", s.Name(), kv.Key, v)
 			}
 		}
@@ -76,7 +76,7 @@ func TestKeyFetchSpan(t *testing.T) {
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
