@@ -27,7 +27,7 @@ var budgets = map[string]int{
 	"bearer":           20,
 	"decision":         10,
 	"authn":            55,
-	"authn/oidc":       60,
+	"authn/oidc":       70,
 	"binding":          80,
 	"credentials":      140,
 	"devissuer":        140,

@@ -8,20 +8,21 @@ package spans
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // Start starts a span named name, a child of ctx's span, when that one
 // records; otherwise it returns ctx and its span, which records nothing.
-// tracer names the package (its import path).
+// tracer names the package (its import path). The span is made by the
+// parent's own tracer provider: the library links OpenTelemetry's trace
+// API alone, not its global state.
 func Start(ctx context.Context, tracer, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
 		return ctx, parent
 	}
-	return otel.Tracer(tracer).Start(ctx, name, opts...)
+	return parent.TracerProvider().Tracer(tracer).Start(ctx, name, opts...)
 }
 
 // Fail marks span failed with a fixed description (what failed, never an
