@@ -95,30 +95,41 @@ func (f *decisionsFlags) connect(o *Options) error {
 
 // get asks the read API for path and decodes its JSON answer into v.
 func (f *decisionsFlags) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.base+path, nil)
+	b, err := f.fetch(ctx, path, 64<<20)
 	if err != nil {
 		return err
 	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decisions: the service's answer: %w", err)
+	}
+	return nil
+}
+
+// fetch asks the read API (the pdp's, or callerauth-proxy's on
+// --decision-log-listen) for path and returns at most limit bytes of a
+// 200 answer; any other is an error naming its reason.
+func (f *decisionsFlags) fetch(ctx context.Context, path string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("decisions: %w", err)
+		return nil, fmt.Errorf("decisions: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return fmt.Errorf("decisions: %w", err)
+		return nil, fmt.Errorf("decisions: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var refusal struct{ Reason, Error string }
 		if json.Unmarshal(b, &refusal) == nil && refusal.Reason != "" {
-			return fmt.Errorf("decisions: the pdp refused (%d %s): %s", resp.StatusCode, refusal.Reason, refusal.Error)
+			return nil, fmt.Errorf("decisions: the service refused (%d %s): %s", resp.StatusCode, refusal.Reason, refusal.Error)
 		}
-		return fmt.Errorf("decisions: the pdp answered %d: %.200s", resp.StatusCode, b)
+		return nil, fmt.Errorf("decisions: the service answered %d: %.200s", resp.StatusCode, b)
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decisions: the pdp's answer: %w", err)
-	}
-	return nil
+	return b, nil
 }
 
 // row is what a table shows of an entry.
@@ -438,21 +449,9 @@ removed. --save writes the latest checkpoint, for the next run.`,
 
 // checkpoint fetches the log's latest checkpoint (tlog-tiles).
 func (f *decisionsFlags) checkpoint(ctx context.Context, out *string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.base+decisionlog.PathTiles+"checkpoint", nil)
+	b, err := f.fetch(ctx, decisionlog.PathTiles+"checkpoint", 64<<10)
 	if err != nil {
 		return err
-	}
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("decisions: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return fmt.Errorf("decisions: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("decisions: the checkpoint: %d %.200s", resp.StatusCode, b)
 	}
 	*out = string(b)
 	return nil
