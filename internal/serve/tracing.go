@@ -15,8 +15,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/callerauth/callerauth/internal/foundation/spans"
-
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -27,7 +25,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -155,14 +152,6 @@ func (t Tracing) start(service string) (func(context.Context) error, error) {
 // provider (traces off) records nothing.
 func TraceHandler(h http.Handler, name string) http.Handler {
 	return otelhttp.NewHandler(h, name)
-}
-
-// StartSpan starts a span named name, a child of ctx's span, when that
-// one records (traces on, and this trace sampled); otherwise it returns
-// ctx's own span, which records nothing, at no cost. tracer names the
-// package (its import path). spans.Start.
-func StartSpan(ctx context.Context, tracer, name string) (context.Context, trace.Span) {
-	return spans.Start(ctx, tracer, name)
 }
 
 // GRPCServerOptions are what a service's gRPC server is made with: with

@@ -523,7 +523,7 @@ const tracerName = "github.com/callerauth/callerauth/internal/services/connector
 // the datastore, the operation, the table; how many events, whether the
 // batch was a retry already stored). No event, caller or key is in it.
 func (s *Server) append(ctx context.Context, pub, caller, scope, key string, events []*pcv1.HealthEvent) (bool, int64, error) {
-	ctx, span := serve.StartSpan(ctx, tracerName, "connector.store")
+	ctx, span := spans.Start(ctx, tracerName, "connector.store")
 	defer span.End()
 	duplicate, stored, err := s.store.Append(ctx, pub, caller, scope, key, events)
 	if span.IsRecording() {

@@ -23,7 +23,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
-	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
 
@@ -569,7 +569,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 	var answers []evaluationAnswer
 	digests := memberDigests{}
 	batch := st.pkg.NewBatch(st.reg)
-	_, espan := serve.StartSpan(r.Context(), tracerName, "pdp.evaluate")
+	_, espan := spans.Start(r.Context(), tracerName, "pdp.evaluate")
 	defer espan.End() // a request given up part way
 	for i := range req.items {
 		if r.Context().Err() != nil {
@@ -636,7 +636,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		// evaluations that arrive while one is being made, as checks do.
 		sign = st.evalGroup.SignEvaluations
 	}
-	_, sspan := serve.StartSpan(r.Context(), tracerName, "pdp.sign")
+	_, sspan := spans.Start(r.Context(), tracerName, "pdp.sign")
 	_, proofs, err := sign(rec, leaves)
 	sspan.End()
 	if err != nil {

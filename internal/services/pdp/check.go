@@ -4,8 +4,6 @@ package pdp
 // the refusals.
 
 import (
-	"github.com/callerauth/callerauth/internal/serve"
-
 	"go.opentelemetry.io/otel/attribute"
 
 	"errors"
@@ -21,6 +19,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
@@ -99,7 +98,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves AuthZEN (POST %s), not /v1/check", st.pkg.ID, PathEvaluation))
 		return
 	}
-	_, span := serve.StartSpan(r.Context(), tracerName, "pdp.evaluate")
+	_, span := spans.Start(r.Context(), tracerName, "pdp.evaluate")
 	d := st.pkg.Evaluate(st.reg, *req)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Bool("callerauth.allowed", d.Allow), attribute.String("callerauth.reason", d.Reason))
@@ -117,7 +116,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.BindCanonical(req.Canonical())
 	var body []byte
-	_, span = serve.StartSpan(r.Context(), tracerName, "pdp.sign")
+	_, span = spans.Start(r.Context(), tracerName, "pdp.sign")
 	defer span.End()
 	if st.group != nil {
 		g, err := st.group.Sign(rec)
@@ -158,7 +157,7 @@ func (s *Server) keep(w http.ResponseWriter, r *http.Request, allowed bool, why 
 			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
 		}
 	}
-	ctx, span := serve.StartSpan(r.Context(), tracerName, "pdp.decision_log")
+	ctx, span := spans.Start(r.Context(), tracerName, "pdp.decision_log")
 	defer span.End()
 	refusal, err := s.dlog.Keep(ctx, d)
 	if refusal.IsZero() {

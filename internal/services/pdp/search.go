@@ -18,7 +18,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
-	"github.com/callerauth/callerauth/internal/serve"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
 )
 
@@ -277,7 +277,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 	batch := st.pkg.NewBatch(st.reg)
 	shared := policy.MemberSubject | policy.MemberAction | policy.MemberResource | policy.MemberContext
 	shared &^= map[string]policy.Members{"subject": policy.MemberSubject, "resource": policy.MemberResource, "action": policy.MemberAction}[req.kind]
-	_, espan := serve.StartSpan(r.Context(), tracerName, "pdp.evaluate")
+	_, espan := spans.Start(r.Context(), tracerName, "pdp.evaluate")
 	for ; i < len(candidates) && len(ans.Results) < limit && evaluated < most && r.Context().Err() == nil; i++ {
 		c := candidates[i]
 		e := req.template
@@ -329,7 +329,7 @@ func (s *Server) searchPage(w http.ResponseWriter, r *http.Request, path string)
 		Endpoint: strings.TrimPrefix(path, "/access/v1/"), RequestDigest: req.digest, RequestID: requestID(r), Ignored: ignored,
 		Provenance: decision.Provenance{Evaluator: policy.Evaluator, Mode: mode, PolicyPackageID: st.pkg.ID,
 			PolicyPackageDigest: st.pkg.Digest, RegistrySnapshotDigest: st.reg.Digest, DecidedAt: s.now().UTC()}}
-	_, sspan := serve.StartSpan(r.Context(), tracerName, "pdp.sign")
+	_, sspan := spans.Start(r.Context(), tracerName, "pdp.sign")
 	proof, err := st.searchSigner.SignSearch(rec, unsigned)
 	sspan.End()
 	if err != nil {

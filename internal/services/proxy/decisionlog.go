@@ -17,6 +17,7 @@ import (
 	"github.com/callerauth/callerauth/binding"
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/reason"
@@ -88,7 +89,7 @@ func (s *Server) kept(next http.Handler) http.Handler {
 		v, _ := guard.FromContext(r.Context())
 		d := s.decision(r, v)
 		d.Allowed = true
-		ctx, span := serve.StartSpan(r.Context(), tracerName, "proxy.decision_log")
+		ctx, span := spans.Start(r.Context(), tracerName, "proxy.decision_log")
 		refusal, err := s.dlog.Keep(ctx, d)
 		span.End()
 		if !refusal.IsZero() {

@@ -31,6 +31,7 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/foundation/window"
 	"github.com/callerauth/callerauth/internal/serve"
 )
@@ -406,7 +407,7 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 		s.quotaRefused("rate", c.Tenant)
 		return nil, refuse(ReasonSubmissionRate, fmt.Sprintf("tenant %s has submitted %d jobs this minute, its quota; retry in %s", c.Tenant, q.PerMinute, retry.Round(time.Second)))
 	}
-	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.submit")
+	sctx, span := spans.Start(ctx, tracerName, "vmafx.submit")
 	j, err := s.Store.Submit(sctx, c.Tenant, c.Username, in.GetRequestId(), spec, q.Pending, s.MaxJobs)
 	endTransition(span, j, err)
 	if errors.Is(err, ErrPendingQuota) {
@@ -499,7 +500,7 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 	if key != "" {
 		key = claimKeyOf(c, key)
 	}
-	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.claim")
+	sctx, span := spans.Start(ctx, tracerName, "vmafx.claim")
 	j, lease, replayed, err := s.Store.Claim(sctx, c.Tenant, node, key, s.Lease)
 	endTransition(span, j, err)
 	if err != nil {
@@ -530,7 +531,7 @@ func (s *Service) ReportJob(ctx context.Context, in *vmafxv1.ReportJobRequest) (
 	if err := CheckReport(in); err != nil {
 		return nil, refuse(ReasonInvalidArgument, err.Error())
 	}
-	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.report")
+	sctx, span := spans.Start(ctx, tracerName, "vmafx.report")
 	j, replayed, err := s.Store.Report(sctx, c.Tenant, in, s.Lease, s.MaxAttempts)
 	endTransition(span, j, err)
 	if err != nil {
@@ -554,7 +555,7 @@ func (s *Service) CancelJob(ctx context.Context, in *vmafxv1.CancelJobRequest) (
 	if err := checkID(in.GetId()); err != nil {
 		return nil, err
 	}
-	sctx, span := serve.StartSpan(ctx, tracerName, "vmafx.cancel")
+	sctx, span := spans.Start(ctx, tracerName, "vmafx.cancel")
 	j, err := s.Store.Cancel(sctx, c.Tenant, in.GetId())
 	endTransition(span, j, err)
 	if err != nil {
