@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -105,6 +106,18 @@ type Log struct {
 	verifier note.Verifier
 	vkey     string
 	now      func() time.Time
+
+	// appendStmts are Append's statements, prepared once (on SQLite's
+	// one connection, on each PostgreSQL connection as it is first used).
+	appendStmts struct{ size, hash, entry, grow *sql.Stmt }
+
+	// mu serializes Append, which keeps the frontier: the roots of the
+	// complete subtrees of the tree of size frontierSize, all an append
+	// at that size reads of the tree. A replica that finds the log
+	// grown by another reads them from the store instead.
+	mu           sync.Mutex
+	frontierSize int64
+	frontier     map[int64]tlog.Hash
 }
 
 // Open adds the log's tables to cfg.DB (once) and returns the log.
@@ -123,9 +136,22 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := cfg.DB.Migrate(ctx, "translog", Migrations, datastore.Options{}); err != nil {
 		return nil, fmt.Errorf("translog: %w", err)
 	}
-	l := &Log{db: cfg.DB, origin: cfg.Origin, signer: signer, verifier: verifier, vkey: vkey, now: cfg.Now}
+	l := &Log{db: cfg.DB, origin: cfg.Origin, signer: signer, verifier: verifier, vkey: vkey, now: cfg.Now, frontierSize: -1}
 	if l.now == nil {
 		l.now = time.Now
+	}
+	for _, s := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{
+		{&l.appendStmts.size, "SELECT size FROM translog_head WHERE id = 1" + l.forUpdate()},
+		{&l.appendStmts.hash, "INSERT INTO translog_hashes (idx, hash) VALUES (?, ?)"},
+		{&l.appendStmts.entry, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"},
+		{&l.appendStmts.grow, "UPDATE translog_head SET size = ? WHERE id = 1"},
+	} {
+		if *s.stmt, err = cfg.DB.PrepareContext(ctx, l.q(s.query)); err != nil {
+			return nil, fmt.Errorf("translog: preparing %q: %w", s.query, err)
+		}
 	}
 	return l, nil
 }
@@ -170,6 +196,15 @@ func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err er
 			return 0, fmt.Errorf("translog: entry %d is %d bytes: want 1 to %d (tlog-tiles' uint16 length)", i, len(e.Data), MaxEntryBytes)
 		}
 	}
+	if l.db.Dialect == datastore.SQLite {
+		// A statement on a local SQLite file ends on its own (a lock wait
+		// within busy_timeout); watching a context that can end costs the
+		// driver a goroutine a statement, and database/sql one a
+		// transaction: more than an entry's insert.
+		ctx = context.WithoutCancel(ctx)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("translog: %w", err)
@@ -179,12 +214,18 @@ func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err er
 			_ = tx.Rollback()
 		}
 	}()
+	st := l.appendStmts
 	var size int64
-	if err := tx.QueryRowContext(ctx, "SELECT size FROM translog_head WHERE id = 1"+l.forUpdate()).Scan(&size); err != nil {
+	if err := tx.StmtContext(ctx, st.size).QueryRowContext(ctx).Scan(&size); err != nil {
 		return 0, fmt.Errorf("translog: reading the log's size: %w", err)
 	}
 	r := &hashReader{ctx: ctx, query: tx.QueryContext, q: l.q, cache: map[int64]tlog.Hash{}}
-	var hashes []storedHash
+	if size == l.frontierSize {
+		for i, h := range l.frontier {
+			r.cache[i] = h
+		}
+	}
+	hash, entry := tx.StmtContext(ctx, st.hash), tx.StmtContext(ctx, st.entry)
 	for i, e := range entries {
 		n := size + int64(i)
 		hs, err := tlog.StoredHashes(n, e.Data, r)
@@ -194,72 +235,55 @@ func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err er
 		base := tlog.StoredHashIndex(0, n)
 		for j, h := range hs {
 			r.cache[base+int64(j)] = h
-			hashes = append(hashes, storedHash{base + int64(j), h})
+			if _, err := hash.ExecContext(ctx, base+int64(j), h[:]); err != nil {
+				return 0, fmt.Errorf("translog: storing the tree: %w", err)
+			}
 		}
-	}
-	if err := insertRows(ctx, tx, l.q, "INSERT INTO translog_hashes (idx, hash) VALUES ", 2, len(hashes), func(i int) []any {
-		return []any{hashes[i].idx, hashes[i].h[:]}
-	}); err != nil {
-		return 0, fmt.Errorf("translog: storing the tree: %w", err)
-	}
-	if err := insertRows(ctx, tx, l.q, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, data) VALUES ", 8, len(entries), func(i int) []any {
-		e := entries[i]
 		allowed := 0
 		if e.Allowed {
 			allowed = 1
 		}
-		return []any{size + int64(i), e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, e.Data}
-	}); err != nil {
-		return 0, fmt.Errorf("translog: storing the entries: %w", err)
+		if _, err := entry.ExecContext(ctx, n, e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, e.Data); err != nil {
+			return 0, fmt.Errorf("translog: storing the entries: %w", err)
+		}
 	}
-	if _, err := tx.ExecContext(ctx, l.q("UPDATE translog_head SET size = ? WHERE id = 1"), size+int64(len(entries))); err != nil {
+	end := size + int64(len(entries))
+	if _, err := tx.StmtContext(ctx, st.grow).ExecContext(ctx, end); err != nil {
 		return 0, fmt.Errorf("translog: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
+		l.frontierSize = -1
 		return 0, fmt.Errorf("translog: %w", err)
 	}
+	l.frontierSize, l.frontier = -1, nil
+	if f, ok := frontier(end, r.cache); ok {
+		l.frontierSize, l.frontier = end, f
+	}
 	return size, nil
+}
+
+// frontier picks from hashes the roots of the complete subtrees of the
+// tree of size size (one a set bit of size): all tlog.StoredHashes reads
+// to append at that size. ok is false when one is not there.
+func frontier(size int64, hashes map[int64]tlog.Hash) (map[int64]tlog.Hash, bool) {
+	f := make(map[int64]tlog.Hash, 64)
+	for level := 0; size>>level > 0; level++ {
+		if size>>level&1 == 0 {
+			continue
+		}
+		i := tlog.StoredHashIndex(level, size>>level-1)
+		h, ok := hashes[i]
+		if !ok {
+			return nil, false
+		}
+		f[i] = h
+	}
+	return f, true
 }
 
 // errMissing: hashes asked for are not stored (pruned, beyond the end, or
 // a damaged store).
 var errMissing = errors.New("stored hashes not in the store (pruned, or the store is damaged)")
-
-type storedHash struct {
-	idx int64
-	h   tlog.Hash
-}
-
-// insertRows inserts n rows of width columns, row(i) giving each, in
-// statements of at most 256 rows (under both dialects' bound on
-// parameters).
-func insertRows(ctx context.Context, tx *sql.Tx, q func(string) string, head string, width, n int, row func(int) []any) error {
-	const per = 256
-	for start := 0; start < n; start += per {
-		end := min(n, start+per)
-		var b strings.Builder
-		b.WriteString(head)
-		args := make([]any, 0, (end-start)*width)
-		for i := start; i < end; i++ {
-			if i > start {
-				b.WriteByte(',')
-			}
-			b.WriteByte('(')
-			for c := range width {
-				if c > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteByte('?')
-			}
-			b.WriteByte(')')
-			args = append(args, row(i)...)
-		}
-		if _, err := tx.ExecContext(ctx, q(b.String()), args...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // hashReader reads stored hashes (tlog.HashReader) through query, a
 // transaction's or the database's, the hashes of this append first.

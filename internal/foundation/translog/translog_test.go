@@ -397,6 +397,19 @@ func TestReplicasShareOneLog(t *testing.T) {
 			}
 		}
 	}
+	// The root is the tree of the entries as stored, hashed afresh: no
+	// replica extended the tree from hashes another had moved past.
+	var data [][]byte
+	for i := range top {
+		e, err := b.Get(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, e.Data)
+	}
+	if fresh := treeOf(t, data); fresh != root {
+		t.Fatalf("the signed root %v is not the tree of the stored entries, %v", root, fresh)
+	}
 	for i := range top {
 		e, err := b.Get(ctx, i)
 		if err != nil {
@@ -410,6 +423,35 @@ func TestReplicasShareOneLog(t *testing.T) {
 			t.Fatalf("entry %d: %v", i, err)
 		}
 	}
+}
+
+// memHashes is a tree's stored hashes in memory (tlog.HashReader).
+type memHashes []tlog.Hash
+
+func (m memHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		out[i] = m[x]
+	}
+	return out, nil
+}
+
+// treeOf is the root of the tree of data, hashed here and now.
+func treeOf(t *testing.T, data [][]byte) tlog.Hash {
+	t.Helper()
+	var m memHashes
+	for n, d := range data {
+		hs, err := tlog.StoredHashes(int64(n), d, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = append(m, hs...)
+	}
+	root, err := tlog.TreeHash(int64(len(data)), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 func TestPrune(t *testing.T) {
