@@ -23,6 +23,12 @@ type WriterConfig struct {
 	// SignEvery is how often a checkpoint is signed while the log grows.
 	// Default 1 s.
 	SignEvery time.Duration
+	// Linger is how long the writer lets entries that nobody waits for
+	// (Offer) gather before it commits them, unless MaxBatch gather
+	// first or an entry with a waiter (Append) arrives: fewer, larger
+	// transactions for entries whose commit holds up no answer. 0: each
+	// transaction starts as soon as the store is free.
+	Linger time.Duration
 	// PruneEvery is how often Retention is applied. Default 1 minute.
 	PruneEvery time.Duration
 	// Retention bounds the log (Log.Prune).
@@ -54,6 +60,7 @@ type Writer struct {
 	cfg     WriterConfig
 	mu      sync.Mutex
 	queue   []pending
+	waiters int // entries in queue whose caller waits (Append)
 	wake    chan struct{}
 	stopped bool
 	ready   atomic.Bool
@@ -152,6 +159,9 @@ func (w *Writer) enqueue(e Entry, done chan<- result) error {
 		return ErrQueueFull
 	}
 	w.queue = append(w.queue, pending{e, done})
+	if done != nil {
+		w.waiters++
+	}
 	w.queued.Set(float64(len(w.queue)))
 	w.mu.Unlock()
 	select {
@@ -189,12 +199,37 @@ func (w *Writer) Start(ctx context.Context) error {
 			w.ready.Store(false)
 			return nil
 		case <-w.wake:
+			w.linger(ctx)
 			for w.flush(ctx) {
 			}
 		case <-sign.C:
 			w.checkpoint(ctx, &signed)
 		case <-prune.C:
 			w.prune(ctx)
+		}
+	}
+}
+
+// linger waits up to Linger for entries to gather, while nobody waits
+// for one and fewer than MaxBatch are queued.
+func (w *Writer) linger(ctx context.Context) {
+	if w.cfg.Linger <= 0 {
+		return
+	}
+	gathered := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.waiters > 0 || len(w.queue) >= w.cfg.MaxBatch
+	}
+	t := time.NewTimer(w.cfg.Linger)
+	defer t.Stop()
+	for !gathered() {
+		select {
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-w.wake:
 		}
 	}
 }
@@ -210,6 +245,11 @@ func (w *Writer) flush(ctx context.Context) bool {
 	}
 	batch := make([]pending, n)
 	copy(batch, w.queue)
+	for _, p := range batch {
+		if p.done != nil {
+			w.waiters--
+		}
+	}
 	w.queue = append(w.queue[:0], w.queue[n:]...)
 	w.queued.Set(float64(len(w.queue)))
 	more := len(w.queue) > 0

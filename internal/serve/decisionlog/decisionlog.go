@@ -61,6 +61,11 @@ const (
 	ModeBestEffort = "best-effort"
 )
 
+// BestEffortLinger is how long a best-effort log lets decisions gather
+// before it commits them (or until 512 have): nobody waits for their
+// commit, so one transaction keeps many.
+const BestEffortLinger = 10 * time.Millisecond
+
 // Options are the decision log's settings, as flags.
 type Options struct {
 	// Datastore is an SQLite file or a postgres:// URL; empty: no log.
@@ -244,7 +249,11 @@ func Open(ctx context.Context, service string, o Options, logger *slog.Logger) (
 		}
 		committed = sink.committed
 	}
-	w, err := translog.NewWriter(translog.WriterConfig{Log: tl, MaxQueue: o.Queue, Logger: logger, Metrics: service,
+	var linger time.Duration
+	if o.Mode == ModeBestEffort {
+		linger = BestEffortLinger
+	}
+	w, err := translog.NewWriter(translog.WriterConfig{Log: tl, MaxQueue: o.Queue, Linger: linger, Logger: logger, Metrics: service,
 		Retention: translog.Retention{MaxAge: o.MaxAge, MaxEntries: o.MaxEntries}, Committed: committed})
 	if err != nil {
 		_ = db.Close()
