@@ -32,7 +32,15 @@ func run() error {
 	write := flag.String("write", "docs/performance.md", "the file whose bench-compare section receives the table (empty: print only)")
 	ffmpeg := flag.String("ffmpeg", "ffmpeg", "the ffmpeg the vmafx node is compared with (make test installs Debian's)")
 	nodeFrames := flag.Int("node-frames", 120, "frames of the 1920x1080 pair the vmafx node and ffmpeg measure")
+	only := flag.String("only", "", "run one section and print its rows, writing nothing: latency (the pdp, the pdp with its decision log and OPA at 1, 8 and 64 connections: the latency, CPU and decision-log rows); empty: every section")
 	flag.Parse()
+	switch *only {
+	case "":
+	case "latency":
+		*write = ""
+	default:
+		return fmt.Errorf("--only %q: want latency, or nothing for every section", *only)
+	}
 	if _, err := os.Stat(*opa); err != nil { //nolint:gosec // the operator's own flag, naming a binary to run.
 		return fmt.Errorf("--opa: %w (make opa-tools builds it)", err)
 	}
@@ -60,6 +68,14 @@ func run() error {
 		return fmt.Errorf("the pdp and OPA disagree: %w", err)
 	}
 	fmt.Printf("the pdp and OPA agree on all %d requests\n", n)
+	if *only == "latency" {
+		latency, err := benchcompare.LatencyLoads(ctx, peers, []int{1, 8, 64}, *duration, *count)
+		if err != nil {
+			return err
+		}
+		fmt.Println(benchcompare.Markdown(benchcompare.LatencyRows(latency), fmt.Sprintf("--only latency: %s × %d rounds", *duration, *count)))
+		return nil
+	}
 	rec0, sig0, err := peers.SigningGroups(ctx)
 	if err != nil {
 		return err

@@ -75,9 +75,11 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 // Peers are the servers of the HTTP comparison.
 type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
-	// PDPLog is PDP keeping its decision log (--decision-log, required,
-	// SQLite): what keeping every decision costs.
-	PDPLog *Server
+	// PDPLog is PDP keeping its decision log (--decision-log, SQLite) in
+	// the default mode, required: what keeping every decision costs when
+	// no answer leaves before its decision is committed. PDPLogBestEffort
+	// keeps it best-effort (queued, committed in the background).
+	PDPLog, PDPLogBestEffort *Server
 	// OPAMinimal is OPA serving the catalog rule as an OPA user would
 	// write it (examples/secrets-engine/rego/minimal.rego): no registry.
 	OPAMinimal *Server
@@ -160,7 +162,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 	if err := os.WriteFile(logKey, []byte(skey+"\n"), 0o600); err != nil {
 		return fail(err)
 	}
-	for _, mode := range []string{"enforce", "off", "authzen", "search", "log"} {
+	for _, mode := range []string{"enforce", "off", "authzen", "search", "log", "log-best-effort"} {
 		addr, err := loopback.Addr()
 		if err != nil {
 			return fail(err)
@@ -179,11 +181,16 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			name = "pdp AuthZEN search"
 			args = append(args, "--policy-dir", searchPolicy, "--registry", searchRegistry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "authzen-search=system:serviceaccount:todo:todo-backend")
-		case "log":
-			name = "pdp with its decision log"
+		case "log", "log-best-effort":
+			logMode := strings.TrimPrefix(strings.TrimPrefix(mode, "log"), "-")
+			if logMode == "" {
+				logMode = "required"
+			}
+			name = "pdp with its decision log (" + logMode + ")"
 			args = append(args, "--policy-dir", policyDir, "--registry", registry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
-				"--decision-log", filepath.Join(dir, "decisions.db"), "--decision-log-key-file", logKey, "--decision-log-caller-max-entries", "1000000000")
+				"--decision-log", filepath.Join(dir, mode+".db"), "--decision-log-key-file", logKey, "--decision-log-mode", logMode,
+				"--decision-log-caller-max-entries", "1000000000")
 		default:
 			if p.PDPMetrics, err = loopback.Addr(); err != nil {
 				return fail(err)
@@ -205,6 +212,8 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			p.Search = s
 		case "log":
 			p.PDPLog = s
+		case "log-best-effort":
+			p.PDPLogBestEffort = s
 		default:
 			p.PDP = s
 		}
@@ -629,6 +638,8 @@ func LatencyLoads(ctx context.Context, p *Peers, conns []int, d time.Duration, r
 			{fmt.Sprintf("pdp at %d connections", c), "pdp", p.PDP, loadgen.Config{URL: p.PDP.URL + "/v1/check", Body: req,
 				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
 			{fmt.Sprintf("pdp with its decision log at %d connections", c), "pdp-log", p.PDPLog, loadgen.Config{URL: p.PDPLog.URL + "/v1/check", Body: req,
+				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
+			{fmt.Sprintf("pdp with its decision log, best-effort, at %d connections", c), "pdp-log-best-effort", p.PDPLogBestEffort, loadgen.Config{URL: p.PDPLogBestEffort.URL + "/v1/check", Body: req,
 				Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.Token}}}, `"effect":"allow"`},
 			{fmt.Sprintf("OPA at %d connections", c), "opa", p.OPA, loadgen.Config{URL: p.OPA.URL + "/v1/data/secretsengine/decision", Body: opaInput(req),
 				Header: http.Header{"Content-Type": {"application/json"}}}, `"allow":true`},

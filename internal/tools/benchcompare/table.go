@@ -196,15 +196,19 @@ func LatencyRows(loads []Load) []Row {
 				loadSpread(Row{Name: fmt.Sprintf("pdp: caller auth + signed record vs %s, %d connections: server CPU per decision", peer.name, c),
 					Ours: cpu(ours), Base: cpu(theirs), Ratio: float64(ours.CPUPerRequest) / float64(max(1, theirs.CPUPerRequest)), Target: cpuTarget}, ours, theirs, cpuPer))
 		}
-		if logged, ok := g["pdp-log"]; ok {
+		for _, mode := range []struct{ role, name string }{{"pdp-log", "required"}, {"pdp-log-best-effort", "best-effort"}} {
+			logged, ok := g[mode.role]
+			if !ok {
+				continue
+			}
 			target := 0.0
 			if c >= 8 {
 				target = DecisionLogTarget
 			}
 			rows = append(rows,
-				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (required, SQLite) vs without, %d connections: throughput", c),
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s, SQLite) vs without, %d connections: throughput", mode.name, c),
 					Ours: tput(logged), Base: tput(ours), Ratio: logged.Result.PerSecond() / ours.Result.PerSecond(), Throughput: true}, logged, ours, perSecond),
-				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (required, SQLite) vs without, %d connections: server CPU per decision", c),
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s, SQLite) vs without, %d connections: server CPU per decision", mode.name, c),
 					Ours: cpu(logged), Base: cpu(ours), Ratio: float64(logged.CPUPerRequest) / float64(max(1, ours.CPUPerRequest)), Target: target}, logged, ours, cpuPer))
 		}
 		if theirs, ok := g["opa"]; ok {
