@@ -199,7 +199,9 @@ func (w *Writer) Start(ctx context.Context) error {
 			w.ready.Store(false)
 			return nil
 		case <-w.wake:
-			w.linger(ctx)
+			if !w.linger(ctx) {
+				continue // stopping: the drain above commits what waits
+			}
 			for w.flush(ctx) {
 			}
 		case <-sign.C:
@@ -211,10 +213,10 @@ func (w *Writer) Start(ctx context.Context) error {
 }
 
 // linger waits up to Linger for entries to gather, while nobody waits
-// for one and fewer than MaxBatch are queued.
-func (w *Writer) linger(ctx context.Context) {
+// for one and fewer than MaxBatch are queued; false when ctx ended.
+func (w *Writer) linger(ctx context.Context) bool {
 	if w.cfg.Linger <= 0 {
-		return
+		return true
 	}
 	gathered := func() bool {
 		w.mu.Lock()
@@ -226,12 +228,13 @@ func (w *Writer) linger(ctx context.Context) {
 	for !gathered() {
 		select {
 		case <-t.C:
-			return
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		case <-w.wake:
 		}
 	}
+	return true
 }
 
 // flush appends up to MaxBatch queued entries in one transaction and

@@ -162,3 +162,59 @@ func TestWriterBounds(t *testing.T) {
 		t.Error("ready after a failed transaction")
 	}
 }
+
+// TestWriterLinger: offered entries wait for company (Linger), but not
+// past a caller that waits, nor past a full batch; the writer's stop
+// commits what lingers.
+func TestWriterLinger(t *testing.T) {
+	ctx := context.Background()
+	skey, _ := newKey(t)
+	l, _ := open(t, filepath.Join(t.TempDir(), "log.db"), skey, nil)
+	w := newWriter(t, l, translog.WriterConfig{MaxBatch: 64, Linger: time.Hour})
+	stop := run(w)
+	for i := range 3 {
+		if !w.Offer(entry(i, time.Now())) {
+			t.Fatalf("offer %d refused", i)
+		}
+	}
+	// A caller that waits takes the lingering entries with it: one
+	// transaction of four, its entry the last.
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	idx, err := w.Append(wait, entry(3, time.Now()))
+	if err != nil || idx != 3 {
+		t.Fatalf("Append: index %d, %v; want 3", idx, err)
+	}
+	if n, entries, _ := batches(t, w); n != 1 || entries != 4 {
+		t.Fatalf("%d transactions of %.0f entries, want 1 of 4", n, entries)
+	}
+	// A full batch does not wait for the hour.
+	for i := range 64 {
+		if !w.Offer(entry(4+i, time.Now())) {
+			t.Fatalf("offer %d refused", 4+i)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		size, err := l.Size(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size == 68 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a full batch lingered: the log holds %d entries, want 68", size)
+		}
+	}
+	// Stopping commits what still lingers.
+	if !w.Offer(entry(68, time.Now())) {
+		t.Fatal("offer refused")
+	}
+	stop()
+	if size, err := l.Size(ctx); err != nil || size != 69 {
+		t.Fatalf("after the stop the log holds %d entries (%v), want 69", size, err)
+	}
+	if n, entries, _ := batches(t, w); n != 3 || entries != 69 {
+		t.Fatalf("%d transactions of %.0f entries, want 3 of 69", n, entries)
+	}
+}
