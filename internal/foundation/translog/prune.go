@@ -2,6 +2,8 @@ package translog
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,12 +22,53 @@ type Retention struct {
 // catches up over several.
 const maxTilesAPrune = 4096
 
+// keepHashes copies into translog_hashes the hashes at level TileHeight
+// and above held by the entries from..to (whole tiles): those of each
+// tile's last entry.
+func (l *Log) keepHashes(ctx context.Context, tx *sql.Tx, from, to int64) error {
+	rows, err := tx.QueryContext(ctx, l.q(fmt.Sprintf("SELECT idx, hashes FROM translog_entries WHERE idx >= ? AND idx < ? AND idx %% %d = %d ORDER BY idx", 1<<TileHeight, 1<<TileHeight-1)), from, to)
+	if err != nil {
+		return err
+	}
+	type kept struct {
+		idx  int64
+		hash []byte
+	}
+	var keep []kept
+	for rows.Next() {
+		var n int64
+		var hashes []byte
+		if err := rows.Scan(&n, &hashes); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		if len(hashes)%tlog.HashSize != 0 || len(hashes) < (TileHeight+1)*tlog.HashSize {
+			_ = rows.Close()
+			return fmt.Errorf("entry %d holds %d bytes of hashes, not a tile's root: the store is damaged", n, len(hashes))
+		}
+		base := tlog.StoredHashIndex(0, n)
+		for level := TileHeight; (level+1)*tlog.HashSize <= len(hashes); level++ {
+			keep = append(keep, kept{base + int64(level), hashes[level*tlog.HashSize : (level+1)*tlog.HashSize]})
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	for _, k := range keep {
+		if _, err := tx.ExecContext(ctx, l.q("INSERT INTO translog_hashes (idx, hash) VALUES (?, ?) ON CONFLICT (idx) DO NOTHING"), k.idx, k.hash); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Prune moves the log's minimum index up to what r keeps, whole tiles of
 // 256 entries at a time (so a tile's entries go together, and up to 255
 // entries past their age stay until their tile's last one is due), never
 // past the latest signed checkpoint's size. The entries below it, the
-// tree's hashes below level 8 under them and the checkpoints of sizes
-// below it are deleted; the hashes above stay (32 bytes a 128 entries),
+// tree's hashes below level 8 under them (which the entries' rows hold)
+// and the checkpoints of sizes below it are deleted; the hashes above
+// move to translog_hashes and stay (32 bytes a 128 entries),
 // so every checkpoint and every proof among what is left still verifies.
 // It returns the new minimum index.
 func (l *Log) Prune(ctx context.Context, r Retention) (int64, error) {
@@ -70,16 +113,14 @@ func (l *Log) Prune(ctx context.Context, r Retention) (int64, error) {
 	if locked >= to { // another replica pruned meanwhile
 		return locked, nil
 	}
+	// The hashes at level 8 and above that the pruned entries hold stay,
+	// apart: the last entry of each tile holds its tile's root and the
+	// roots it completed above.
+	if err := l.keepHashes(ctx, tx, locked, to); err != nil {
+		return 0, fmt.Errorf("translog: keeping the upper hashes: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, l.q("DELETE FROM translog_entries WHERE idx < ?"), to); err != nil {
 		return 0, fmt.Errorf("translog: %w", err)
-	}
-	// A tile's hashes below level 8 are stored together, just before the
-	// tile's own root at level 8 (tlog.StoredHashIndex).
-	for t := locked >> TileHeight; t < to>>TileHeight; t++ {
-		if _, err := tx.ExecContext(ctx, l.q("DELETE FROM translog_hashes WHERE idx >= ? AND idx < ?"),
-			tlog.StoredHashIndex(0, t<<TileHeight), tlog.StoredHashIndex(TileHeight, t)); err != nil {
-			return 0, fmt.Errorf("translog: %w", err)
-		}
 	}
 	if _, err := tx.ExecContext(ctx, l.q("DELETE FROM translog_checkpoints WHERE size < ?"), to); err != nil {
 		return 0, fmt.Errorf("translog: %w", err)

@@ -109,7 +109,7 @@ type Log struct {
 
 	// appendStmts are Append's statements, prepared once (on SQLite's
 	// one connection, on each PostgreSQL connection as it is first used).
-	appendStmts struct{ size, hash, entry, grow *sql.Stmt }
+	appendStmts struct{ size, entry, grow *sql.Stmt }
 
 	// mu serializes Append, which keeps the frontier: the roots of the
 	// complete subtrees of the tree of size frontierSize, all an append
@@ -145,8 +145,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		query string
 	}{
 		{&l.appendStmts.size, "SELECT size FROM translog_head WHERE id = 1" + l.forUpdate()},
-		{&l.appendStmts.hash, "INSERT INTO translog_hashes (idx, hash) VALUES (?, ?)"},
-		{&l.appendStmts.entry, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"},
+		{&l.appendStmts.entry, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, hashes, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"},
 		{&l.appendStmts.grow, "UPDATE translog_head SET size = ? WHERE id = 1"},
 	} {
 		if *s.stmt, err = cfg.DB.PrepareContext(ctx, l.q(s.query)); err != nil {
@@ -225,7 +224,7 @@ func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err er
 			r.cache[i] = h
 		}
 	}
-	hash, entry := tx.StmtContext(ctx, st.hash), tx.StmtContext(ctx, st.entry)
+	entry := tx.StmtContext(ctx, st.entry)
 	for i, e := range entries {
 		n := size + int64(i)
 		hs, err := tlog.StoredHashes(n, e.Data, r)
@@ -233,18 +232,17 @@ func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err er
 			return 0, fmt.Errorf("translog: hashing entry %d: %w", n, err)
 		}
 		base := tlog.StoredHashIndex(0, n)
+		hashes := make([]byte, 0, len(hs)*tlog.HashSize)
 		for j, h := range hs {
 			r.cache[base+int64(j)] = h
-			if _, err := hash.ExecContext(ctx, base+int64(j), h[:]); err != nil {
-				return 0, fmt.Errorf("translog: storing the tree: %w", err)
-			}
+			hashes = append(hashes, h[:]...)
 		}
 		allowed := 0
 		if e.Allowed {
 			allowed = 1
 		}
-		if _, err := entry.ExecContext(ctx, n, e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, e.Data); err != nil {
-			return 0, fmt.Errorf("translog: storing the entries: %w", err)
+		if _, err := entry.ExecContext(ctx, n, e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, hashes, e.Data); err != nil {
+			return 0, fmt.Errorf("translog: storing entry %d: %w", n, err)
 		}
 	}
 	end := size + int64(len(entries))
@@ -286,7 +284,11 @@ func frontier(size int64, hashes map[int64]tlog.Hash) (map[int64]tlog.Hash, bool
 var errMissing = errors.New("stored hashes not in the store (pruned, or the store is damaged)")
 
 // hashReader reads stored hashes (tlog.HashReader) through query, a
-// transaction's or the database's, the hashes of this append first.
+// transaction's or the database's, the hashes of this append first. A
+// stored hash is held by the entry whose append stored it (tlog's
+// level-L hash of subtree k by entry (k+1)·2^L−1, at place L of its
+// hashes); once that entry is pruned, a hash at level 8 or above is in
+// translog_hashes, and one below is gone.
 type hashReader struct {
 	ctx   context.Context
 	query func(context.Context, string, ...any) (*sql.Rows, error)
@@ -294,55 +296,113 @@ type hashReader struct {
 	cache map[int64]tlog.Hash
 }
 
+// holder is the entry that stored the hash of stored-hash index x, and
+// its place in the entry's hashes; ok is false for an index beyond any
+// entry.
+func holder(x int64) (entry int64, level int, ok bool) {
+	level, k := tlog.SplitStoredHashIndex(x)
+	if level > 62 || k >= 1<<(62-level) {
+		return 0, 0, false
+	}
+	return (k+1)<<level - 1, level, true
+}
+
 func (r *hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
-	var missing []int64
-	at := map[int64][]int{}
+	type place struct{ out, level int }
+	byEntry := map[int64][]place{}
+	var entries []int64
 	for i, x := range indexes {
 		if h, ok := r.cache[x]; ok {
 			out[i] = h
 			continue
 		}
-		if _, seen := at[x]; !seen {
-			missing = append(missing, x)
+		n, level, ok := holder(x)
+		if !ok {
+			return nil, fmt.Errorf("%w: stored hash %d is beyond any entry", errMissing, x)
 		}
-		at[x] = append(at[x], i)
+		if _, seen := byEntry[n]; !seen {
+			entries = append(entries, n)
+		}
+		byEntry[n] = append(byEntry[n], place{i, level})
 	}
-	for start := 0; start < len(missing); start += 256 {
-		part := missing[start:min(len(missing), start+256)]
+	found := map[int64]bool{}
+	if err := r.rows(entries, "SELECT idx, hashes FROM translog_entries WHERE idx IN (?", func(n int64, hashes []byte) error {
+		for _, p := range byEntry[n] {
+			if len(hashes)%tlog.HashSize != 0 || (p.level+1)*tlog.HashSize > len(hashes) {
+				return fmt.Errorf("entry %d holds %d bytes of hashes, not its level-%d hash: the store is damaged", n, len(hashes), p.level)
+			}
+			copy(out[p.out][:], hashes[p.level*tlog.HashSize:])
+		}
+		found[n] = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// What pruned entries held: the hashes kept apart.
+	at := map[int64][]int{}
+	var kept []int64
+	for _, n := range entries {
+		if found[n] {
+			continue
+		}
+		for _, p := range byEntry[n] {
+			x := indexes[p.out]
+			if _, seen := at[x]; !seen {
+				kept = append(kept, x)
+			}
+			at[x] = append(at[x], p.out)
+		}
+	}
+	got := 0
+	if err := r.rows(kept, "SELECT idx, hash FROM translog_hashes WHERE idx IN (?", func(x int64, h []byte) error {
+		if len(h) != tlog.HashSize {
+			return fmt.Errorf("stored hash %d is %d bytes: the store is damaged", x, len(h))
+		}
+		for _, i := range at[x] {
+			copy(out[i][:], h)
+		}
+		got++
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if got != len(kept) {
+		return nil, fmt.Errorf("%w: %d of %d", errMissing, len(kept)-got, len(indexes))
+	}
+	return out, nil
+}
+
+// rows runs query (ending "IN (?") over keys, 256 at a time, and gives
+// each row's key and bytes to f.
+func (r *hashReader) rows(keys []int64, query string, f func(int64, []byte) error) error {
+	for start := 0; start < len(keys); start += 256 {
+		part := keys[start:min(len(keys), start+256)]
 		args := make([]any, len(part))
 		for i, x := range part {
 			args[i] = x
 		}
-		rows, err := r.query(r.ctx, r.q("SELECT idx, hash FROM translog_hashes WHERE idx IN (?"+strings.Repeat(",?", len(part)-1)+")"), args...)
+		rows, err := r.query(r.ctx, r.q(query+strings.Repeat(",?", len(part)-1)+")"), args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		found := 0
 		for rows.Next() {
 			var x int64
-			var h []byte
-			if err := rows.Scan(&x, &h); err != nil {
+			var b []byte
+			if err := rows.Scan(&x, &b); err != nil {
 				_ = rows.Close()
-				return nil, err
+				return err
 			}
-			if len(h) != tlog.HashSize {
+			if err := f(x, b); err != nil {
 				_ = rows.Close()
-				return nil, fmt.Errorf("stored hash %d is %d bytes: the store is damaged", x, len(h))
+				return err
 			}
-			for _, i := range at[x] {
-				copy(out[i][:], h)
-			}
-			found++
 		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
-		if found != len(part) {
-			return nil, fmt.Errorf("%w: %d of %d", errMissing, len(part)-found, len(part))
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // reader reads the committed tree.

@@ -486,8 +486,10 @@ func TestPrune(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM translog_hashes").Scan(&after); err != nil {
 			t.Fatal(err)
 		}
-		if after != before-2*510 { // levels 0–7 of a tile: 256+128+…+2 hashes
-			t.Errorf("%d stored hashes before pruning two tiles, %d after; want 1020 fewer", before, after)
+		// Entries 255 and 511 held the tiles' roots (level 8) and 511
+		// their parent's (level 9): those three stay.
+		if after != before+3 {
+			t.Errorf("%d hashes kept apart before pruning two tiles, %d after; want 3 more", before, after)
 		}
 		if _, err := l.Get(ctx, 511); err == nil {
 			t.Error("entry 511 is still held")
