@@ -87,6 +87,11 @@ type Options struct {
 	LockTimeout time.Duration
 	// Logger receives one line per migration applied; nil: none.
 	Logger *slog.Logger
+	// SQLitePageSize is the page size an SQLite file is created with (a
+	// power of two, 512 to 65536; a file that exists keeps its own).
+	// 0: SQLite's default, 4096. A store of rows of kilobytes (a decision
+	// log's entries) writes fewer, fuller pages with larger ones.
+	SQLitePageSize int
 }
 
 // Parse says which dialect target names and returns what the driver
@@ -184,6 +189,9 @@ func Open(ctx context.Context, name, target string, migrations fs.FS, o Options)
 		if err := restrict(dsn); err != nil {
 			return nil, fmt.Errorf("%s: datastore %s: %w", name, dsn, err)
 		}
+		if err := createWithPageSize(dsn, o.SQLitePageSize); err != nil {
+			return nil, fmt.Errorf("%s: datastore %s: %w", name, dsn, err)
+		}
 		// WAL keeps readers off the writer's back; synchronous=FULL makes
 		// every committed transaction durable before it returns.
 		db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)")
@@ -220,6 +228,28 @@ func Open(ctx context.Context, name, target string, migrations fs.FS, o Options)
 // file open to others is made 0600, and the directory, when this process
 // owns it, 0700. The datastore holds callers' names and what they sent; a
 // node's hostPath is read by whatever else runs there.
+// createWithPageSize gives an SQLite file that is still empty pages of
+// size bytes (0: SQLite's default), setting them before the switch to WAL
+// writes its first page: the driver runs a DSN's pragmas in name order,
+// journal_mode before page_size, too late for it.
+func createWithPageSize(path string, size int) error {
+	if size == 0 {
+		return nil
+	}
+	if size < 512 || size > 65536 || size&(size-1) != 0 {
+		return fmt.Errorf("an SQLite page size of %d: want a power of two from 512 to 65536", size)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() > 0 {
+		return err
+	}
+	db, err := sql.Open("sqlite", "file:"+path+fmt.Sprintf("?_pragma=page_size(%d)", size))
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec("PRAGMA journal_mode=WAL")
+	return errors.Join(err, db.Close())
+}
+
 func restrict(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -265,3 +265,36 @@ func TestSQLiteFilesAreTheOwnersAlone(t *testing.T) {
 		_ = db.Close()
 	}
 }
+
+// TestSQLitePageSize: a new SQLite file takes the page size asked for;
+// one that exists keeps its own; a size SQLite has not is refused,
+// named.
+func TestSQLitePageSize(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "log.db")
+	pageSize := func(o datastore.Options) int {
+		t.Helper()
+		db, err := datastore.Open(ctx, "test-svc", path, migrations, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = db.Close() }()
+		var n int
+		if err := db.QueryRowContext(ctx, "PRAGMA page_size").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := pageSize(datastore.Options{SQLitePageSize: 16384}); n != 16384 {
+		t.Fatalf("a new file has pages of %d bytes, want 16384", n)
+	}
+	if n := pageSize(datastore.Options{SQLitePageSize: 8192}); n != 16384 {
+		t.Fatalf("the file was made again with pages of %d bytes; want it to keep 16384", n)
+	}
+	for _, bad := range []int{256, 3000, 131072, -1} {
+		_, err := datastore.Open(ctx, "test-svc", filepath.Join(t.TempDir(), "x.db"), migrations, datastore.Options{SQLitePageSize: bad})
+		if err == nil || !strings.Contains(err.Error(), "page size of") {
+			t.Errorf("page size %d: %v; want a refusal naming it", bad, err)
+		}
+	}
+}

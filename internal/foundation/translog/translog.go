@@ -54,6 +54,12 @@ var Migrations = func() fs.FS {
 // entry with its length as a big-endian uint16.
 const MaxEntryBytes = 1<<16 - 1
 
+// SQLitePageSize is the page size a log's SQLite file is best created
+// with (datastore.Options.SQLitePageSize): an entry of a few kilobytes
+// fills a 4 KiB page alone; 16 KiB pages hold several, and a transaction
+// writes fewer of them (docs/decision-log.md, "What it costs").
+const SQLitePageSize = 16384
+
 // TileHeight is tlog-tiles' fixed tile height: 256 hashes a tile.
 const TileHeight = 8
 

@@ -47,7 +47,7 @@ func dialects(t *testing.T, f func(t *testing.T, target string)) {
 
 func open(t *testing.T, target, skey string, now func() time.Time) (*translog.Log, *datastore.DB) {
 	t.Helper()
-	db, err := datastore.Open(context.Background(), "svc", target, empty, datastore.Options{})
+	db, err := datastore.Open(context.Background(), "svc", target, empty, datastore.Options{SQLitePageSize: translog.SQLitePageSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,17 @@ func Of(f func()) (allocated uint64, cpu time.Duration) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c0 := cpuTime()
+	c0 := CPU()
 	f()
-	c1 := cpuTime()
+	c1 := CPU()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc, c1 - c0
 }
 
-func cpuTime() time.Duration {
+// CPU is the process's CPU time so far, user and system (0 where the
+// system does not say): a benchmark's CPU per operation, where its work
+// runs on goroutines of its own, is the difference over b.N.
+func CPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -223,7 +223,7 @@ func Open(ctx context.Context, service string, o Options, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
-	db, err := datastore.Open(ctx, "translog", target, translog.Migrations, datastore.Options{Logger: logger})
+	db, err := datastore.Open(ctx, "translog", target, translog.Migrations, datastore.Options{Logger: logger, SQLitePageSize: translog.SQLitePageSize})
 	if err != nil {
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
