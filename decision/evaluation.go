@@ -160,7 +160,7 @@ func (g *Group) SignEvaluations(r *EvaluationRecord, leaves []EvaluationLeaf) ([
 	if err != nil {
 		return nil, nil, err
 	}
-	gs, err := g.sign(payload)
+	gs, err := g.sign(payload, nil)
 	if err != nil {
 		return nil, nil, err
 	}

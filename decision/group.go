@@ -138,6 +138,16 @@ type Group struct {
 	now    func() time.Time
 	// Observe, when set, is told each group's size.
 	Observe func(n int)
+	// Then, when set, is given each group once it is signed and before
+	// any of its records' Sign returns: the signed records and, in the
+	// same order, what their callers handed SignWith (nil from Sign). It
+	// runs on the goroutine that signed the group, while the next group
+	// gathers; what it must tell a caller it records in that caller's
+	// value. It is not called for a group whose signing failed. A
+	// decision log that every answer waits for keeps a whole group in
+	// one commit this way, rather than each answer waiting its turn
+	// again after its signature.
+	Then func(signed []GroupSigned, with []any)
 
 	mu      sync.Mutex
 	signing bool
@@ -146,6 +156,7 @@ type Group struct {
 
 type pending struct {
 	payload []byte // the record's canonical JSON
+	with    any    // what SignWith was handed, for Then
 	out     GroupSigned
 	err     error
 	wake    chan bool // true: lead the next group; false: signed
@@ -163,19 +174,23 @@ func NewGroup(signer *Signer, max int, now func() time.Time) *Group {
 }
 
 // Sign signs r with whatever records are waiting with it.
-func (g *Group) Sign(r *Record) (GroupSigned, error) {
+func (g *Group) Sign(r *Record) (GroupSigned, error) { return g.SignWith(r, nil) }
+
+// SignWith signs r as Sign does, handing with to Then beside r's signed
+// form.
+func (g *Group) SignWith(r *Record, with any) (GroupSigned, error) {
 	r.Schema = g.signer.profile.Schema
 	payload, err := r.canonical()
 	if err != nil {
 		return GroupSigned{}, err
 	}
-	return g.sign(payload)
+	return g.sign(payload, with)
 }
 
 // sign signs one record's canonical JSON with whatever records are
 // waiting with it.
-func (g *Group) sign(payload []byte) (GroupSigned, error) {
-	p := &pending{payload: payload, wake: make(chan bool, 1)}
+func (g *Group) sign(payload []byte, with any) (GroupSigned, error) {
+	p := &pending{payload: payload, with: with, wake: make(chan bool, 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, p)
 	if g.signing {
@@ -198,6 +213,13 @@ func (g *Group) sign(payload []byte) (GroupSigned, error) {
 	out, err := g.signer.signRoot(payloads, g.now())
 	if g.Observe != nil {
 		g.Observe(len(batch))
+	}
+	if err == nil && g.Then != nil {
+		with := make([]any, len(batch))
+		for i, b := range batch {
+			with[i] = b.with
+		}
+		g.Then(out, with)
 	}
 	for i, b := range batch {
 		if err != nil {

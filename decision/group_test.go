@@ -1,6 +1,7 @@
 package decision_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,5 +147,59 @@ func TestGroupSharesASignature(t *testing.T) {
 	}
 	if _, err := decision.Verify(groupResponse(t, alone), decision.VerifyOptions{Profile: profile, Keys: s.JWKS()}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGroupThen: Then sees every group once, each record's signed form
+// beside what its caller handed SignWith, and every SignWith returns only
+// after its group's Then has run.
+func TestGroupThen(t *testing.T) {
+	s, _ := decision.NewSigner(profile, newKey(t))
+	type mark struct {
+		i    int
+		seen atomic.Int32
+		root string
+	}
+	g := decision.NewGroup(s, 8, nil)
+	var groups atomic.Int32
+	g.Then = func(signed []decision.GroupSigned, with []any) {
+		groups.Add(1)
+		for j, w := range with {
+			if w == nil {
+				continue // a record signed with Sign
+			}
+			m := w.(*mark)
+			m.root = signed[j].RootJWS
+			if !bytes.Contains(signed[j].Record, fmt.Appendf(nil, `"subject":"s%d"`, m.i)) {
+				t.Errorf("record %d was handed the signed record %.120s", m.i, signed[j].Record)
+			}
+			m.seen.Add(1)
+		}
+	}
+	const n = 60
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := record(t, time.Now(), fmt.Appendf(nil, `{"subject":"s%d"}`, i))
+			if i%5 == 0 {
+				if _, err := g.Sign(r); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			m := &mark{i: i}
+			out, err := g.SignWith(r, m)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if m.seen.Load() != 1 || m.root != out.RootJWS {
+				t.Errorf("record %d returned with Then run %d times over its group (root %t)", i, m.seen.Load(), m.root == out.RootJWS)
+			}
+		})
+	}
+	wg.Wait()
+	if groups.Load() == 0 {
+		t.Fatal("Then never ran")
 	}
 }

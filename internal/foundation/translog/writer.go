@@ -127,48 +127,77 @@ func (w *Writer) Collectors() []prometheus.Collector {
 // its index, or why it is not in the log. A full queue refuses at once
 // (ErrQueueFull).
 func (w *Writer) Append(ctx context.Context, e Entry) (int64, error) {
-	done := make(chan result, 1)
-	if err := w.enqueue(e, done); err != nil {
-		return 0, err
+	idx, errs := w.AppendAll(ctx, []Entry{e})
+	return idx[0], errs[0]
+}
+
+// AppendAll queues es together, so that one transaction takes them all
+// when the batch has room, and waits for their commit (or for ctx to
+// end): each entry's index, or why it is not in the log.
+func (w *Writer) AppendAll(ctx context.Context, es []Entry) ([]int64, []error) {
+	idx, errs := make([]int64, len(es)), make([]error, len(es))
+	done := make([]chan result, len(es))
+	ps := make([]pending, len(es))
+	for i, e := range es {
+		done[i] = make(chan result, 1)
+		ps[i] = pending{e, done[i]}
 	}
-	select {
-	case r := <-done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("translog: waiting for the entry's commit: %w", ctx.Err())
+	w.enqueue(ps, errs)
+	for i := range es {
+		if errs[i] != nil {
+			continue
+		}
+		select {
+		case r := <-done[i]:
+			idx[i], errs[i] = r.index, r.err
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("translog: waiting for the entry's commit: %w", ctx.Err())
+		}
 	}
+	return idx, errs
 }
 
 // Offer queues e without waiting for its commit: false when the queue is
 // full or the writer stopped (counted as dropped).
-func (w *Writer) Offer(e Entry) bool { return w.enqueue(e, nil) == nil }
+func (w *Writer) Offer(e Entry) bool {
+	var err [1]error
+	w.enqueue([]pending{{e, nil}}, err[:])
+	return err[0] == nil
+}
 
-func (w *Writer) enqueue(e Entry, done chan<- result) error {
-	if len(e.Data) == 0 || len(e.Data) > MaxEntryBytes {
-		return fmt.Errorf("translog: an entry of %d bytes: want 1 to %d", len(e.Data), MaxEntryBytes)
-	}
+// enqueue queues ps under one lock, setting errs[i] for each it refuses
+// (too large, no room, stopped).
+func (w *Writer) enqueue(ps []pending, errs []error) {
+	queued := 0
 	w.mu.Lock()
-	switch {
-	case w.stopped:
-		w.mu.Unlock()
-		w.dropped.Inc()
-		return ErrStopped
-	case len(w.queue) >= w.cfg.MaxQueue:
-		w.mu.Unlock()
-		w.dropped.Inc()
-		return ErrQueueFull
-	}
-	w.queue = append(w.queue, pending{e, done})
-	if done != nil {
-		w.waiters++
+	for i, p := range ps {
+		switch {
+		case len(p.e.Data) == 0 || len(p.e.Data) > MaxEntryBytes:
+			errs[i] = fmt.Errorf("translog: an entry of %d bytes: want 1 to %d", len(p.e.Data), MaxEntryBytes)
+			continue
+		case w.stopped:
+			errs[i] = ErrStopped
+		case len(w.queue) >= w.cfg.MaxQueue:
+			errs[i] = ErrQueueFull
+		}
+		if errs[i] != nil {
+			w.dropped.Inc()
+			continue
+		}
+		w.queue = append(w.queue, p)
+		if p.done != nil {
+			w.waiters++
+		}
+		queued++
 	}
 	w.queued.Set(float64(len(w.queue)))
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if queued > 0 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
-	return nil
 }
 
 // Ready reports whether the writer runs and its last transaction, if any,

@@ -441,23 +441,56 @@ func (l *Log) entry(d Decision) (translog.Entry, error) {
 // ReasonQuotaExceeded); best-effort: once queued, never refusing for
 // want of room. The zero reason: answer.
 func (l *Log) Keep(ctx context.Context, d Decision) (reason.Reason, error) {
-	if !l.admit(d.Caller) {
-		l.quotaRefused.Inc()
-		return ReasonQuotaExceeded, fmt.Errorf("%s holds %d decisions in the log", d.Caller, l.o.CallerMaxEntries)
-	}
-	e, err := l.entry(d)
-	if err != nil {
-		return ReasonUnavailable, err
-	}
-	if l.o.Mode == ModeBestEffort {
-		l.w.Offer(e)
-		return reason.Reason{}, nil
-	}
-	if _, err := l.w.Append(ctx, e); err != nil {
-		return ReasonUnavailable, err
-	}
-	return reason.Reason{}, nil
+	k := l.KeepAll(ctx, []Decision{d})
+	return k[0].Refusal, k[0].Err
 }
+
+// Kept is what keeping one decision came to: the zero Refusal, answer;
+// else the refusal to send instead, and why.
+type Kept struct {
+	Refusal reason.Reason
+	Err     error
+}
+
+// KeepAll keeps ds as Keep keeps each, together: under required, in one
+// commit when the writer's batch has room (a group of answers signed
+// together, kept together).
+func (l *Log) KeepAll(ctx context.Context, ds []Decision) []Kept {
+	out := make([]Kept, len(ds))
+	var es []translog.Entry
+	var at []int // es[j] is ds[at[j]]
+	for i, d := range ds {
+		if !l.admit(d.Caller) {
+			l.quotaRefused.Inc()
+			out[i] = Kept{ReasonQuotaExceeded, fmt.Errorf("%s holds %d decisions in the log", d.Caller, l.o.CallerMaxEntries)}
+			continue
+		}
+		e, err := l.entry(d)
+		if err != nil {
+			out[i] = Kept{ReasonUnavailable, err}
+			continue
+		}
+		if l.o.Mode == ModeBestEffort {
+			l.w.Offer(e)
+			continue
+		}
+		es, at = append(es, e), append(at, i)
+	}
+	if len(es) == 0 {
+		return out
+	}
+	_, errs := l.w.AppendAll(ctx, es)
+	for j, err := range errs {
+		if err != nil {
+			out[at[j]] = Kept{ReasonUnavailable, err}
+		}
+	}
+	return out
+}
+
+// Required reports whether every answer waits for its decision's commit
+// (--decision-log-mode required).
+func (l *Log) Required() bool { return l.o.Mode == ModeRequired }
 
 // Refused logs a refusal as the log has room and the caller quota: a
 // refusal is never held up, nor changed, by its log.

@@ -4,7 +4,10 @@ package pdp
 // the refusals.
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"errors"
 	"fmt"
@@ -22,6 +25,7 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/spans"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp/policy"
+	"github.com/callerauth/callerauth/reason"
 )
 
 // checkHandler is POST /v1/check: the guard's middleware (the caller
@@ -118,8 +122,18 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	var body []byte
 	_, span = spans.Start(r.Context(), tracerName, "pdp.sign")
 	defer span.End()
+	kept := false
 	if st.group != nil {
-		g, err := st.group.Sign(rec)
+		// Under a required decision log the group's signer keeps the
+		// whole group in one commit before any of it is answered
+		// (keepGroup).
+		var k *groupKept
+		var with any
+		if s.dlog != nil && s.dlog.Required() {
+			k = &groupKept{ctx: r.Context(), d: s.logged(r, rec.Effect == decision.Allow, rec.Reason)}
+			with = k
+		}
+		g, err := st.group.SignWith(rec, with)
 		if err != nil {
 			s.signingFailed(w, err)
 			return
@@ -127,6 +141,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		body = groupBody(g)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("pdp.group_records", g.Records))
+		}
+		if k != nil {
+			if !k.refusal.IsZero() {
+				s.notKept(w, k.refusal, k.err)
+				return
+			}
+			kept = true
 		}
 	} else {
 		signed, err := st.signer.Sign(rec)
@@ -136,7 +157,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		}
 		body = responseBody(signed)
 	}
-	if !s.keep(w, r, rec.Effect == decision.Allow, rec.Reason, body) {
+	if !kept && !s.keep(w, r, rec.Effect == decision.Allow, rec.Reason, body) {
 		return
 	}
 	s.checks.WithLabelValues(rec.Effect, rec.Reason).Inc()
@@ -150,22 +171,84 @@ func (s *Server) keep(w http.ResponseWriter, r *http.Request, allowed bool, why 
 	if s.dlog == nil {
 		return true
 	}
-	d := decisionlog.Decision{Allowed: allowed, Reason: why, Path: r.URL.Path, Status: http.StatusOK, Answer: body, At: s.now()}
-	if v, ok := guard.FromContext(r.Context()); ok {
-		d.System = v.System
-		if v.Caller != nil {
-			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
-		}
-	}
+	d := s.logged(r, allowed, why)
+	d.Answer = body
 	ctx, span := spans.Start(r.Context(), tracerName, "pdp.decision_log")
 	defer span.End()
 	refusal, err := s.dlog.Keep(ctx, d)
 	if refusal.IsZero() {
 		return true
 	}
+	s.notKept(w, refusal, err)
+	return false
+}
+
+// logged is what the decision log keeps of an answer to r, less the
+// answer.
+func (s *Server) logged(r *http.Request, allowed bool, why string) decisionlog.Decision {
+	d := decisionlog.Decision{Allowed: allowed, Reason: why, Path: r.URL.Path, Status: http.StatusOK, At: s.now()}
+	if v, ok := guard.FromContext(r.Context()); ok {
+		d.System = v.System
+		if v.Caller != nil {
+			d.Caller, d.Tenant = v.Caller.Username, v.Caller.Tenant
+		}
+	}
+	return d
+}
+
+// notKept answers the decision log's refusal to keep an answer.
+func (s *Server) notKept(w http.ResponseWriter, refusal reason.Reason, err error) {
 	s.log.Warn("pdp: the decision log did not keep an answer, so it is not given", "reason", refusal, "err", err)
 	guard.WriteHTTPError(w, refusal, "")
-	return false
+}
+
+// groupKept is a check's decision handed to its signing group under a
+// required decision log: what keepGroup keeps of it (its answer filled
+// in once signed), and what came of it.
+type groupKept struct {
+	ctx     context.Context
+	d       decisionlog.Decision
+	refusal reason.Reason
+	err     error
+}
+
+// keepTimeout bounds how long a signing group waits for its decisions'
+// commit: past it, every answer of the group is refused
+// (decision_log_unavailable).
+const keepTimeout = 10 * time.Second
+
+// keepGroup is the check group's Then under a required decision log: the
+// group's decisions, kept in one commit before any is answered, so that
+// an answer waits once, for its group, not again in a queue of its own
+// after its signature.
+func (s *Server) keepGroup(signed []decision.GroupSigned, with []any) {
+	var ks []*groupKept
+	var ds []decisionlog.Decision
+	for i, w := range with {
+		k, ok := w.(*groupKept)
+		if !ok {
+			continue
+		}
+		k.d.Answer = groupBody(signed[i])
+		ks, ds = append(ks, k), append(ds, k.d)
+	}
+	if len(ks) == 0 {
+		return
+	}
+	// Each request's trace shows the group's commit it waited for.
+	ends := make([]func(...trace.SpanEndOption), len(ks))
+	for i, k := range ks {
+		_, span := spans.Start(k.ctx, tracerName, "pdp.decision_log")
+		ends[i] = span.End
+	}
+	// The group's commit is the group's, not the request's that happened
+	// to sign it: its deadline is its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ks[0].ctx), keepTimeout)
+	defer cancel()
+	for i, kept := range s.dlog.KeepAll(ctx, ds) {
+		ks[i].refusal, ks[i].err = kept.Refusal, kept.Err
+		ends[i]()
+	}
 }
 
 // groupBody is a group-signed check's response: {"record", "root_jws",

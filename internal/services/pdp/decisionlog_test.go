@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -407,6 +408,106 @@ func TestDecisionLogReplicas(t *testing.T) {
 		}
 		if err := tlog.CheckRecord(rp, sizeB, rootB, d.Index, tlog.RecordHash(proved.Entry)); err != nil {
 			t.Errorf("decision %d: %v", d.Index, err)
+		}
+	}
+}
+
+// TestDecisionLogGroups: checks that arrive together under a required
+// log are signed together and kept in one commit; every answer that
+// leaves is in the log, once, as it left, and a caller past its quota
+// is refused alone, the others of its group answered.
+func TestDecisionLogGroups(t *testing.T) {
+	const share, each = 12, 40
+	e, _, _ := withLog(t, "enforce", func(o *pdp.Options) {
+		o.DecisionLog.CallerMaxEntries = share
+		o.CallerBindings = append(o.CallerBindings, "billing=system:serviceaccount:billing:billing")
+	})
+	allow := readExample(t, "check_request_allow_rotate.json")
+	callers := []struct {
+		token string
+		body  []byte
+	}{
+		{e.token(t, "secrets-engine", "flex-auth", time.Time{}), allow},
+		{e.tokenFor(t, "billing", "billing"), bytes.Replace(allow, []byte(`"system": "secrets-engine"`), []byte(`"system": "billing"`), 1)},
+	}
+	type answer struct {
+		caller, code int
+		body         []byte
+		err          error
+	}
+	answers := make(chan answer, 2*each)
+	var wg sync.WaitGroup
+	for c, caller := range callers {
+		for range each {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/check", bytes.NewReader(caller.body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+caller.token)
+				resp, err := e.client.Do(req)
+				if err != nil {
+					answers <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				answers <- answer{c, resp.StatusCode, b, err}
+			})
+		}
+	}
+	wg.Wait()
+	close(answers)
+	given := [2]map[string]bool{{}, {}}
+	for a := range answers {
+		switch {
+		case a.err != nil:
+			t.Fatal(a.err)
+		case a.code == http.StatusOK:
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, a.body); err != nil {
+				t.Fatal(err)
+			}
+			given[a.caller][compact.String()] = true
+		case a.code != http.StatusTooManyRequests || !strings.Contains(string(a.body), decisionlog.ReasonQuotaExceeded.String()):
+			t.Fatalf("caller %d: %d %s", a.caller, a.code, a.body)
+		}
+	}
+	reader := e.tokenFor(t, "audit", "auditor")
+	for c, name := range []string{engine, "system:serviceaccount:billing:billing"} {
+		if len(given[c]) != share {
+			t.Errorf("%s: %d of %d checks answered, want its share, %d", name, len(given[c]), each, share)
+		}
+		p := e.search(t, reader, "caller="+name, share)
+		kept := map[string]bool{}
+		for _, d := range p.Decisions {
+			var l logged
+			if err := json.Unmarshal(d.Entry, &l); err != nil {
+				t.Fatal(err)
+			}
+			if kept[string(l.Answer)] {
+				t.Errorf("%s: an answer kept twice", name)
+			}
+			kept[string(l.Answer)] = true
+		}
+		for a := range given[c] {
+			if !kept[a] {
+				t.Errorf("%s: an answer given but not kept: %.200s", name, a)
+			}
+		}
+		if len(kept) != len(given[c]) {
+			t.Errorf("%s: %d answers kept, %d given", name, len(kept), len(given[c]))
+		}
+	}
+	mfs, err := e.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "pdp_signing_group_records" {
+			h := mf.GetMetric()[0].GetHistogram()
+			t.Logf("%d checks signed under %d signatures", uint64(h.GetSampleSum()), h.GetSampleCount())
+			if h.GetSampleSum() <= float64(h.GetSampleCount()) {
+				t.Error("no two checks were signed (and kept) together: the groups were not exercised")
+			}
 		}
 	}
 }

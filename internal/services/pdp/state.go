@@ -52,6 +52,9 @@ func (s *Server) load() (*state, error) {
 	if s.c.SignGroupMax > 0 {
 		st.group = decision.NewGroup(st.signer, s.c.SignGroupMax, s.now)
 		st.group.Observe = func(n int) { s.groupSize.Observe(float64(n)) }
+		// A check hands its group what a required decision log keeps
+		// (decide); keepGroup has nothing to do for a group of others.
+		st.group.Then = s.keepGroup
 		st.evalGroup = decision.NewGroup(st.evalSigner, s.c.SignGroupMax, s.now)
 		st.evalGroup.Observe = func(n int) { s.evalGroupSize.Observe(float64(n)) }
 	}
