@@ -79,8 +79,8 @@ func TestPDPAndOPAAgreeAndAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// At each concurrency: throughput and CPU against either OPA, the
-	// decision log's throughput and CPU, and p99.
-	if lr := benchcompare.LatencyRows(latency); len(latency) != 8 || len(lr) != 14 {
+	// decision log's throughput and CPU under each mode, and p99.
+	if lr := benchcompare.LatencyRows(latency); len(latency) != 10 || len(lr) != 18 {
 		t.Fatalf("%d latency loads, %d rows", len(latency), len(lr))
 	} else {
 		rows = append(rows, lr...)
