@@ -343,6 +343,24 @@ func (l *Log) recount(ctx context.Context) error {
 	return nil
 }
 
+// Within refuses a caller that already holds its share of the log:
+// what it asks now would not be kept, so a service need not work it out.
+// The share is taken when a decision is kept (Keep), not here.
+func (l *Log) Within(caller string) error {
+	l.mu.Lock()
+	n := l.counts[caller]
+	l.mu.Unlock()
+	if n >= l.o.CallerMaxEntries {
+		l.quotaRefused.Inc()
+		return l.overShare(caller)
+	}
+	return nil
+}
+
+func (l *Log) overShare(caller string) error {
+	return fmt.Errorf("%q holds %d decisions in the log", caller, l.o.CallerMaxEntries)
+}
+
 // admit takes one entry of caller's quota, or reports it spent.
 func (l *Log) admit(caller string) bool {
 	l.mu.Lock()
@@ -462,7 +480,7 @@ func (l *Log) KeepAll(ctx context.Context, ds []Decision) []Kept {
 	for i, d := range ds {
 		if !l.admit(d.Caller) {
 			l.quotaRefused.Inc()
-			out[i] = Kept{ReasonQuotaExceeded, fmt.Errorf("%s holds %d decisions in the log", d.Caller, l.o.CallerMaxEntries)}
+			out[i] = Kept{ReasonQuotaExceeded, l.overShare(d.Caller)}
 			continue
 		}
 		e, err := l.entry(d)

@@ -523,7 +523,7 @@ func echoRequestID(h http.Handler) http.Handler {
 // same caller authentication as /v1/check.
 func (s *Server) authzenHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.evaluate(w, r, path) })
-	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
+	return s.guarded(s.authzenExtract(path), s.withinShare(h), s.azLatency.WithLabelValues(path))
 }
 
 // evaluationAnswer is one AuthZEN answer.

@@ -34,7 +34,7 @@ import (
 // system binding), then the decision. With caller authentication off there
 // is no middleware.
 func (s *Server) checkHandler() http.Handler {
-	return s.guarded(s.extract, http.HandlerFunc(s.decide), s.latency)
+	return s.guarded(s.extract, s.withinShare(http.HandlerFunc(s.decide)), s.latency)
 }
 
 // guarded wraps an API handler as every endpoint is wrapped: the guard's
@@ -194,6 +194,25 @@ func (s *Server) logged(r *http.Request, allowed bool, why string) decisionlog.D
 		}
 	}
 	return d
+}
+
+// withinShare refuses a caller that holds its share of the decision log
+// (429 decision_log_quota_exceeded) before anything is evaluated or
+// signed for it: the log would not keep the answer, so it is not made.
+func (s *Server) withinShare(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.dlog != nil {
+			caller := ""
+			if v, ok := guard.FromContext(r.Context()); ok && v.Caller != nil {
+				caller = v.Caller.Username
+			}
+			if err := s.dlog.Within(caller); err != nil {
+				s.notKept(w, decisionlog.ReasonQuotaExceeded, err)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // notKept answers the decision log's refusal to keep an answer.

@@ -268,6 +268,11 @@ func TestDecisionLogQuota(t *testing.T) {
 			if want := min(600, int(c.share)); answered != want {
 				t.Errorf("%d of the flood's 600 checks answered, want %d", answered, want)
 			}
+			// A check past the share is refused before it is evaluated
+			// or signed: the records signed are the answers given.
+			if signed, _ := signing(t, e); signed != float64(answered+1) {
+				t.Errorf("%v records signed for %d answers", signed, answered+1)
+			}
 			reader := e.tokenFor(t, "audit", "auditor")
 			e.search(t, reader, "caller="+engine+"&after="+fmt.Sprint(answered-1), 1) // all committed
 			if _, err := e.srv.DecisionLog().Sign(context.Background()); err != nil {
@@ -497,6 +502,17 @@ func TestDecisionLogGroups(t *testing.T) {
 			t.Errorf("%s: %d answers kept, %d given", name, len(kept), len(given[c]))
 		}
 	}
+	records, signatures := signing(t, e)
+	t.Logf("%v checks signed under %v signatures", records, signatures)
+	if records <= signatures {
+		t.Error("no two checks were signed (and kept) together: the groups were not exercised")
+	}
+}
+
+// signing reads the pdp's group-commit signing histogram: the records
+// /v1/check signed, and the signatures.
+func signing(t *testing.T, e *env) (records, signatures float64) {
+	t.Helper()
 	mfs, err := e.srv.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -504,10 +520,9 @@ func TestDecisionLogGroups(t *testing.T) {
 	for _, mf := range mfs {
 		if mf.GetName() == "pdp_signing_group_records" {
 			h := mf.GetMetric()[0].GetHistogram()
-			t.Logf("%d checks signed under %d signatures", uint64(h.GetSampleSum()), h.GetSampleCount())
-			if h.GetSampleSum() <= float64(h.GetSampleCount()) {
-				t.Error("no two checks were signed (and kept) together: the groups were not exercised")
-			}
+			return h.GetSampleSum(), float64(h.GetSampleCount())
 		}
 	}
+	t.Fatal("no pdp_signing_group_records")
+	return 0, 0
 }

@@ -190,7 +190,7 @@ func decodeToken(s, binding string, key []byte) (pageToken, error) {
 // caller authentication as the evaluations.
 func (s *Server) searchHandler(path string) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.searchPage(w, r, path) })
-	return s.guarded(s.authzenExtract(path), h, s.azLatency.WithLabelValues(path))
+	return s.guarded(s.authzenExtract(path), s.withinShare(h), s.azLatency.WithLabelValues(path))
 }
 
 // searchAnswer is one page, page first (§8.3 recommends it).
