@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,7 +144,9 @@ type Group struct {
 	// same order, what their callers handed SignWith (nil from Sign). It
 	// runs on the goroutine that signed the group, while the next group
 	// gathers; what it must tell a caller it records in that caller's
-	// value. It is not called for a group whose signing failed. A
+	// value. It is not called for a group whose signing failed; if it
+	// panics, every record of its group gets an error and the group
+	// signs on. A
 	// decision log that every answer waits for keeps a whole group in
 	// one commit this way, rather than each answer waiting its turn
 	// again after its signature.
@@ -171,6 +174,33 @@ func NewGroup(signer *Signer, max int, now func() time.Time) *Group {
 		now = time.Now
 	}
 	return &Group{signer: signer, max: max, now: now}
+}
+
+// signBatch signs batch's records under one root and hands them to Then.
+// A panic (in Then, or in signing) fails the batch rather than leaving
+// its records and every later one waiting for a leader that is gone.
+func (g *Group) signBatch(batch []*pending) (out []GroupSigned, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("decision: signing a group of %d records: panic: %v", len(batch), r)
+		}
+	}()
+	payloads := make([][]byte, len(batch))
+	for i, b := range batch {
+		payloads[i] = b.payload
+	}
+	out, err = g.signer.signRoot(payloads, g.now())
+	if g.Observe != nil {
+		g.Observe(len(batch))
+	}
+	if err == nil && g.Then != nil {
+		with := make([]any, len(batch))
+		for i, b := range batch {
+			with[i] = b.with
+		}
+		g.Then(out, with)
+	}
+	return out, err
 }
 
 // Sign signs r with whatever records are waiting with it.
@@ -206,21 +236,7 @@ func (g *Group) sign(payload []byte, with any) (GroupSigned, error) {
 	g.queue = g.queue[n:]
 	g.mu.Unlock()
 
-	payloads := make([][]byte, len(batch))
-	for i, b := range batch {
-		payloads[i] = b.payload
-	}
-	out, err := g.signer.signRoot(payloads, g.now())
-	if g.Observe != nil {
-		g.Observe(len(batch))
-	}
-	if err == nil && g.Then != nil {
-		with := make([]any, len(batch))
-		for i, b := range batch {
-			with[i] = b.with
-		}
-		g.Then(out, with)
-	}
+	out, err := g.signBatch(batch)
 	for i, b := range batch {
 		if err != nil {
 			b.err = err
