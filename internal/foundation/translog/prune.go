@@ -3,7 +3,6 @@ package translog
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,23 +34,16 @@ func (l *Log) keepHashes(ctx context.Context, tx *sql.Tx, from, to int64) error 
 		hash []byte
 	}
 	var keep []kept
-	for rows.Next() {
-		var n int64
-		var hashes []byte
-		if err := rows.Scan(&n, &hashes); err != nil {
-			_ = rows.Close()
-			return err
-		}
+	if err := eachPair(rows, func(n int64, hashes []byte) error {
 		if len(hashes)%tlog.HashSize != 0 || len(hashes) < (TileHeight+1)*tlog.HashSize {
-			_ = rows.Close()
 			return fmt.Errorf("entry %d holds %d bytes of hashes, not a tile's root: the store is damaged", n, len(hashes))
 		}
 		base := tlog.StoredHashIndex(0, n)
 		for level := TileHeight; (level+1)*tlog.HashSize <= len(hashes); level++ {
 			keep = append(keep, kept{base + int64(level), hashes[level*tlog.HashSize : (level+1)*tlog.HashSize]})
 		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil
+	}); err != nil {
 		return err
 	}
 	for _, k := range keep {

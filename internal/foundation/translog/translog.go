@@ -392,23 +392,27 @@ func (r *hashReader) rows(keys []int64, query string, f func(int64, []byte) erro
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var x int64
-			var b []byte
-			if err := rows.Scan(&x, &b); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			if err := f(x, b); err != nil {
-				_ = rows.Close()
-				return err
-			}
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		if err := eachPair(rows, f); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// eachPair gives f each row's integer and bytes, and closes rows.
+func eachPair(rows *sql.Rows, f func(int64, []byte) error) error {
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var x int64
+		var b []byte
+		if err := rows.Scan(&x, &b); err != nil {
+			return err
+		}
+		if err := f(x, b); err != nil {
+			return err
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
 }
 
 // reader reads the committed tree.
