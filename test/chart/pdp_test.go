@@ -345,21 +345,42 @@ func TestPDPChartDecisionLogAndTraces(t *testing.T) {
 		}
 	}
 
-	for _, c := range []struct {
-		name string
-		edit func(map[string]any)
-		want string
-	}{
+	refuses(t, append(decisionLogRefusals(),
+		refusal{"a plaintext sink", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "sink": "http://logs.example/"}, "decisionLog"), "want an https:// URL"},
+		refusal{"an unknown mode", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "mode": "sometimes"}, "decisionLog"), "mode"},
+		refusal{"a ratio over 1", set(map[string]any{"otlpEndpoint": "c:4317", "sampleRatio": 2}, "tracing"), "sampleRatio"},
+	), func(edit func(map[string]any)) error {
+		_, err := renderPDP(t, examplePDPValues(t, edit))
+		return err
+	})
+}
+
+// refusal is values a chart must refuse to render, and what its refusal
+// names.
+type refusal struct {
+	name string
+	edit func(map[string]any)
+	want string
+}
+
+// decisionLogRefusals are the decisionLog and tracing values that the
+// pdp's chart and callerauth-proxy's both refuse.
+func decisionLogRefusals() []refusal {
+	return []refusal{
 		{"no URL Secret", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.urlSecret.name is required"},
 		{"no key Secret", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
 		{"settings while off", set(map[string]any{"reader": "system:serviceaccount:audit:auditor"}, "decisionLog"), "decisionLog.enabled is false"},
-		{"a plaintext sink", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "sink": "http://logs.example/"}, "decisionLog"), "want an https:// URL"},
-		{"an unknown mode", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "mode": "sometimes"}, "decisionLog"), "mode"},
 		{"an unknown protocol", set(map[string]any{"otlpEndpoint": "c:4317", "protocol": "udp"}, "tracing"), "protocol"},
-		{"a ratio over 1", set(map[string]any{"otlpEndpoint": "c:4317", "sampleRatio": 2}, "tracing"), "sampleRatio"},
-	} {
+	}
+}
+
+// refuses renders each case's values and wants the render refused,
+// naming what the case says.
+func refuses(t *testing.T, cases []refusal, render func(edit func(map[string]any)) error) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := renderPDP(t, examplePDPValues(t, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
+			if err := render(c.edit); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want a refusal naming %q", err, c.want)
 			}
 		})

@@ -239,25 +239,14 @@ func TestProxyChartDecisionLogAndTraces(t *testing.T) {
 		t.Errorf("volumes %v", vols)
 	}
 
-	for _, c := range []struct {
-		name string
-		edit func(map[string]any)
-		want string
-	}{
-		{"no URL Secret", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.urlSecret.name is required"},
-		{"no key Secret", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
-		{"settings while off", set(map[string]any{"reader": "system:serviceaccount:audit:auditor"}, "decisionLog"), "decisionLog.enabled is false"},
-		{"the proxy's own port", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "port": 8443}, "decisionLog"), "decisionLog.port 8443"},
-		{"as a sidecar", func(v map[string]any) {
+	refuses(t, append(decisionLogRefusals(),
+		refusal{"the proxy's own port", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "port": 8443}, "decisionLog"), "decisionLog.port 8443"},
+		refusal{"as a sidecar", func(v map[string]any) {
 			set(false, "deployment", "enabled")(v)
 			set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}}, "decisionLog")(v)
 		}, "standalone"},
-		{"an unknown protocol", set(map[string]any{"otlpEndpoint": "c:4317", "protocol": "udp"}, "tracing"), "protocol"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if _, err := renderChart(t, proxyChart, "metrics", "monitoring", exampleProxyValues(t, c.edit)); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want a refusal naming %q", err, c.want)
-			}
-		})
-	}
+	), func(edit func(map[string]any)) error {
+		_, err := renderChart(t, proxyChart, "metrics", "monitoring", exampleProxyValues(t, edit))
+		return err
+	})
 }
