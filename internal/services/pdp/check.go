@@ -138,16 +138,19 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 			s.signingFailed(w, err)
 			return
 		}
-		body = groupBody(g)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("pdp.group_records", g.Records))
 		}
-		if k != nil {
-			if !k.refusal.IsZero() {
-				s.notKept(w, k.refusal, k.err)
-				return
-			}
-			kept = true
+		switch {
+		case k == nil:
+			body = groupBody(g)
+		case !k.refusal.IsZero():
+			s.notKept(w, k.refusal, k.err)
+			return
+		default:
+			// The answer keepGroup wrote for the log, given as it was
+			// kept, not written again.
+			body, kept = k.body, true
 		}
 	} else {
 		signed, err := st.signer.Sign(rec)
@@ -227,6 +230,7 @@ func (s *Server) notKept(w http.ResponseWriter, refusal reason.Reason, err error
 type groupKept struct {
 	ctx     context.Context
 	d       decisionlog.Decision
+	body    []byte // the answer, once signed
 	refusal reason.Reason
 	err     error
 }
@@ -248,7 +252,8 @@ func (s *Server) keepGroup(signed []decision.GroupSigned, with []any) {
 		if !ok {
 			continue
 		}
-		k.d.Answer = groupBody(signed[i])
+		k.body = groupBody(signed[i])
+		k.d.Answer = k.body
 		ks, ds = append(ks, k), append(ds, k.d)
 	}
 	if len(ks) == 0 {
