@@ -181,6 +181,27 @@ func utf16Units(r rune) uint32 {
 // that write a document's canonical form directly.
 func WriteString(b *bytes.Buffer, s string) { writeString(b, s) }
 
+// QuotedLen is the length of s as WriteString writes it, quotes
+// included: what a string costs an answer or a record that carries it.
+func QuotedLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '"', r == '\\', r == '\b', r == '\f', r == '\n', r == '\r', r == '\t':
+			n += 2
+		case r < 0x20:
+			n += 6
+		case r == utf8.RuneError && size == 1:
+			n += len("\ufffd")
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
 func writeString(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {

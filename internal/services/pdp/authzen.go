@@ -74,6 +74,9 @@ type evaluationItem struct {
 	own     uint8                      // bit i: the item gave evaluationMembers[i] itself
 	ignored []string
 	err     error
+	// prepared is the item read against the package's schema, to be
+	// decided (policy.Batch.Decide).
+	prepared policy.Prepared
 }
 
 // path names a member of the item as the request wrote it: its own, under
@@ -132,7 +135,13 @@ var sharedMember = map[string]policy.Members{"subject": policy.MemberSubject, "a
 // What makes the whole request unreadable is an error naming the member
 // by its path (400); in a batch, what makes one item unreadable is that
 // item's error.
-func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
+//
+// With pb given, each item is read against the package's schema as it is
+// decoded (policy.Batch.Prepare) and what the policy will not read joins
+// what the request ignored: both count toward the request's bound as
+// they are found, and a request past it is refused where it passes it,
+// no later item read, none decided or signed.
+func decodeEvaluations(body []byte, batch bool, requestID string, pb *policy.Batch) (*evaluationsRequest, error) {
 	if err := checkBody(body); err != nil {
 		return nil, err
 	}
@@ -190,6 +199,9 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 	if err := recordIgnored(req.ignored); err != nil {
 		return nil, err
 	}
+	if err := recordShare(req.ignored, requestID, len(list), len(body)+len(requestID)); err != nil {
+		return nil, err
+	}
 	budget := newIgnoredBudget(body)
 	if err := budget.take(req.ignored); err != nil {
 		return nil, err
@@ -201,6 +213,9 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		it := decodeItem(nil, defaults, "")
 		if it.err != nil {
 			return nil, it.err
+		}
+		if err := it.prepare(pb, budget); err != nil {
+			return nil, err
 		}
 		req.items = []evaluationItem{it}
 		req.budget = budget
@@ -219,10 +234,28 @@ func decodeEvaluations(body []byte, batch bool) (*evaluationsRequest, error) {
 		if err := budget.take(it.ignored); err != nil {
 			return nil, err
 		}
+		if err := it.prepare(pb, budget); err != nil {
+			return nil, err
+		}
 		req.items = append(req.items, it)
 	}
 	req.budget = budget
 	return req, nil
+}
+
+// prepare reads a decodable item against the package's schema, adding
+// what the policy will not read to its ignored and to the request's
+// budget.
+func (it *evaluationItem) prepare(pb *policy.Batch, budget *ignoredBudget) error {
+	if pb == nil || it.err != nil {
+		return nil
+	}
+	it.prepared = pb.Prepare(it.eval)
+	own := len(it.ignored)
+	for _, p := range it.prepared.Ignored {
+		it.ignored = append(it.ignored, it.path(p))
+	}
+	return budget.take(it.ignored[own:])
 }
 
 // MaxIgnored bounds the members one request may have ignored — each
@@ -260,7 +293,35 @@ func recordIgnored(paths []string) error {
 	return nil
 }
 
-// ignoredBudget counts what a request has ignored so far.
+// RecordShareFactor bounds what the answers of a batch repeat of their
+// request: every answer carries the batch's record, which lists the
+// request-level members ignored and the X-Request-ID, so those bytes
+// (as the record writes them) times the batch's items may come to at
+// most RecordShareFactor times the request's bytes (body and
+// X-Request-ID). A batch of 1,000 minimal items may so carry a record
+// share of about a hundred bytes: a UUID X-Request-ID and two or three
+// ignored members.
+const RecordShareFactor = 32
+
+// recordShare refuses a batch whose items would repeat more of the
+// request than RecordShareFactor allows; it is decided before any item
+// is read.
+func recordShare(ignored []string, requestID string, items, asked int) error {
+	if items < 2 {
+		return nil // one answer carries the record once
+	}
+	share := decision.QuotedLen(requestID)
+	for _, p := range ignored {
+		share += decision.QuotedLen(p) + 1
+	}
+	if items*share > RecordShareFactor*asked {
+		return badField("body", "the record each of the batch's %d answers carries repeats %d bytes of this request (its X-Request-ID and the %d members the pdp does not interpret at its top level or in its defaults); %d answers may repeat at most %d times the request's %d bytes: send a shorter X-Request-ID or fewer uninterpreted members, or split the batch", items, share, len(ignored), items, RecordShareFactor, asked)
+	}
+	return nil
+}
+
+// ignoredBudget counts what a request has ignored so far, each path by
+// the bytes it costs the answer that lists it (quoted, and a comma).
 type ignoredBudget struct{ n, bytes, maxBytes int }
 
 func newIgnoredBudget(body []byte) *ignoredBudget {
@@ -271,7 +332,7 @@ func newIgnoredBudget(body []byte) *ignoredBudget {
 func (b *ignoredBudget) take(paths []string) error {
 	for _, p := range paths {
 		b.n++
-		b.bytes += len(p)
+		b.bytes += decision.QuotedLen(p) + 1
 	}
 	switch {
 	case b.n > MaxIgnored:
@@ -552,23 +613,23 @@ func requestID(r *http.Request) string {
 // evaluate decides every evaluation of a request (as its semantic says),
 // signs them once and answers.
 func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
-	req, err := readDecoded(r, s, func(body []byte) (*evaluationsRequest, error) {
-		return decodeEvaluations(body, path == PathEvaluations)
-	})
-	if err != nil {
-		badRequest(w, r, err)
-		return
-	}
 	st := s.state.Get() // one snapshot: policy, registry and signers
 	if st.pkg.API != policy.APIAuthZEN {
 		guard.WriteHTTPError(w, ReasonAPINotServed, fmt.Sprintf("policy package %s serves POST /v1/check, not AuthZEN", st.pkg.ID))
+		return
+	}
+	batch := st.pkg.NewBatch(st.reg)
+	req, err := readDecoded(r, s, func(body []byte) (*evaluationsRequest, error) {
+		return decodeEvaluations(body, path == PathEvaluations, requestID(r), batch)
+	})
+	if err != nil {
+		badRequest(w, r, err)
 		return
 	}
 	caller, mode := s.caller(r)
 	var leaves []decision.EvaluationLeaf
 	var answers []evaluationAnswer
 	digests := memberDigests{}
-	batch := st.pkg.NewBatch(st.reg)
 	_, espan := spans.Start(r.Context(), tracerName, "pdp.evaluate")
 	defer espan.End() // a request given up part way
 	for i := range req.items {
@@ -582,16 +643,9 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request, path string) {
 		if it.err != nil {
 			d = policy.Decision{Reason: policy.ReasonInvalidEvaluation, Invalid: true, Detail: it.err.Error()}
 		} else {
-			d = batch.EvaluateAuthZEN(it.eval)
+			d = batch.Decide(&it.prepared)
 		}
 		ignored := it.ignored
-		for _, p := range d.Ignored {
-			ignored = append(ignored, it.path(p))
-		}
-		if err := req.budget.take(ignored[len(it.ignored):]); err != nil {
-			badRequest(w, r, err)
-			return
-		}
 		digest, err := it.requestDigest(digests)
 		if err != nil {
 			s.log.Error("pdp: binding an evaluation failed", "err", err, "index", i)

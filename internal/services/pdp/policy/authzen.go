@@ -231,32 +231,69 @@ func remember[V any](m *map[string]V, k string, v V) {
 }
 
 // EvaluateAuthZEN decides one evaluation of the batch, as
-// [Package.EvaluateAuthZEN] does.
+// [Package.EvaluateAuthZEN] does: [Batch.Prepare], then [Batch.Decide].
 func (b *Batch) EvaluateAuthZEN(e Evaluation) Decision {
-	if b.p.authzen == nil {
-		return Decision{Reason: ReasonInvalidEvaluation, Invalid: true, Detail: "the policy package does not serve AuthZEN"}
-	}
-	var ignored []string
-	d := b.evaluate(e, &ignored)
-	d.Ignored = ignored
+	pr := b.Prepare(e)
+	d := b.Decide(&pr)
+	d.Ignored = pr.Ignored
 	return d
 }
 
-func (b *Batch) evaluate(e Evaluation, ignored *[]string) Decision {
+// Prepared is an evaluation read against the package's schema and the
+// registry, not yet decided: what reaches Cedar, and what was ignored on
+// the way. A caller that bounds what evaluations may ignore prepares
+// every evaluation of a request first, counts their Ignored, and decides
+// none once the bound is passed: a refusal costs the reading, never a
+// policy evaluation.
+type Prepared struct {
+	// Ignored are the members the evaluation does not read, by path, as
+	// Decision.Ignored lists them.
+	Ignored []string
+	d       *Decision // decided already: a type, an entity, a member that cannot be read
+	own     types.EntityMap
+	req     cedar.Request
+}
+
+// Prepare reads one evaluation of the batch: the members the policy
+// reads converted (a shared one once for the batch), the rest listed.
+func (b *Batch) Prepare(e Evaluation) Prepared {
+	var pr Prepared
+	if b.p.authzen == nil {
+		pr.d = &Decision{Reason: ReasonInvalidEvaluation, Invalid: true, Detail: "the policy package does not serve AuthZEN"}
+		return pr
+	}
+	pr.own = types.EntityMap{}
+	pr.d = b.prepare(e, &pr)
+	return pr
+}
+
+// Decide decides a prepared evaluation.
+func (b *Batch) Decide(pr *Prepared) Decision {
+	if pr.d != nil {
+		return *pr.d
+	}
+	if err := b.p.validate.Request(types.Request(pr.req)); err != nil {
+		return invalid("the evaluation does not match the schema of package %s %s: %v", b.p.ID, b.p.Version, err)
+	}
+	return b.p.decide(overlay{own: pr.own, base: b.reg.Entities}, pr.req)
+}
+
+// prepare converts e into pr, or says why it is decided without Cedar.
+func (b *Batch) prepare(e Evaluation, pr *Prepared) *Decision {
 	p := b.p
-	own := types.EntityMap{}
+	own, ignored := pr.own, &pr.Ignored
 	principal, d := b.entity(own, ignored, "subject", e.Shared&MemberSubject != 0, p.authzen.Subjects, e.Subject, ReasonSubjectTypeUnknown, ReasonSubjectUnknown)
 	if d != nil {
-		return *d
+		return d
 	}
 	resource, d := b.entity(own, ignored, "resource", e.Shared&MemberResource != 0, p.authzen.Resources, e.Resource, ReasonResourceTypeUnknown, ReasonResourceUnknown)
 	if d != nil {
-		return *d
+		return d
 	}
 	action := types.NewEntityUID(TypeAction, types.String(e.Action))
 	act, ok := p.schema.Actions[action]
 	if !ok {
-		return Decision{Reason: ReasonActionUnknown, Detail: fmt.Sprintf("action.name %q is not an action of package %s", e.Action, p.ID)}
+		return &Decision{Reason: ReasonActionUnknown, Detail: fmt.Sprintf("action.name %q is not an action of package %s", e.Action, p.ID)}
 	}
 	var shape resolved.RecordType
 	if act.AppliesTo != nil {
@@ -276,7 +313,7 @@ func (b *Batch) evaluate(e Evaluation, ignored *[]string) Decision {
 	c := b.context(e, shape)
 	*ignored = append(*ignored, c.ignored...)
 	if c.d != nil {
-		return *c.d
+		return c.d
 	}
 	var ap *convertedProps
 	if len(e.ActionProperties) > 0 || apDeclared {
@@ -286,11 +323,12 @@ func (b *Batch) evaluate(e Evaluation, ignored *[]string) Decision {
 		ap = b.actionProperties(e, apName, apShape, apDeclared)
 		*ignored = append(*ignored, ap.ignored...)
 		if ap.d != nil {
-			return *ap.d
+			return ap.d
 		}
 	}
 	if c.missing != "" {
-		return invalid("%s is required by action %s of package %s", c.missing, e.Action, p.ID)
+		d := invalid("%s is required by action %s of package %s", c.missing, e.Action, p.ID)
+		return &d
 	}
 	cedarCtx := c.record
 	if apDeclared {
@@ -301,11 +339,8 @@ func (b *Batch) evaluate(e Evaluation, ignored *[]string) Decision {
 		merged[apName] = ap.value
 		cedarCtx = types.NewRecord(merged)
 	}
-	req := cedar.Request{Principal: principal, Action: action, Resource: resource, Context: cedarCtx}
-	if err := p.validate.Request(types.Request(req)); err != nil {
-		return invalid("the evaluation does not match the schema of package %s %s: %v", p.ID, p.Version, err)
-	}
-	return p.decide(overlay{own: own, base: b.reg.Entities}, req)
+	pr.req = cedar.Request{Principal: principal, Action: action, Resource: resource, Context: cedarCtx}
+	return nil
 }
 
 // convertedContext is an evaluation's context as Cedar reads it, less the
