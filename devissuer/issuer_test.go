@@ -22,6 +22,7 @@ import (
 
 	"github.com/callerauth/callerauth/authn"
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/kit/malformed"
 )
 
 func open(t *testing.T, dir string, cfg devissuer.Config) *devissuer.Issuer {
@@ -578,4 +579,16 @@ func TestConcurrentOpenAgreesOnOneKey(t *testing.T) {
 	if last.KeyID()+" "+last.CAFile() != first {
 		t.Fatalf("the key on disk is not the one handed out: %s vs %s", last.KeyID(), first)
 	}
+}
+
+// TestServeRefusesMalformedFraming: the dev issuer's HTTPS server
+// answers every malformed HTTP/1.x framing (internal/kit/malformed) at
+// once and closes its connection, and a well-framed pipelined pair of
+// TokenReviews is answered whole.
+func TestServeRefusesMalformedFraming(t *testing.T) {
+	iss := open(t, t.TempDir(), devissuer.Config{})
+	srv, _ := served(t, iss)
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	review := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"x"}}`
+	malformed.Check(t, malformed.TLSDialer(addr, iss.TLSConfig()), addr, "/apis/authentication.k8s.io/v1/tokenreviews", "Bearer "+reviewerToken(t, iss), review)
 }

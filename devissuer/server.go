@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
 
+	"github.com/callerauth/callerauth/internal/foundation/framing"
 	"github.com/callerauth/callerauth/internal/foundation/pki"
 )
 
@@ -221,8 +222,12 @@ func (i *Issuer) Serve(addr string, logger *slog.Logger) (*Server, error) {
 	if logger != nil {
 		h = logRequests(logger, h)
 	}
-	s.srv = &http.Server{Handler: h, TLSConfig: tc, ReadHeaderTimeout: 10 * time.Second}
-	go func() { s.err <- s.srv.ServeTLS(lis, "", "") }()
+	// HTTP/1.x framing checked on the wire, as every callerauth server's
+	// (internal/foundation/framing): an ambiguous request is refused at
+	// once, never read one way and held.
+	tc.NextProtos = []string{"h2", "http/1.1"}
+	s.srv = &http.Server{Handler: refuseMalformed(h), ConnContext: framing.ConnContext, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+	go func() { s.err <- s.srv.Serve(framing.Listener(lis, tc, 10*time.Second, http.DefaultMaxHeaderBytes+4096)) }()
 	return s, nil
 }
 
@@ -239,6 +244,19 @@ func (s *Server) Wait() error {
 		return err
 	}
 	return nil
+}
+
+// refuseMalformed answers a request whose framing the connection's
+// reader refused: 400, Connection: close.
+func refuseMalformed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := framing.Refused(r); ok {
+			w.Header().Set("Connection", "close")
+			http.Error(w, p.Text, http.StatusBadRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // logRequests logs method, path and status; never headers or bodies, so

@@ -5,12 +5,19 @@
 package serve
 
 import (
+	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+
+	"github.com/callerauth/callerauth/guard"
+	"github.com/callerauth/callerauth/internal/foundation/framing"
 )
 
 // HTTPLimits bound what one client may hold of an HTTP server: how long it
@@ -75,8 +82,46 @@ func (l HTTPLimits) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Server returns an http.Server for h held to the limits.
-func (l HTTPLimits) Server(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, ReadTimeout: l.ReadTimeout,
+// Server returns an http.Server for h held to the limits. Serve it on
+// [HTTPLimits.Listener]: a request whose HTTP/1.x framing the listener
+// refuses is answered 400 before h sees it.
+func (l HTTPLimits) Server(h http.Handler) *http.Server { return l.server(h, nil) }
+
+// server is Server, counting each refusal of a request's framing in
+// malformed (http_malformed_requests_total) when it is set.
+func (l HTTPLimits) server(h http.Handler, malformed *prometheus.CounterVec) *http.Server {
+	return &http.Server{Handler: refuseMalformed(h, malformed), ConnContext: framing.ConnContext, ReadHeaderTimeout: l.ReadHeaderTimeout, ReadTimeout: l.ReadTimeout,
 		WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes}
+}
+
+// Listener returns lis, TLS terminated with cfg when it is not nil (the
+// handshake bounded by the header timeout), with each HTTP/1.x
+// connection's requests read through the framing check (package framing): a
+// request with both Content-Length and Transfer-Encoding, a body on a
+// method that has none, a malformed chunk or a trailer is refused at once
+// and its connection closed, rather than read one way and held until the
+// read timeout.
+func (l HTTPLimits) Listener(lis net.Listener, cfg *tls.Config) net.Listener {
+	maxHead := l.MaxHeaderBytes
+	if maxHead <= 0 {
+		maxHead = http.DefaultMaxHeaderBytes
+	}
+	return framing.Listener(lis, cfg, cmp.Or(l.ReadHeaderTimeout, 10*time.Second), maxHead+4096)
+}
+
+// refuseMalformed answers a request whose framing the connection's
+// reader refused: 400 bad_request naming the problem, Connection: close,
+// before anything else sees it.
+func refuseMalformed(h http.Handler, malformed *prometheus.CounterVec) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := framing.Refused(r); ok {
+			if malformed != nil {
+				malformed.WithLabelValues(p.Key).Inc()
+			}
+			w.Header().Set("Connection", "close")
+			guard.WriteHTTPError(w, guard.ReasonBadRequest, p.Text)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -29,7 +29,7 @@ import (
 //
 //	m, err := serve.New("pdp", cfg.Serve, cfg.Logger)
 //	g, err := m.Guard(cfg.Callers, callers.Service{Name: "my_service", Rule: rule})
-//	m.ServeHTTP("api", lis, handler)
+//	m.ServeHTTP("api", lis, m.TLSConfig(), handler)
 //	m.Set("policy_version", v)
 //	return m.Run(ctx) // + the metrics listener, one start-up line, until ctx ends
 type Manager struct {
@@ -161,14 +161,15 @@ func (m *Manager) ServeGRPC(name string, lis net.Listener, srv *grpc.Server) {
 	m.addServer(&grpcServer{Name: name, Listener: lis, Server: srv, ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
-// ServeHTTP adds an HTTP server of h on lis, bounded by the --http-*
-// limits and drained for --shutdown-timeout, serving once the gates are
-// ready.
-func (m *Manager) ServeHTTP(name string, lis net.Listener, h http.Handler) {
+// ServeHTTP adds an HTTP server of h on lis — over TLS with cfg, or
+// plaintext when cfg is nil — bounded by the --http-* limits, its
+// HTTP/1.x framing checked (HTTPLimits.Listener), drained for
+// --shutdown-timeout, serving once the gates are ready.
+func (m *Manager) ServeHTTP(name string, lis net.Listener, cfg *tls.Config, h http.Handler) {
 	if m.opts.Tracing.On() {
 		h = TraceHandler(h, m.name)
 	}
-	m.addServer(&httpServer{Name: name, Listener: lis, Server: m.opts.HTTP.Server(h), ShutdownTimeout: m.opts.ShutdownTimeout})
+	m.addServer(&httpServer{Name: name, Listener: m.opts.HTTP.Listener(lis, cfg), Server: m.opts.HTTP.server(h, m.health.malformedOf(name)), ShutdownTimeout: m.opts.ShutdownTimeout})
 }
 
 // addServer adds an API server; the first makes /readyz wait for the

@@ -19,6 +19,9 @@ import (
 // /readyz.
 type Health struct {
 	Registry *prometheus.Registry
+	// malformed counts the requests each HTTP server refused for their
+	// HTTP/1.x framing, by server and problem.
+	malformed *prometheus.CounterVec
 	mu       sync.Mutex
 	checks   []check
 	also     []prometheus.Gatherer
@@ -28,6 +31,11 @@ type Health struct {
 type route struct {
 	pattern string
 	h       http.Handler
+}
+
+// malformedOf is the framing-refusal counter of one server.
+func (h *Health) malformedOf(server string) *prometheus.CounterVec {
+	return h.malformed.MustCurryWith(prometheus.Labels{"server": server})
 }
 
 // Handle serves h on the metrics listener beside /metrics, /healthz and
@@ -48,7 +56,11 @@ type check struct {
 func newHealth() *Health {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Health{Registry: reg}
+	malformed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "http_malformed_requests_total",
+		Help: "HTTP/1.x requests refused (400, the connection closed) for their framing, by server and problem: both_framings, a body on a method that has none, a malformed chunk, a trailer, …"},
+		[]string{"server", "problem"})
+	reg.MustRegister(malformed)
+	return &Health{Registry: reg, malformed: malformed}
 }
 
 // AddReadyCheck adds a check /readyz runs; the service is ready when every

@@ -153,7 +153,7 @@ func (o Options) metricsServer(h *Health) (*httpServer, error) {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
-	return &httpServer{Name: "metrics", Listener: lis, Server: o.HTTP.Server(handler), ShutdownTimeout: o.ShutdownTimeout}, nil
+	return &httpServer{Name: "metrics", Listener: o.HTTP.Listener(lis, nil), Server: o.HTTP.server(handler, h.malformedOf("metrics")), ShutdownTimeout: o.ShutdownTimeout}, nil
 }
 
 // newLogger is a JSON logger at level (debug, info, warn or error) writing

@@ -241,7 +241,7 @@ func TestTheAPIServesAfterItsGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	var handled atomic.Int32
-	m.ServeHTTP("api", lis, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handled.Add(1); _, _ = io.WriteString(w, "ok") }))
+	m.ServeHTTP("api", lis, nil, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handled.Add(1); _, _ = io.WriteString(w, "ok") }))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

@@ -2,6 +2,7 @@ package pdp_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/internal/kit/capture"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
+	"github.com/callerauth/callerauth/internal/kit/malformed"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
@@ -247,4 +249,48 @@ func TestMetricsSpeakThePDPsLanguage(t *testing.T) {
 			t.Errorf("no %s", want)
 		}
 	}
+}
+
+// TestMalformedFramingIsRefusedAtOnce: the pdp's API and its metrics
+// listener, served by Run with read timeouts of minutes, answer every
+// malformed HTTP/1.x framing (internal/kit/malformed: both framings, bad
+// chunks, a body on a method that has none, trailers, folded lines) at
+// once and close its connection — with a token the guard accepts (the
+// body is read) and without one (refused before it is) — and answer a
+// well-framed pipelined pair whole. On ae46db4 both framings with a body
+// framed by its length were answered only at the read timeout (15 s by
+// default).
+func TestMalformedFramingIsRefusedAtOnce(t *testing.T) {
+	addr, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := loopback.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := serve.HTTPLimits{ReadHeaderTimeout: 5 * time.Minute, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: 5 * time.Minute, MaxHeaderBytes: 32 << 10}
+	e := start(t, "enforce", func(o *pdp.Options) { o.Serve.Listen, o.Serve.MetricsListen, o.Serve.HTTP = addr, metrics, limits })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, a := range []string{addr, metrics} {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if c, err := net.Dial("tcp", a); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never listened", a)
+			}
+		}
+	}
+	tok := e.token(t, "secrets-engine", "flex-auth", time.Time{})
+	allow := string(bytes.TrimSpace(readExample(t, "check_request_allow_rotate.json")))
+	t.Run("the API, a caller it accepts", func(t *testing.T) {
+		malformed.Check(t, malformed.TCPDialer(addr), addr, "/v1/check", "Bearer "+tok, allow)
+	})
+	t.Run("the API, no token", func(t *testing.T) { malformed.Check(t, malformed.TCPDialer(addr), addr, "/v1/check", "", "") })
+	t.Run("the metrics listener", func(t *testing.T) { malformed.Check(t, malformed.TCPDialer(metrics), metrics, "/healthz", "", "{}") })
 }

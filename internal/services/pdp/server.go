@@ -5,7 +5,6 @@ package pdp
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -227,14 +226,14 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pdp: %w", err)
 	}
-	if cfg := s.m.TLSConfig(); cfg != nil {
+	cfg := s.m.TLSConfig()
+	if cfg != nil {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
-		lis = tls.NewListener(lis, cfg)
 	}
 	if a, ok := lis.Addr().(*net.TCPAddr); ok {
 		s.port.Store(int32(a.Port)) //nolint:gosec // a TCP port fits.
 	}
-	s.m.ServeHTTP("api", lis, s.Handler())
+	s.m.ServeHTTP("api", lis, cfg, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
 	if s.dlog != nil {
 		s.m.Add(s.dlog)

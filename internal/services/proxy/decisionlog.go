@@ -6,7 +6,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"time"
@@ -131,7 +130,7 @@ func (s *Server) serveDecisionLog() error {
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
-	s.m.ServeHTTP("decision log", tls.NewListener(lis, s.m.TLSConfig()), s.DecisionLogHandler())
+	s.m.ServeHTTP("decision log", lis, s.m.TLSConfig(), s.DecisionLogHandler())
 	s.m.Set("decision_log_address", lis.Addr().String())
 	return nil
 }

@@ -483,8 +483,7 @@ func (s *Server) Run(ctx context.Context) error {
 		// the handshake fails.
 		cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, s.c.ClientCAs
 	}
-	lis = tls.NewListener(lis, cfg)
-	s.m.ServeHTTP("proxy", lis, s.Handler())
+	s.m.ServeHTTP("proxy", lis, cfg, s.Handler())
 	if s.dlog != nil {
 		defer func() { _ = s.dlog.Close() }()
 	}

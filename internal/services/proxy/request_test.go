@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +24,9 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
+	"github.com/callerauth/callerauth/internal/kit/malformed"
 	"github.com/callerauth/callerauth/internal/kit/scrape"
+	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/services/proxy"
 )
 
@@ -339,8 +342,12 @@ func TestMalformedBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m["proxy_upstream_errors_total"] != 0 || m["proxy_client_body_errors_total"] != float64(2*len(bodies)) {
-		t.Errorf("proxy_upstream_errors_total %v, proxy_client_body_errors_total %v: want 0 and %d", m["proxy_upstream_errors_total"], m["proxy_client_body_errors_total"], 2*len(bodies))
+	// Each is the client's: a body error the proxy met reading it, or a
+	// chunk the framing check refused before the proxy read (when it came
+	// with the head).
+	framing := m["http_malformed_requests_total{chunk_invalid,proxy}"]
+	if m["proxy_upstream_errors_total"] != 0 || m["proxy_client_body_errors_total"]+framing != float64(2*len(bodies)) {
+		t.Errorf("proxy_upstream_errors_total %v, proxy_client_body_errors_total %v + http_malformed_requests_total %v: want 0 and %d", m["proxy_upstream_errors_total"], m["proxy_client_body_errors_total"], framing, 2*len(bodies))
 	}
 }
 
@@ -444,5 +451,40 @@ func TestAudienceOnEveryBackend(t *testing.T) {
 	}
 	if _, err := proxy.New(c); err == nil || !strings.Contains(err.Error(), `"`+audience+`"`) || !strings.Contains(err.Error(), "another-service") {
 		t.Errorf("a file that lists only another service's audience: %v; want a start-up refusal naming both", err)
+	}
+}
+
+// TestMalformedFramingIsRefusedAtOnce: the proxy answers every malformed
+// HTTP/1.x framing (internal/kit/malformed) at once and closes its
+// connection, for a caller it lets through (the body is read and would
+// be forwarded) and for one without a token, on a path it proxies and on
+// an ignored one — none reaches the upstream — and a well-framed
+// pipelined pair is answered whole. A trailer (an Authorization after the
+// body, say) never reaches the upstream.
+func TestMalformedFramingIsRefusedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return
+		}
+		if len(r.Trailer) > 0 {
+			t.Errorf("a trailer reached the upstream: %v", r.Trailer)
+		}
+		reached.Add(1)
+		_, _ = io.WriteString(w, "read it all")
+	}))
+	t.Cleanup(up.Close)
+	o := e.options(t, up.URL)
+	o.IgnorePaths = []string{"/healthz"}
+	o.Serve.HTTP = serve.HTTPLimits{ReadHeaderTimeout: 5 * time.Minute, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: 5 * time.Minute, MaxHeaderBytes: 32 << 10}
+	_, addr := run(t, o)
+	dial := malformed.TLSDialer(addr, &tls.Config{RootCAs: e.roots, MinVersion: tls.VersionTLS12})
+	tok := "Bearer " + e.tokens["client"]
+	t.Run("a caller it lets through", func(t *testing.T) { malformed.Check(t, dial, addr, "/hello", tok, "{}") })
+	t.Run("no token", func(t *testing.T) { malformed.Check(t, dial, addr, "/hello", "", "") })
+	t.Run("an ignored path", func(t *testing.T) { malformed.Check(t, dial, addr, "/healthz", "", "{}") })
+	if n := reached.Load(); n != 4 {
+		t.Errorf("%d requests reached the upstream; want the 4 pipelined ones", n)
 	}
 }
