@@ -227,7 +227,9 @@ func (i *Issuer) Serve(addr string, logger *slog.Logger) (*Server, error) {
 	// once, never read one way and held.
 	tc.NextProtos = []string{"h2", "http/1.1"}
 	s.srv = &http.Server{Handler: refuseMalformed(h), ConnContext: framing.ConnContext, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
-	go func() { s.err <- s.srv.Serve(framing.Listener(lis, tc, 10*time.Second, http.DefaultMaxHeaderBytes+4096)) }()
+	go func() {
+		s.err <- s.srv.Serve(framing.Listener(lis, tc, 10*time.Second, http.DefaultMaxHeaderBytes+4096))
+	}()
 	return s, nil
 }
 

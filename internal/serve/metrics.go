@@ -22,10 +22,10 @@ type Health struct {
 	// malformed counts the requests each HTTP server refused for their
 	// HTTP/1.x framing, by server and problem.
 	malformed *prometheus.CounterVec
-	mu       sync.Mutex
-	checks   []check
-	also     []prometheus.Gatherer
-	extra    []route
+	mu        sync.Mutex
+	checks    []check
+	also      []prometheus.Gatherer
+	extra     []route
 }
 
 type route struct {
