@@ -1,5 +1,5 @@
 // Package authn answers "who is calling": an [Authenticator] turns a bearer
-// token into a [Caller], or fails with exactly one of four classes, each a
+// token into a [Caller], or fails with exactly one of five classes, each a
 // stable [reason.Reason]:
 //
 //   - token_invalid: a verdict against the credential (bad signature,
@@ -87,18 +87,24 @@ func (f AuthenticatorFunc) Authenticate(ctx context.Context, token string) (*Cal
 
 var _ Authenticator = AuthenticatorFunc(nil)
 
-// The four failure classes, each a [reason.Reason]: the same word is the
+// The five failure classes, each a [reason.Reason]: the same word is the
 // metric label, the log field and the error detail.
 var (
 	TokenInvalid         = reason.New("token_invalid", reason.Unauthenticated, "the token was not accepted (signature, audience, expiry or issuer)")
 	ValidatorUnavailable = reason.New("validator_unavailable", reason.Unavailable, "the token validator is unavailable; retry")
 	ValidatorTimeout     = reason.New("validator_timeout", reason.Unavailable, "the token validator did not answer in time; retry")
 	ValidatorError       = reason.New("validator_error", reason.Unavailable, "the token validator gave no identity; retry later")
+	// SigningKeyUnknown: the token names a signing key (kid) its issuer's
+	// keys, fetched moments ago, do not hold, and they may not be fetched
+	// again yet. Not the validator's failure — it answered — and not yet
+	// a verdict against the token: the issuer may have published the key
+	// since (a rotation). Retryable, never cached, never failed open.
+	SigningKeyUnknown = reason.New("signing_key_unknown", reason.Unavailable, "the token names a signing key its issuer had not published when its keys were last fetched; retry once they are fetched again")
 )
 
-// Reasons are the four failure classes, in the order above.
+// Reasons are the five failure classes, in the order above.
 func Reasons() []reason.Reason {
-	return []reason.Reason{TokenInvalid, ValidatorUnavailable, ValidatorTimeout, ValidatorError}
+	return []reason.Reason{TokenInvalid, ValidatorUnavailable, ValidatorTimeout, ValidatorError, SigningKeyUnknown}
 }
 
 // SaysNothingAboutCaller reports whether a failure of class r is about the

@@ -527,10 +527,10 @@ func TestRecheckWithARetiredKey(t *testing.T) {
 			break
 		}
 	}
-	// Refused (validator_unavailable while the refetches that MaxKeyAge 1 s
+	// Refused (signing_key_unknown while the refetches that MaxKeyAge 1 s
 	// makes keep the unknown-kid window open, token_invalid otherwise), and
 	// its review forgotten: only the refusal of the other token remains.
-	if reason := authn.ReasonOf(err); (reason != authn.TokenInvalid && reason != authn.ValidatorUnavailable) || r.Remembered() != 1 {
+	if reason := authn.ReasonOf(err); (reason != authn.TokenInvalid && reason != authn.SigningKeyUnknown) || r.Remembered() != 1 {
 		t.Fatalf("the retired key's token: %v, %d remembered; want it refused and its review forgotten", err, r.Remembered())
 	}
 }
@@ -538,7 +538,8 @@ func TestRecheckWithARetiredKey(t *testing.T) {
 // TestRotationUnderLoad: the issuer rotates its signing key while eight
 // clients call with freshly minted tokens: no valid token is refused
 // token_invalid; a token of the new key right after the switch is at worst
-// validator_unavailable (retryable) until the keys are fetched again.
+// signing_key_unknown (retryable, never cached) until the keys are fetched
+// again.
 func TestRotationUnderLoad(t *testing.T) {
 	e := start(t, nil)
 	r := e.recheck(t, time.Hour)
@@ -560,7 +561,7 @@ func TestRotationUnderLoad(t *testing.T) {
 				switch authn.ReasonOf(err) {
 				case reason.Reason{}:
 					ok.Add(1)
-				case authn.ValidatorUnavailable:
+				case authn.SigningKeyUnknown:
 					unavailable.Add(1)
 				default:
 					invalid.Add(1)
@@ -578,7 +579,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	time.Sleep(11 * time.Second) // past the refetch interval: the newest key is known
 	close(stop)
 	wg.Wait()
-	t.Logf("%d accepted, %d validator_unavailable (retryable) around 3 rotations, %d refused", ok.Load(), unavailable.Load(), invalid.Load())
+	t.Logf("%d accepted, %d signing_key_unknown (retryable) around 3 rotations, %d refused", ok.Load(), unavailable.Load(), invalid.Load())
 	if invalid.Load() != 0 || ok.Load() == 0 {
 		t.Fatalf("%d valid tokens refused", invalid.Load())
 	}

@@ -42,8 +42,10 @@ type Stats struct {
 	// StaleRefusals counts verifications answered validator_unavailable
 	// because every fetch failed for longer than MaxStaleKeys.
 	StaleRefusals uint64
-	// UnknownKid counts tokens naming a kid that was not among the keys,
-	// answered validator_unavailable while a refetch could not yet run.
+	// UnknownKid counts tokens naming a kid that was not among the keys
+	// while a refetch could not yet run: signing_key_unknown (never
+	// cached) when the keys held are the last fetch's,
+	// validator_unavailable when that fetch failed.
 	UnknownKid uint64
 	// SignatureRefetches counts tokens whose signature failed under the
 	// keys of their kid (or under every key, without a kid) and that had
@@ -141,12 +143,23 @@ func (k *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, tim
 	if found := match(keys, kid); len(found) > 0 {
 		return found, fetched, nil
 	}
-	// An unknown kid is not evidence against the caller: the issuer may
-	// have published the key since the last fetch.
 	if now.Sub(attempt) < k.cfg.RefreshMinInterval {
 		k.stats.unknownKid.Add(1)
-		return nil, time.Time{}, authn.Fail(authn.ValidatorUnavailable, "no key with kid %q among the keys of %s fetched %s ago; they are fetched again at most every %s (retry)",
-			kid, k.ic.Issuer, now.Sub(attempt).Round(time.Millisecond), k.cfg.RefreshMinInterval)
+		if fetched.Before(attempt) {
+			// The last fetch failed: the keys held cannot vouch that the
+			// issuer does not publish this kid.
+			return nil, time.Time{}, authn.Fail(authn.ValidatorUnavailable, "no key with kid %q among the keys of %s fetched %s ago, and the last fetch failed: %v",
+				kid, k.ic.Issuer, now.Sub(fetched).Round(time.Millisecond), k.lastErr())
+		}
+		// The keys were fetched, and hold no such kid: the answer says
+		// so (signing_key_unknown) — not the validator's failure, which
+		// --caller-fail-open-on-unavailable would let through, and not
+		// yet a verdict against the token, whose issuer may have
+		// published the key a moment after the fetch. Never cached; the
+		// keys are fetched again once the interval is over.
+		return nil, time.Time{}, &authn.Error{Reason: authn.SigningKeyUnknown, Uncacheable: true,
+			Err: fmt.Errorf("no key with kid %q among the keys of %s fetched %s ago; they are fetched again at most every %s, in %s",
+				kid, k.ic.Issuer, now.Sub(attempt).Round(time.Millisecond), k.cfg.RefreshMinInterval, (k.cfg.RefreshMinInterval - now.Sub(attempt)).Round(time.Millisecond))}
 	}
 	if err := k.refresh(ctx); err != nil {
 		return nil, time.Time{}, err

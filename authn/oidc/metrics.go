@@ -34,7 +34,7 @@ func keySetCollectors(prefix string, stats func() Stats) []prometheus.Collector 
 			func(s Stats) uint64 { return s.KeysIgnored }, nil),
 		counter("_caller_jwks_stale_refusals_total", "Verifications answered validator_unavailable because every JWKS fetch has failed for longer than --caller-keys-max-stale.",
 			func(s Stats) uint64 { return s.StaleRefusals }, nil),
-		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys, answered validator_unavailable (retryable) until the keys may be fetched again.",
+		counter("_caller_jwks_unknown_kid_total", "Tokens naming a key id not among the fetched keys while they may not be fetched again yet: refused signing_key_unknown (retryable, never cached, never failed open; validator_unavailable when the last fetch failed).",
 			func(s Stats) uint64 { return s.UnknownKid }, nil),
 		counter("_caller_jwks_signature_refetches_total", "Tokens whose signature failed under the keys of their kid (or under every key, without a kid), by result: fetched (the keys were fetched again and tried once more: an issuer rotating a key under the same kid), limited (refused token_invalid, not cached, because a fetch ran less than the refresh interval before): a rising count outside a rotation is forged tokens.",
 			func(s Stats) uint64 { return s.SignatureRefetches }, prometheus.Labels{"result": "fetched"}),

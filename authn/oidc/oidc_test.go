@@ -294,12 +294,15 @@ func TestKeyRotation(t *testing.T) {
 	if n := p.faults.Count("/jwks"); n != 2 {
 		t.Fatalf("%d JWKS fetches; want 2", n)
 	}
-	// Published now; within the interval an unknown kid is not evidence
-	// against the caller: validator_unavailable (retryable), no fetch.
+	// Published now; within the interval the keys fetched hold no such
+	// kid: signing_key_unknown, retryable, never cached and never failed
+	// open (on ae46db4 validator_unavailable, which fail-open would have
+	// let through), and no fetch.
 	p.addKey("k2", k2)
 	for range 20 {
-		if _, err := auth.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.ValidatorUnavailable {
-			t.Fatalf("err = %v; want validator_unavailable", err)
+		_, err := auth.Authenticate(context.Background(), rotated)
+		if authn.ReasonOf(err) != authn.SigningKeyUnknown || authn.Cacheable(err) || authn.SaysNothingAboutCaller(authn.ReasonOf(err)) || !strings.Contains(err.Error(), `no key with kid "k2"`) {
+			t.Fatalf("err = %v (cacheable %v); want an uncacheable signing_key_unknown naming the kid", err, authn.Cacheable(err))
 		}
 	}
 	if n := p.faults.Count("/jwks"); n != 2 {
@@ -325,9 +328,10 @@ func TestKeyRotation(t *testing.T) {
 }
 
 // TestRotationRightAfterAFetch: the probe's case — a key published 2 s
-// after the last JWKS fetch. Its tokens were refused token_invalid (and
-// negative-cached) at +2 s and +11 s; now +2 s is validator_unavailable
-// (retryable, never cached) and +11 s refetches and accepts.
+// after the last JWKS fetch. Its tokens were refused token_invalid and
+// negative-cached at +2 s and +11 s; now +2 s is signing_key_unknown
+// (retryable, never cached; not the validator's failure, which fail-open
+// would let through) and +11 s refetches and accepts.
 func TestRotationRightAfterAFetch(t *testing.T) {
 	now := time.Now()
 	clock := now
@@ -343,8 +347,8 @@ func TestRotationRightAfterAFetch(t *testing.T) {
 	p.addKey("k2", k2)
 	rotated := forge.Sign(c, k2, jose.ES256, "k2")
 	clock = clock.Add(2 * time.Second)
-	if _, err := cache.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.ValidatorUnavailable {
-		t.Fatalf("+2 s: %v; want validator_unavailable", err)
+	if _, err := cache.Authenticate(context.Background(), rotated); authn.ReasonOf(err) != authn.SigningKeyUnknown {
+		t.Fatalf("+2 s: %v; want signing_key_unknown", err)
 	}
 	clock = clock.Add(9 * time.Second)
 	if _, err := cache.Authenticate(context.Background(), rotated); err != nil {
@@ -375,9 +379,9 @@ func TestStaleKeys(t *testing.T) {
 	}
 	p.removeKey("k1")
 	clock = clock.Add(30 * time.Minute)
-	// The keys are fetched again; k1 is gone: refused (retryable while a
-	// refetch may not run yet, then token_invalid).
-	if _, err := auth.Authenticate(context.Background(), t1); authn.ReasonOf(err) != authn.ValidatorUnavailable {
+	// The keys are fetched again; k1 is gone: refused (signing_key_unknown,
+	// retryable, while a refetch may not run yet, then token_invalid).
+	if _, err := auth.Authenticate(context.Background(), t1); authn.ReasonOf(err) != authn.SigningKeyUnknown {
 		t.Fatalf("a removed key 30 min later: %v; want it refused", err)
 	}
 	clock = clock.Add(10 * time.Second)

@@ -135,6 +135,13 @@ func TestVmafxCLI(t *testing.T) {
 	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), missing) || !strings.Contains(r.err.Error(), "nothing was sent") {
 		t.Fatalf("a missing token file: exit %d, %v; want 1 naming the file", jobcli.ExitCode(r.err), r.err)
 	}
+	// With the controller down too: still the token's error, exit 1 (on
+	// ae46db4, exit 4: gRPC reads the token only once connected).
+	_ = os.WriteFile(ci+".notoken.down", []byte(strings.Replace(strings.Replace(cfgText, tokenLine, "token_file: "+missing+"\n", 1), w.Addr(), "127.0.0.1:1", 1)), 0o600)
+	r = vmafx(ci+".notoken.down", "get", first.ID, "--timeout", "2s")
+	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), missing) || !strings.Contains(r.err.Error(), "nothing was sent") {
+		t.Fatalf("a missing token file, the controller down: exit %d, %v; want 1 naming the file", jobcli.ExitCode(r.err), r.err)
+	}
 	_ = os.WriteFile(ci+".wrongname", []byte(strings.Replace(cfgText, "server_name: 127.0.0.1", "server_name: wrong.example", 1)), 0o600)
 	r = vmafx(ci+".wrongname", "get", first.ID)
 	if jobcli.ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), "server name (wrong.example)") {

@@ -818,6 +818,12 @@ func TestNamesAndReasonsANodeMaySend(t *testing.T) {
 	if err != nil || c.GetJob() == nil {
 		t.Fatalf("a plain name: %v %v", c, err)
 	}
+	// A token that binds no pod or node name claims as its subject; the
+	// name it gives is recorded under it, never as another's (on ae46db4
+	// a tenant-a node's job showed whatever name it sent: node-b1).
+	if got := c.GetJob().GetNode(); got != "node-1/gpu-node-1" {
+		t.Fatalf("the job's node: %q; want the token's subject, then the name it gave", got)
+	}
 	for _, reason := range []string{controller.ReasonCancelled, controller.ReasonAttemptsExhausted} {
 		_, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "x", Reason: reason})
 		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is the controller's own") {
@@ -874,14 +880,15 @@ func TestASubmitterSeesOnlyWhatItsRoleMay(t *testing.T) {
 }
 
 // TestTenantQuotas: one tenant may not fill the datastore every tenant
-// shares (the probe put 4,500 jobs in 5.9 s): past its PENDING quota a
+// shares (the probe put 4,500 jobs in 5.9 s): past its quota of
+// unfinished jobs (PENDING or RUNNING: a claimed job still counts) a
 // submission is ResourceExhausted tenant_pending_quota — a retry of a
 // stored submission is still answered — and past its submissions a minute
 // tenant_submission_rate, saying when to retry; another tenant, with an
 // override of its own, is not affected; both are counted by tenant.
 func TestTenantQuotas(t *testing.T) {
 	e := startOn(t, t.TempDir(), filepath.Join(t.TempDir(), "jobs.db"), func(o *controller.Options) {
-		o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.TenantQuotas = 3, 6, []string{"tenant-b=10/100"}
+		o.MaxPendingJobs, o.MaxSubmissionsPerMinute, o.TenantQuotas = 3, 7, []string{"tenant-b=10/100"}
 		o.Lease = time.Hour // the minute the clock moves on expires no lease
 	})
 	e.clock.Store(time.Now().UnixNano())
@@ -905,28 +912,41 @@ func TestTenantQuotas(t *testing.T) {
 			t.Fatalf("tenant-b, under its own quota: %v", err)
 		}
 	}
-	// A node claims one of tenant-a's: there is room again, within the
-	// minute's submissions (5 of 6 taken so far).
+	// A node claims one of tenant-a's: it is RUNNING, still unfinished,
+	// so there is no room yet; once it ends there is, within the minute's
+	// submissions (6 of 7 taken so far).
 	node := e.client(t, "tenant-a", "node-1", controller.RoleNode)
+	finishOne := func() {
+		t.Helper()
+		c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"})
+		if err != nil || c.GetJob() == nil {
+			t.Fatalf("a claim: %v %v", c, err)
+		}
+		if _, err := node.ReportJob(ctx, &vmafxv1.ReportJobRequest{Id: c.GetJob().GetId(), LeaseId: c.GetLeaseId(), State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "done"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonPendingQuota.String() {
+		t.Fatalf("with one of three claimed (RUNNING): %v; want ResourceExhausted tenant_pending_quota", err)
+	}
+	finishOne()
 	if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
 		t.Fatalf("with room again: %v", err)
 	}
 	_, err = a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec})
 	if code(err) != codes.ResourceExhausted || reasonOf(err) != controller.ReasonSubmissionRate.String() || !strings.Contains(err.Error(), "retry in") {
-		t.Fatalf("a seventh submission in a minute: %v; want ResourceExhausted tenant_submission_rate with a delay", err)
+		t.Fatalf("an eighth submission in a minute: %v; want ResourceExhausted tenant_submission_rate with a delay", err)
 	}
 	e.clock.Add(int64(time.Minute))
-	if _, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "node-1"}); err != nil {
-		t.Fatal(err)
-	}
+	finishOne()
 	if _, err := a.SubmitJob(ctx, &vmafxv1.SubmitJobRequest{Spec: spec}); err != nil {
 		t.Fatalf("a minute on: %v", err)
 	}
-	if got := metric(t, e.ctl, `vmafx_controller_quota_refusals_total`); got != 2 {
-		t.Errorf("quota refusals counted: %v; want 2", got)
+	if got := metric(t, e.ctl, `vmafx_controller_quota_refusals_total`); got != 3 {
+		t.Errorf("quota refusals counted: %v; want 3", got)
 	}
 }
 
@@ -958,6 +978,12 @@ func TestClaimKeysBelongToTheirToken(t *testing.T) {
 	again, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "shared", ClaimKey: "k"})
 	if err != nil || again.GetLeaseId() != first.GetLeaseId() {
 		t.Fatalf("node-1's own retry: %v %v; want its claim again", again, err)
+	}
+	// The key is the token's, not the name's: node-1's retry under
+	// another node name is its claim again (on ae46db4, a second claim).
+	renamed, err := n1.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "renamed", ClaimKey: "k"})
+	if err != nil || renamed.GetLeaseId() != first.GetLeaseId() {
+		t.Fatalf("node-1's retry under another name: %v %v; want its claim again", renamed, err)
 	}
 }
 
@@ -1008,6 +1034,86 @@ func TestRequestCostIsBounded(t *testing.T) {
 	report("ListJobs(500)", list, func() error { _, err := sub.ListJobs(ctx, list); return err })
 }
 
+// TestPendingQuotaHoldsOnEveryPathToPending: with a quota of 3, a
+// tenant's PENDING jobs never pass 3 whatever way a job becomes PENDING —
+// a submission, a node giving one back, a lapsed lease, a restart of the
+// controller — on both datastores: the quota counts the unfinished jobs
+// (PENDING or RUNNING), which only a submission adds to. On ae46db4 the
+// quota counted PENDING alone, so three claimed jobs left room for three
+// more, and their lapsed leases put six back in PENDING (an outside run
+// saw 49 with a quota of 20).
+func TestPendingQuotaHoldsOnEveryPathToPending(t *testing.T) {
+	const quota = 3
+	for name, target := range backends(t, t.TempDir()) {
+		t.Run(name, func(t *testing.T) {
+			s, clock := openClocked(t, target)
+			ctx := context.Background()
+			pending := func(when string) {
+				t.Helper()
+				n, err := s.CountByState(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p := n[vmafxv1.JobState_JOB_STATE_PENDING]; p > quota {
+					t.Fatalf("%s: %d jobs PENDING; the quota is %d", when, p, quota)
+				}
+			}
+			full := func(when string) {
+				t.Helper()
+				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, quota, 0); !errors.Is(err, controller.ErrPendingQuota) {
+					t.Fatalf("%s: a submission: %v; want ErrPendingQuota", when, err)
+				}
+				pending(when)
+			}
+			for range quota {
+				if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, quota, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			full("three submitted")
+			type claim struct{ id, lease string }
+			var claims []claim
+			for range quota {
+				j, lease, _, err := s.Claim(ctx, "tenant-a", "node-1", "", time.Minute)
+				if err != nil || j == nil {
+					t.Fatalf("a claim: %v %v", j, err)
+				}
+				claims = append(claims, claim{j.GetId(), lease})
+			}
+			full("three claimed (RUNNING)")
+			if _, _, err := s.Report(ctx, "tenant-a", &vmafxv1.ReportJobRequest{Id: claims[0].id, LeaseId: claims[0].lease, State: vmafxv1.JobState_JOB_STATE_PENDING, Error: "given back"}, time.Minute, 5); err != nil {
+				t.Fatal(err)
+			}
+			full("one given back")
+			clock.Add(int64(2 * time.Minute))
+			if requeued, _, err := s.RequeueExpired(ctx, 5); err != nil || requeued != 2 {
+				t.Fatalf("the lapsed leases: %d requeued, %v; want 2", requeued, err)
+			}
+			full("two leases lapsed")
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, _ = openClocked(t, target)
+			full("a restart")
+			j, lease, _, err := s.Claim(ctx, "tenant-a", "node-1", "", time.Minute)
+			if err != nil || j == nil {
+				t.Fatalf("a claim after the restart: %v %v", j, err)
+			}
+			full("one claimed after the restart")
+			if _, _, err := s.Report(ctx, "tenant-a", &vmafxv1.ReportJobRequest{Id: j.GetId(), LeaseId: lease, State: vmafxv1.JobState_JOB_STATE_FAILED, Error: "done"}, time.Minute, 5); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, quota, 0); err != nil {
+				t.Fatalf("one finished: a submission: %v; want room for one", err)
+			}
+			full("one finished, one submitted")
+			if _, err := s.Submit(ctx, "tenant-b", "ci", "", spec, quota, 0); err != nil {
+				t.Fatalf("another tenant: %v", err)
+			}
+		})
+	}
+}
+
 // TestFinishedJobsExpireAndTenantsAreBounded: a finished job is deleted
 // once it is older than the retention — a pending or running one never —
 // and a tenant holding its bound of jobs is refused the next, another
@@ -1040,13 +1146,13 @@ func TestFinishedJobsExpireAndTenantsAreBounded(t *testing.T) {
 			if j, _, _, err := s.Claim(ctx, "tenant-a", "node-1", "", time.Hour); err != nil || j == nil {
 				t.Fatalf("claim: %v %v", j, err)
 			}
-			// The quotas read counters the schema keeps: one job is
-			// pending now (two cancelled, one claimed).
-			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 1, 0); !errors.Is(err, controller.ErrPendingQuota) {
-				t.Fatalf("a second pending job with a bound of 1: %v; want ErrPendingQuota", err)
+			// The quotas read counters the schema keeps: two jobs are
+			// unfinished now (two cancelled, one claimed, one pending).
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 2, 0); !errors.Is(err, controller.ErrPendingQuota) {
+				t.Fatalf("a third unfinished job with a bound of 2: %v; want ErrPendingQuota", err)
 			}
-			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 2, 0); err != nil {
-				t.Fatalf("a second pending job with a bound of 2: %v", err)
+			if _, err := s.Submit(ctx, "tenant-a", "ci", "", spec, 3, 0); err != nil {
+				t.Fatalf("a third unfinished job with a bound of 3: %v", err)
 			}
 			if n, err := s.DeleteFinished(ctx, time.Unix(0, clock.Load()).Add(-time.Hour), 1000); err != nil || n != 0 {
 				t.Fatalf("within the retention: %d deleted, %v; want none", n, err)

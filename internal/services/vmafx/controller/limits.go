@@ -29,7 +29,7 @@ var (
 	ReasonInvalidArgument = reason.New("invalid_argument", reason.InvalidArgument, "the request breaks a limit or names something malformed")
 	ReasonJobNotFound     = reason.New("job_not_found", reason.NotFound, "no such job in your tenant")
 	ReasonConflict        = reason.New("job_conflict", reason.FailedPrecondition, "the job is not in a state that allows this")
-	ReasonPendingQuota    = reason.New("tenant_pending_quota", reason.ResourceExhausted, "the tenant has as many jobs PENDING as its quota allows (--max-pending-jobs, --tenant-quota); retry once some have been claimed")
+	ReasonPendingQuota    = reason.New("tenant_pending_quota", reason.ResourceExhausted, "the tenant has as many jobs unfinished (PENDING or RUNNING) as its quota allows (--max-pending-jobs, --tenant-quota); retry once some have finished")
 	ReasonJobsQuota       = reason.New("tenant_jobs_quota", reason.ResourceExhausted, "the tenant has as many jobs stored as it may (--max-jobs-per-tenant); retry once finished ones have expired (--finished-job-retention)")
 	ReasonSubmissionRate  = reason.New("tenant_submission_rate", reason.ResourceExhausted, "the tenant submitted as many jobs this minute as its quota allows (--max-submissions-per-minute, --tenant-quota); retry after the delay the message gives")
 )

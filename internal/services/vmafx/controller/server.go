@@ -412,7 +412,7 @@ func (s *Service) SubmitJob(ctx context.Context, in *vmafxv1.SubmitJobRequest) (
 	endTransition(span, j, err)
 	if errors.Is(err, ErrPendingQuota) {
 		s.quotaRefused("pending", c.Tenant)
-		return nil, refuse(ReasonPendingQuota, fmt.Sprintf("tenant %s has %d jobs PENDING, its quota; retry once nodes have claimed some", c.Tenant, q.Pending))
+		return nil, refuse(ReasonPendingQuota, fmt.Sprintf("tenant %s has %d jobs unfinished (PENDING or RUNNING), its quota; retry once some have finished", c.Tenant, q.Pending))
 	}
 	if errors.Is(err, ErrJobsQuota) {
 		s.quotaRefused("jobs", c.Tenant)
@@ -484,8 +484,17 @@ func (s *Service) ClaimJob(ctx context.Context, in *vmafxv1.ClaimJobRequest) (*v
 		return nil, err
 	}
 	// The name the token binds wins over the one the request gives: a pod
-	// (or, for a node-bound token, a node) claims as itself.
-	node := cmp.Or(c.PodName, c.NodeName, in.GetNodeName(), c.Username)
+	// (or, for a node-bound token, a node) claims as itself. A token that
+	// binds neither claims as its subject, and the name it gives is
+	// recorded under that subject ("node-a1/gpu-3"): a node's own word
+	// never passes for another's name.
+	node := cmp.Or(c.PodName, c.NodeName)
+	if node == "" {
+		node = c.Username
+		if n := in.GetNodeName(); n != "" && n != c.Username {
+			node = c.Username + "/" + n
+		}
+	}
 	if len(node) > maxNodeName || !utf8.ValidString(node) {
 		return nil, refuse(ReasonInvalidArgument, fmt.Sprintf("node_name: want UTF-8 of at most %d bytes", maxNodeName))
 	}

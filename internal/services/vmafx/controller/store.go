@@ -115,7 +115,7 @@ func scan(row interface{ Scan(...any) error }) (*vmafxv1.Job, error) {
 }
 
 // ErrPendingQuota is a submission refused because the tenant already has
-// its quota of PENDING jobs.
+// its quota of unfinished (PENDING or RUNNING) jobs.
 var ErrPendingQuota = errors.New("controller: the tenant's quota of pending jobs is full")
 
 // ErrJobsQuota is a submission refused because the tenant already has as
@@ -125,7 +125,9 @@ var ErrJobsQuota = errors.New("controller: the tenant's quota of stored jobs is 
 // Submit stores a new PENDING job. With a requestID, a job of the tenant
 // already stored under it is returned instead (idempotent submission: a
 // retry is never refused by the quota). maxPending (0: none) bounds the
-// tenant's PENDING jobs: a submission beyond is ErrPendingQuota; maxJobs
+// tenant's unfinished jobs, PENDING or RUNNING — so its PENDING jobs
+// whatever way they came back to PENDING: a submission beyond is
+// ErrPendingQuota; maxJobs
 // (0: none) its jobs in any state (finished ones until they expire): one
 // beyond is ErrJobsQuota. The count
 // and the insert are one transaction, serialised per tenant (SQLite's one
@@ -157,14 +159,17 @@ func (s *Store) Submit(ctx context.Context, tenant, by, requestID string, spec *
 		}
 	}
 	if maxPending > 0 || maxJobs > 0 {
-		// Counters kept by the schema's triggers (migration 00006): the
-		// check costs the same however many jobs the tenant has.
-		var jobs, pending int
-		err := tx.QueryRowContext(ctx, s.q(`SELECT jobs, pending FROM tenant_jobs WHERE tenant = ?`), tenant).Scan(&jobs, &pending)
+		// Counters kept by the schema's triggers (migrations 00006,
+		// 00007): the check costs the same however many jobs the tenant
+		// has. The pending quota counts the unfinished jobs, PENDING or
+		// RUNNING: a claim, a lapsed lease, a give-back or a restart moves
+		// a job between the two, never past the quota; only this adds one.
+		var jobs, unfinished int
+		err := tx.QueryRowContext(ctx, s.q(`SELECT jobs, unfinished FROM tenant_jobs WHERE tenant = ?`), tenant).Scan(&jobs, &unfinished)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("controller: counting the tenant's jobs: %w", err)
 		}
-		if maxPending > 0 && pending >= maxPending {
+		if maxPending > 0 && unfinished >= maxPending {
 			return nil, ErrPendingQuota
 		}
 		if maxJobs > 0 && jobs >= maxJobs {
@@ -273,11 +278,12 @@ func newLeaseID() string {
 // now+lease, counting an attempt, and returns it with the lease ID every
 // report of this claim must carry. It returns nil when nothing is pending.
 //
-// key (optional) makes the claim idempotent: when a claim of tenant and
-// node with that key still holds its lease, Claim returns that job and
-// lease again and replayed is true — the retry of a claim whose answer was
-// lost. Concurrent claims with one key lease at most one job (a unique
-// index), and each returns it.
+// key (optional) makes the claim idempotent: when a claim of tenant with
+// that key still holds its lease, Claim returns that job and lease again
+// and replayed is true — the retry of a claim whose answer was lost,
+// whatever node name it gives. The key is the caller's (ClaimJob scopes it
+// by the token that sent it), not the node name's. Concurrent claims with
+// one key lease at most one job, and each returns it.
 func (s *Store) Claim(ctx context.Context, tenant, node, key string, lease time.Duration) (j *vmafxv1.Job, leaseID string, replayed bool, err error) {
 	now := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -292,12 +298,12 @@ func (s *Store) Claim(ctx context.Context, tenant, node, key string, lease time.
 		// second finds the first's claim and returns it, so concurrent
 		// retries lease one job and all name it.
 		if s.db.Dialect == datastore.Postgres {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, tenant+"\x1f"+node+"\x1f"+key); err != nil {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, tenant+"\x1f"+key); err != nil {
 				return nil, "", false, err
 			}
 		}
-		err := tx.QueryRowContext(ctx, s.q(`SELECT id, lease_id FROM jobs WHERE tenant = ? AND node = ? AND claim_key = ? AND state = ? AND lease_expires_at > ?`),
-			tenant, node, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now.UnixNano()).Scan(&id, &leaseID)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT id, lease_id FROM jobs WHERE tenant = ? AND claim_key = ? AND state = ? AND lease_expires_at > ?`),
+			tenant, key, int32(vmafxv1.JobState_JOB_STATE_RUNNING), now.UnixNano()).Scan(&id, &leaseID)
 		switch {
 		case err == nil:
 			if err := tx.Commit(); err != nil {
@@ -310,7 +316,7 @@ func (s *Store) Claim(ctx context.Context, tenant, node, key string, lease time.
 		}
 		// A claim that held this key and lost its lease (the expiry pass
 		// has not run yet) no longer holds it: the key is free again.
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET claim_key = NULL WHERE tenant = ? AND node = ? AND claim_key = ?`), tenant, node, key); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET claim_key = NULL WHERE tenant = ? AND claim_key = ?`), tenant, key); err != nil {
 			return nil, "", false, err
 		}
 	}

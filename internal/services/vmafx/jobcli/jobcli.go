@@ -152,6 +152,19 @@ func (f *vmafxFlags) client(o *Options) (vmafxv1.JobServiceClient, func(), error
 		return nil, nil, fmt.Errorf("vmafx: the controller connection: %w", err)
 	}
 	f.cfg = cfg
+	if cfg.HasToken() {
+		// The token is read before the controller is dialled: a token
+		// file missing, unreadable or expired is a local error (exit 1)
+		// whether or not the controller answers — gRPC reads per-call
+		// credentials only once a connection is up, so with the
+		// controller down it was "no answer" (exit 4).
+		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		_, err := cfg.TokenSource().Token(ctx)
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("vmafx: nothing was sent, the token could not be: %w", err)
+		}
+	}
 	conn, jobs, err := connection.Dial(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("vmafx: %w", err)

@@ -184,7 +184,8 @@ func TestRefusals(t *testing.T) {
 }
 
 // TestClipsConfinedToTheTenant: a clip is opened beneath the tenant's clip
-// directory only, without blocking, only if it is a regular file; whatever
+// directory only, without blocking, only if it is a regular file with one
+// link (a hard link may name another tenant's clip); whatever
 // the cause, the submitter reads one sentence (no file-system oracle).
 func TestClipsConfinedToTheTenant(t *testing.T) {
 	root := t.TempDir()
@@ -202,10 +203,16 @@ func TestClipsConfinedToTheTenant(t *testing.T) {
 	_ = os.Symlink("../tenant-b/secret.y4m", filepath.Join(mine, "escape.y4m"))
 	_ = os.Symlink(filepath.Join(theirs, "secret.y4m"), filepath.Join(mine, "absolute-link.y4m"))
 	_ = os.Symlink("ref.y4m", filepath.Join(mine, "inside-link.y4m"))
+	// A hard link is a regular file beneath the directory, whoever's
+	// clip it is: one made in tenant-a's directory to tenant-b's clip
+	// was read on ae46db4. Every clip with more than one link is refused.
+	if err := os.Link(filepath.Join(theirs, "secret.y4m"), filepath.Join(mine, "hard-link.y4m")); err != nil {
+		t.Fatal(err)
+	}
 	want := func(p string) string {
 		return "spec.distorted " + strconv.Quote(p) + ": no such clip in the tenant's clip directory (missing, not a regular file, or not beneath it)"
 	}
-	for _, p := range []string{"fifo.y4m", "sub", "none.y4m", "escape.y4m", "absolute-link.y4m", "../tenant-b/secret.y4m", "sub/../../tenant-b/secret.y4m"} {
+	for _, p := range []string{"fifo.y4m", "sub", "none.y4m", "escape.y4m", "absolute-link.y4m", "../tenant-b/secret.y4m", "sub/../../tenant-b/secret.y4m", "hard-link.y4m"} {
 		t.Run(p, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { _, err := files(t, mine, "ref.y4m", p, []string{"psnr"}, measure.Options{}); done <- err }()

@@ -308,7 +308,11 @@ func Unavailable(field, p string) error {
 
 // Open opens a clip beneath dir (the tenant's clip directory): never
 // following anything out of it, without blocking (a FIFO or a device never
-// hangs the node), and only if what was opened is a regular file.
+// hangs the node), and only if what was opened is a regular file with one
+// link. A hard link is a regular file beneath the directory whatever it
+// names — another tenant's clip, made by anyone who can write the
+// directory — and no name says which link is the clip's own: a clip with
+// more than one is refused (copy a clip two tenants share).
 func Open(dir *os.Root, field, p string) (*os.File, error) {
 	if err := CheckPath(field, p); err != nil {
 		return nil, fail(ReasonClipUnavailable, "%w", err)
@@ -318,11 +322,19 @@ func Open(dir *os.Root, field, p string) (*os.File, error) {
 		return nil, Unavailable(field, p)
 	}
 	fi, err := f.Stat() // the kind of what was opened, not of a name
-	if err != nil || !fi.Mode().IsRegular() {
+	if err != nil || !fi.Mode().IsRegular() || links(fi) != 1 {
 		_ = f.Close()
 		return nil, Unavailable(field, p)
 	}
 	return f, nil
+}
+
+// links is a file's count of hard links (1 where the system says none).
+func links(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink) //nolint:unconvert // uint32 on some systems
+	}
+	return 1
 }
 
 // Files measures the distorted clip against the reference, both named
