@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/callerauth/callerauth/internal/foundation/ijson"
 )
@@ -308,17 +310,19 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	if err := ijson.Decode(raw, &p); err != nil {
 		return nil, nil, fmt.Errorf("%w: context.%s: %w", ErrUnsigned, ContextKey, err)
 	}
+	// The form is told by which members are present, whatever they hold:
+	// record_jws alone, or record, root_jws and record_proof together.
+	present, err := proofForm(raw)
+	if err != nil {
+		return nil, nil, err
+	}
 	var payload []byte
-	var err error
-	switch {
-	case p.RecordJWS != "" && (p.RootJWS != "" || len(p.Record) > 0 || p.RecordProof != nil):
-		return nil, nil, fmt.Errorf("%w: context.%s has both record_jws and a group's record", ErrUnsigned, ContextKey)
-	case p.RecordJWS != "":
+	var signedAt time.Time
+	switch present {
+	case formJWS:
 		payload, err = verifyCompact(p.RecordJWS, o)
-	case p.RootJWS != "":
-		payload, err = verifyGrouped(&Signed{Record: p.Record, RootJWS: p.RootJWS, Proof: p.RecordProof}, o)
-	default:
-		return nil, nil, fmt.Errorf("%w: context.%s has neither record_jws nor root_jws", ErrUnsigned, ContextKey)
+	case formGroup:
+		payload, signedAt, err = verifyGrouped(&Signed{Record: p.Record, RootJWS: p.RootJWS, Proof: p.RecordProof}, o)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -326,6 +330,11 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 	r, err := readEvaluationRecord(payload, o)
 	if err != nil {
 		return nil, nil, err
+	}
+	if present == formGroup {
+		if err := decidedBeforeSigned(r.Provenance.DecidedAt, signedAt, o); err != nil {
+			return nil, nil, err
+		}
 	}
 	cd, err := ContextDigest(a.Context)
 	if err != nil {
@@ -359,6 +368,45 @@ func VerifyEvaluation(answer []byte, o VerifyOptions) (*EvaluationRecord, *Evalu
 		return nil, nil, fmt.Errorf("%w: evaluation %d of %d (decision %t, reason %q, its context, its ignored members) is not what the record signed", ErrSignature, leaf.Index, r.Evaluations, leaf.Decision, leaf.Reason)
 	}
 	return r, &leaf, nil
+}
+
+// The two signed forms of an evaluation answer.
+const (
+	formJWS   = 1 // record_jws: the record's own JWS (a batch's, or a record signed alone)
+	formGroup = 2 // record, root_jws, record_proof: the record under a group's root
+)
+
+// proofForm says which signed form context.callerauth is in, by the
+// members present (an empty string or null counts as present): exactly
+// record_jws, or exactly all of record, root_jws and record_proof; any
+// other combination — both forms, part of the group form, neither — is
+// refused, naming the members.
+func proofForm(raw json.RawMessage) (int, error) {
+	has := map[string]bool{}
+	if err := ijson.Members(raw, func(name, _ []byte) error {
+		has[string(name)] = true
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("%w: context.%s: %w", ErrUnsigned, ContextKey, err)
+	}
+	group := []string{"record", "root_jws", "record_proof"}
+	var some []string
+	for _, m := range group {
+		if has[m] {
+			some = append(some, m)
+		}
+	}
+	switch {
+	case has["record_jws"] && len(some) > 0:
+		return 0, fmt.Errorf("%w: context.%s has both forms: record_jws and %s", ErrUnsigned, ContextKey, strings.Join(some, ", "))
+	case has["record_jws"]:
+		return formJWS, nil
+	case len(some) == len(group):
+		return formGroup, nil
+	case len(some) > 0:
+		return 0, fmt.Errorf("%w: context.%s has %s, not all of record, root_jws and record_proof", ErrUnsigned, ContextKey, strings.Join(some, ", "))
+	}
+	return 0, fmt.Errorf("%w: context.%s has neither record_jws nor root_jws", ErrUnsigned, ContextKey)
 }
 
 // readEvaluationRecord reads a verified evaluation record's payload and

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -62,12 +63,13 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnsigned, err)
 	}
 	var payload []byte
+	var signedAt time.Time // a group's root's
 	switch {
 	case s.RecordJWS != "" && s.RootJWS != "":
 		return nil, fmt.Errorf("%w: both record_jws and root_jws", ErrUnsigned)
 	case s.RootJWS != "":
 		var err error
-		if payload, err = verifyGrouped(&s, o); err != nil {
+		if payload, signedAt, err = verifyGrouped(&s, o); err != nil {
 			return nil, err
 		}
 	case s.RecordJWS != "":
@@ -108,44 +110,72 @@ func Verify(response []byte, o VerifyOptions) (*Record, error) {
 	if err := checkFresh(r.Provenance.DecidedAt, o); err != nil {
 		return nil, err
 	}
+	if !signedAt.IsZero() {
+		if err := decidedBeforeSigned(r.Provenance.DecidedAt, signedAt, o); err != nil {
+			return nil, err
+		}
+	}
 	return &r, nil
+}
+
+// decidedBeforeSigned refuses a group-signed record decided after the
+// root that signs it was signed (beyond the skew): a root signs records
+// already decided.
+func decidedBeforeSigned(decided, signed time.Time, o VerifyOptions) error {
+	skew := o.Skew
+	if skew <= 0 {
+		skew = 30 * time.Second
+	}
+	if decided.Sub(signed) > skew {
+		return fmt.Errorf("%w: decided at %s, after its root was signed (%s)", ErrStale, decided.UTC().Format(time.RFC3339Nano), signed.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // verifyGrouped checks a group-signed response: the root's JWS under the
 // profile's root profile, the root's schema, and the record's inclusion
 // proof from its canonical JSON to the signed Merkle root. It returns the
 // record's canonical JSON.
-func verifyGrouped(s *Signed, o VerifyOptions) ([]byte, error) {
+func verifyGrouped(s *Signed, o VerifyOptions) ([]byte, time.Time, error) {
 	if s.Proof == nil || len(s.Record) == 0 || string(s.Record) == "null" {
-		return nil, fmt.Errorf("%w: root_jws without its record and proof", ErrUnsigned)
+		return nil, time.Time{}, fmt.Errorf("%w: root_jws without its record and proof", ErrUnsigned)
 	}
 	ro := o
 	ro.Profile = o.Profile.Root()
 	var root Root
 	if err := readRecord(s.RootJWS, ro, &root); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	if root.Schema != ro.Profile.Schema || root.Records < 1 {
-		return nil, fmt.Errorf("%w: root schema %q (want %q), %d records", ErrSchema, root.Schema, ro.Profile.Schema, root.Records)
+	if root.Schema != ro.Profile.Schema || root.Records < 1 || !merkleRootForm.MatchString(root.MerkleRoot) {
+		return nil, time.Time{}, fmt.Errorf("%w: root schema %q (want %q), %d records, merkle_root %q (want sha256: and 64 lower-case hex digits)", ErrSchema, root.Schema, ro.Profile.Schema, root.Records, root.MerkleRoot)
+	}
+	// Signed within the records' freshness: at most MaxAge ago, at most
+	// Skew ahead.
+	if err := checkFresh(root.SignedAt, o); err != nil {
+		return nil, time.Time{}, fmt.Errorf("the root's signed_at: %w", err)
 	}
 	payload, err := Canonicalize(s.Record)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the record: %w", ErrUnsigned, err)
+		return nil, time.Time{}, fmt.Errorf("%w: the record: %w", ErrUnsigned, err)
 	}
 	path := make([][sha256.Size]byte, len(s.Proof.Hashes))
 	for i, h := range s.Proof.Hashes {
 		b, err := base64.RawURLEncoding.DecodeString(h)
 		if err != nil || len(b) != sha256.Size {
-			return nil, fmt.Errorf("%w: proof hash %d is not a base64url SHA-256", ErrSignature, i)
+			return nil, time.Time{}, fmt.Errorf("%w: proof hash %d is not a base64url SHA-256", ErrSignature, i)
 		}
 		copy(path[i][:], b)
 	}
 	got, err := rootFromProof(s.Proof.Index, root.Records, leafHash(payload), path)
 	if err != nil || "sha256:"+hex.EncodeToString(got[:]) != root.MerkleRoot {
-		return nil, fmt.Errorf("%w: record %d of %d is not what the root signed", ErrSignature, s.Proof.Index, root.Records)
+		return nil, time.Time{}, fmt.Errorf("%w: record %d of %d is not what the root signed", ErrSignature, s.Proof.Index, root.Records)
 	}
-	return payload, nil
+	return payload, root.SignedAt, nil
 }
+
+// merkleRootForm is a merkle_root as the signer writes it, the only form
+// a verifier accepts: sha256: and the hash in lower-case hex.
+var merkleRootForm = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // digestOfRequest digests the normalized form of a request the consumer
 // sent: the PDP binds the request as it decoded it, so the consumer's JSON

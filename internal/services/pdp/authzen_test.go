@@ -578,3 +578,64 @@ func TestAuthZENSinglesShareASignature(t *testing.T) {
 		t.Errorf("--sign-group-max 0: %d %s; want the record_jws form", code, body)
 	}
 }
+
+// TestEvaluationProfileIsTheDocs: the profile the pdp signs AuthZEN
+// answers with is the one docs/pdp.md's worked examples are made with
+// (decision.TestSignedFormsWorked) and states.
+func TestEvaluationProfileIsTheDocs(t *testing.T) {
+	if pdp.EvaluationProfile.Schema != "callerauth.authzen-evaluations.v3" || pdp.EvaluationProfile.Type != "callerauth-authzen+jwt" ||
+		pdp.EvaluationProfile.Root().Type != "callerauth-authzen-root+jwt" || pdp.EvaluationProfile.Root().Schema != "callerauth.authzen-evaluations.v3.root" {
+		t.Fatalf("pdp.EvaluationProfile %+v (root %+v) is not docs/pdp.md's", pdp.EvaluationProfile, pdp.EvaluationProfile.Root())
+	}
+}
+
+// TestAuthZENWhichRequestsGetWhichForm: as docs/pdp.md's "The signed
+// forms, exactly" states — a request answered with one answer (the
+// single endpoint; the evaluations endpoint without evaluations, or with
+// "evaluations": []) is answered as a single evaluation, in the group
+// form (exactly record, root_jws and record_proof); a non-empty batch —
+// of one item, or cut short at its first — is answered in the
+// evaluations shape, each item exactly in the record_jws form.
+func TestAuthZENWhichRequestsGetWhichForm(t *testing.T) {
+	e, tok := startTodo(t)
+	one := fmt.Sprintf(`"subject":{"type":"user","id":%q},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t"}`, morty)
+	members := func(raw json.RawMessage) []string {
+		var a struct {
+			Context map[string]map[string]json.RawMessage `json:"context"`
+		}
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatalf("%v: %s", err, raw)
+		}
+		var ms []string
+		for k := range a.Context[decision.ContextKey] {
+			ms = append(ms, k)
+		}
+		slices.Sort(ms)
+		return ms
+	}
+	group := []string{"ignored", "index", "proof", "reason", "record", "record_proof", "request_digest", "root_jws"}
+	jws := []string{"ignored", "index", "proof", "reason", "record_jws", "request_digest"}
+	for _, c := range []struct{ name, path, body string }{
+		{"the single endpoint", pdp.PathEvaluation, `{` + one + `}`},
+		{"the evaluations endpoint without evaluations", pdp.PathEvaluations, `{` + one + `}`},
+		{`"evaluations": []`, pdp.PathEvaluations, `{` + one + `,"evaluations":[]}`},
+	} {
+		code, body := e.authzen(t, tok, c.path, c.body)
+		var top map[string]json.RawMessage
+		_ = json.Unmarshal(body, &top)
+		_, batch := top["evaluations"]
+		if code != 200 || batch || !slices.Equal(members(body), group) {
+			t.Errorf("%s: %d %s; want a single answer in the group form, members %v", c.name, code, body, group)
+		}
+	}
+	for _, c := range []struct{ name, body string }{
+		{"a batch of one item", `{` + one + `,"evaluations":[{}]}`},
+		{"a batch cut short at its first item", `{` + one + `,"options":{"evaluations_semantic":"permit_on_first_permit"},"evaluations":[{},{}]}`},
+	} {
+		code, body := e.authzen(t, tok, pdp.PathEvaluations, c.body)
+		var r struct{ Evaluations []json.RawMessage }
+		if err := json.Unmarshal(body, &r); code != 200 || err != nil || len(r.Evaluations) != 1 || !slices.Equal(members(r.Evaluations[0]), jws) {
+			t.Errorf("%s: %d %s; want one item in the record_jws form, members %v", c.name, code, body, jws)
+		}
+	}
+}
