@@ -187,7 +187,7 @@ func TestIsolationBeyondTheAPI(t *testing.T) {
 		id := submit("long.y4m", "long.y4m", "ssim")
 		pod1 := w.node("vmafx-node-x1", tok)
 		defer func() { _ = pod1.Stop() }()
-		w.wait(submitter, id, func(j *vmafxv1.Job) bool { return j.GetNode() == "vmafx-node-x1" && j.GetProgress() > 0 })
+		w.wait(submitter, id, func(j *vmafxv1.Job) bool { return j.GetNode() == "node-a1/vmafx-node-x1" && j.GetProgress() > 0 })
 		if err := pod1.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestIsolationBeyondTheAPI(t *testing.T) {
 		pod2 := w.node("vmafx-node-x2", tok)
 		defer func() { _ = pod2.Stop() }()
 		w.wait(submitter, id, func(j *vmafxv1.Job) bool {
-			return j.GetNode() == "vmafx-node-x2" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING
+			return j.GetNode() == "node-a1/vmafx-node-x2" && j.GetState() == vmafxv1.JobState_JOB_STATE_RUNNING
 		})
 		if err := pod1.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
@@ -204,7 +204,7 @@ func TestIsolationBeyondTheAPI(t *testing.T) {
 			t.Fatalf("pod 1 stopped %s", got)
 		}
 		j, _ := submitter.GetJob(ctx, &vmafxv1.GetJobRequest{Id: id})
-		if j.GetJob().GetNode() != "vmafx-node-x2" || j.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_RUNNING || j.GetJob().GetAttempts() != 2 {
+		if j.GetJob().GetNode() != "node-a1/vmafx-node-x2" || j.GetJob().GetState() != vmafxv1.JobState_JOB_STATE_RUNNING || j.GetJob().GetAttempts() != 2 {
 			t.Fatalf("pod 1's late report changed the job: %v", j.GetJob())
 		}
 		if _, err := submitter.CancelJob(ctx, &vmafxv1.CancelJobRequest{Id: id}); err != nil {

@@ -261,8 +261,9 @@ func TestProxyWalk(t *testing.T) { run(t, "proxy.md") }
 // TestDeployWalk starts make cluster (a node on this machine: root), which
 // builds the images first — as a newcomer would run the page: in a copy
 // of the repository with no TMPDIR, no callerauth on PATH and a .cache
-// holding only make's tool builds (newcomer). On ae46db4 the page failed
-// so at its first callerauth command, and wrote its log to /cluster.log.
+// holding only make's tool builds (newcomer). The page of ae46db4, run
+// so, failed at its first callerauth command (command not found) and
+// wrote its log to /cluster.log (TMPDIR empty), as the outside look found.
 func TestDeployWalk(t *testing.T) { runFor(t, "deploy.md", 15*time.Minute, newcomerTree(t)) }
 
 func mustLook(name string) string {

@@ -37,6 +37,22 @@ func serveFramed(t *testing.T, cfg *tls.Config, h http.Handler) string {
 	return lis.Addr().String()
 }
 
+// serverTLS is a CA and a loopback serving configuration it signed,
+// offering h2 and HTTP/1.1 as the services do.
+func serverTLS(t *testing.T) (*pki.CA, *tls.Config) {
+	t.Helper()
+	ca, err := pki.NewCA("framing test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ca.ServerTLS("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	return ca, cfg
+}
+
 // reading answers what it read of the body; ignoring reads none.
 var (
 	reading = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,15 +73,7 @@ var (
 // reader, both framings with a body framed by its length, and a body
 // declared on a GET and never sent, are held until the read timeout.
 func TestMalformedRequestsAreRefusedAtOnce(t *testing.T) {
-	ca, err := pki.NewCA("framing test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS, err := ca.ServerTLS("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS.NextProtos = []string{"h2", "http/1.1"}
+	ca, srvTLS := serverTLS(t)
 	for _, h := range []struct {
 		name string
 		h    http.Handler
@@ -86,15 +94,7 @@ func TestMalformedRequestsAreRefusedAtOnce(t *testing.T) {
 // order on one keep-alive connection, over TLS (Request.TLS set) and
 // HTTP/2.
 func TestWellFramedRequestsPass(t *testing.T) {
-	ca, err := pki.NewCA("framing test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS, err := ca.ServerTLS("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTLS.NextProtos = []string{"h2", "http/1.1"}
+	ca, srvTLS := serverTLS(t)
 	addr := serveFramed(t, srvTLS, reading)
 	for _, h2 := range []bool{false, true} {
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: h2}

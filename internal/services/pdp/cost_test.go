@@ -491,19 +491,7 @@ func TestAuthZENRefusalCostIsLinear(t *testing.T) {
 		costShape{"unknown members in each item", func(k int) string {
 			return `{"subject":` + sub + `},"action":{"name":"can_read_todos"},"resource":{"type":"todo","id":"t"},"evaluations":[` + repeatItem(`{`+unknown(30)+`}`, 500*k) + `]}`
 		}})
-	evaluated := func() float64 {
-		n, err := scrape.Values(e.srv.Registry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := 0.0
-		for k, v := range n {
-			if strings.HasPrefix(k, "pdp_authzen_evaluations_total") {
-				sum += v
-			}
-		}
-		return sum
-	}
+	evaluated := func() float64 { return e.evaluationsAnswered(t) }
 	before := evaluated()
 	holdLinear(t, e, tok, shapes, maxAllocPerByte, maxGrowthOnDoubling, 400)
 	if n := evaluated() - before; n != 0 {
@@ -516,19 +504,7 @@ func TestAuthZENRefusalCostIsLinear(t *testing.T) {
 func TestAuthZENBatchStopsWithItsClient(t *testing.T) {
 	e, tok := startTodo(t)
 	body := `{"subject":{"type":"user","id":"CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"},"action":{"name":"can_read_todos"},"evaluations":[` + items(pdp.MaxEvaluations) + `]}`
-	answered := func() float64 {
-		n, err := scrape.Values(e.srv.Registry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := 0.0
-		for k, v := range n {
-			if strings.HasPrefix(k, "pdp_authzen_evaluations_total") {
-				sum += v
-			}
-		}
-		return sum
-	}
+	answered := func() float64 { return e.evaluationsAnswered(t) }
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
 		return e.serveIn(ctx, tok, pdp.PathEvaluations, body)
 	}
@@ -542,6 +518,23 @@ func TestAuthZENBatchStopsWithItsClient(t *testing.T) {
 	if n := answered() - before; n != 0 || strings.Contains(rec.Body.String(), "callerauth") {
 		t.Fatalf("a batch whose client had gone: %v evaluations answered, %.200q; want none and nothing signed", n, rec.Body.String())
 	}
+}
+
+// evaluationsAnswered is pdp_authzen_evaluations_total, summed over its
+// labels: the evaluations the pdp decided.
+func (e *env) evaluationsAnswered(t *testing.T) float64 {
+	t.Helper()
+	n, err := scrape.Values(e.srv.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for k, v := range n {
+		if strings.HasPrefix(k, "pdp_authzen_evaluations_total") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // serveIn answers body at path through the pdp's handler, in ctx (one a

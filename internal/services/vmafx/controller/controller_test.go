@@ -525,7 +525,7 @@ func testAttemptsQueueAndCancel(t *testing.T, datastore string) {
 	// The poison job is claimed first, given back, and then waits behind
 	// the two submitted after it.
 	c, err := node.ClaimJob(ctx, &vmafxv1.ClaimJobRequest{NodeName: "pod-1"})
-	if err != nil || c.GetJob().GetId() != poison || c.GetJob().GetNode() != "pod-1" || c.GetJob().GetAttempts() != 1 {
+	if err != nil || c.GetJob().GetId() != poison || c.GetJob().GetNode() != "node-a1/pod-1" || c.GetJob().GetAttempts() != 1 {
 		t.Fatalf("first claim: %v %v", c, err)
 	}
 	for _, bad := range []struct {
@@ -579,7 +579,7 @@ func testAttemptsQueueAndCancel(t *testing.T, datastore string) {
 			break
 		}
 	}
-	if j.GetState() != vmafxv1.JobState_JOB_STATE_FAILED || j.GetReason() != controller.ReasonAttemptsExhausted || j.GetError() != "claimed 3 times without an outcome; the last: the lease of pod-3 expired" {
+	if j.GetState() != vmafxv1.JobState_JOB_STATE_FAILED || j.GetReason() != controller.ReasonAttemptsExhausted || j.GetError() != "claimed 3 times without an outcome; the last: the lease of node-a1/pod-3 expired" {
 		t.Fatalf("poison job: %v", j)
 	}
 	if got := metric(t, e.ctl, "vmafx_controller_attempts_exhausted_total"); got != 1 {

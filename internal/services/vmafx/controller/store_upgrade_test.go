@@ -59,7 +59,7 @@ func TestUpgradeCountsTheJobsThere(t *testing.T) {
 			defer s.Close()
 			check := func(when string) {
 				t.Helper()
-				rows, err := s.db.QueryContext(ctx, `SELECT j.tenant, COUNT(*), SUM(CASE WHEN j.state = 1 THEN 1 ELSE 0 END), MAX(c.jobs), MAX(c.pending)
+				rows, err := s.db.QueryContext(ctx, `SELECT j.tenant, COUNT(*), SUM(CASE WHEN j.state = 1 THEN 1 ELSE 0 END), SUM(CASE WHEN j.state IN (1, 2) THEN 1 ELSE 0 END), MAX(c.jobs), MAX(c.pending), MAX(c.unfinished)
 					FROM jobs j JOIN tenant_jobs c ON c.tenant = j.tenant GROUP BY j.tenant ORDER BY j.tenant`)
 				if err != nil {
 					t.Fatal(err)
@@ -68,12 +68,12 @@ func TestUpgradeCountsTheJobsThere(t *testing.T) {
 				n := 0
 				for rows.Next() {
 					var tenant string
-					var jobs, pending, cjobs, cpending int
-					if err := rows.Scan(&tenant, &jobs, &pending, &cjobs, &cpending); err != nil {
+					var jobs, pending, unfinished, cjobs, cpending, cunfinished int
+					if err := rows.Scan(&tenant, &jobs, &pending, &unfinished, &cjobs, &cpending, &cunfinished); err != nil {
 						t.Fatal(err)
 					}
-					if jobs != cjobs || pending != cpending {
-						t.Errorf("%s, tenant %s: counters say %d jobs, %d pending; the rows %d, %d", when, tenant, cjobs, cpending, jobs, pending)
+					if jobs != cjobs || pending != cpending || unfinished != cunfinished {
+						t.Errorf("%s, tenant %s: counters say %d jobs, %d pending, %d unfinished; the rows %d, %d, %d", when, tenant, cjobs, cpending, cunfinished, jobs, pending, unfinished)
 					}
 					n++
 				}
@@ -82,7 +82,7 @@ func TestUpgradeCountsTheJobsThere(t *testing.T) {
 				}
 			}
 			check("after the upgrade")
-			if _, err := s.Submit(ctx, "a", "ci", "", &vmafxv1.JobSpec{Reference: "r", Distorted: "d", Metrics: []string{"psnr"}}, 3, 0); err != nil {
+			if _, err := s.Submit(ctx, "a", "ci", "", &vmafxv1.JobSpec{Reference: "r", Distorted: "d", Metrics: []string{"psnr"}}, 4, 0); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Cancel(ctx, "b", "b5"); err != nil {
