@@ -103,13 +103,13 @@ func (s *Signer) signRoot(payloads [][]byte, now time.Time) ([]GroupSigned, erro
 		return nil, err
 	}
 	out := make([]GroupSigned, len(payloads))
-	for i := range payloads {
+	for i, payload := range payloads {
 		path := t.proof(i, 0, len(hashes))
 		p := Proof{Index: i, Hashes: make([]string, len(path))}
 		for j, h := range path {
 			p.Hashes[j] = base64url(h[:])
 		}
-		out[i] = GroupSigned{Record: payloads[i], RootJWS: compact, Proof: p, Records: len(payloads)}
+		out[i] = GroupSigned{Record: payload, RootJWS: compact, Proof: p, Records: len(payloads)}
 	}
 	return out, nil
 }

@@ -301,12 +301,11 @@ type framing struct {
 	state   int
 	maxHead int
 
-	line    []byte // the line being read (head, chunk size, trailer)
-	inHead  bool   // the request line was read
-	heads   int    // the heads seen
-	remain  int64  // bytes left of a body or a chunk
-	crlf    int    // bytes of a chunk's closing CRLF seen
-	headLen int    // bytes of the current head
+	line   []byte // the line being read (head, chunk size, trailer)
+	inHead bool   // the request line was read
+	heads  int    // the heads seen
+	remain int64  // bytes left of a body or a chunk
+	crlf   int    // bytes of a chunk's closing CRLF seen
 
 	// The current head.
 	method, proto      string
