@@ -308,7 +308,8 @@ type framing struct {
 	crlf   int    // bytes of a chunk's closing CRLF seen
 
 	// The current head.
-	method, proto      string
+	method             string // a bodyless method's name, else ""
+	http10             bool
 	lengths, encodings []string
 	upgrade, connUpgr  bool
 	upgrading          bool // the last head asks for an Upgrade: a 101 may follow
@@ -348,23 +349,31 @@ func (f *framing) feed(b []byte) (kept int, problem Problem, head int) {
 			}
 			continue
 		}
-		// A line: a head's, a chunk size's or a trailer's.
-		c := b[i]
-		if c != '\n' {
-			f.line = append(f.line, c)
-			limit := maxFramingLine
-			if f.state == framingHead {
-				limit = f.maxHead
+		// A line: a head's, a chunk size's or a trailer's — read in place
+		// when this read holds all of it, gathered when it spans reads.
+		limit := maxFramingLine
+		if f.state == framingHead {
+			limit = f.maxHead
+		}
+		end := bytes.IndexByte(b[i:], '\n')
+		if end < 0 || len(f.line)+end > limit {
+			if end < 0 {
+				f.line = append(f.line, b[i:]...)
 			}
-			if len(f.line) > limit {
+			if end >= 0 || len(f.line) > limit {
 				// Longer than net/http reads: it refuses the request
 				// itself (431, or a malformed chunk), and closes.
 				f.state = framingPass
-				return len(b), Problem{}, 0
 			}
-			continue
+			return len(b), Problem{}, 0
 		}
-		line, crlf := bytes.CutSuffix(f.line, []byte("\r"))
+		line := b[i : i+end]
+		if len(f.line) > 0 {
+			f.line = append(f.line, line...)
+			line = f.line
+		}
+		i += end
+		line, crlf := bytes.CutSuffix(line, []byte("\r"))
 		f.line = f.line[:0]
 		var p Problem
 		switch f.state {
@@ -397,17 +406,21 @@ func (f *framing) headLine(line []byte) Problem {
 			return Problem{} // an empty line before a request (RFC 9112 §2.2)
 		}
 		f.heads++
-		f.inHead, f.lengths, f.encodings, f.upgrade, f.connUpgr, f.upgrading, f.problem = true, nil, nil, false, false, false, Problem{}
-		method, rest, ok1 := strings.Cut(string(line), " ")
-		_, proto, ok2 := strings.Cut(rest, " ")
-		if !ok1 || !ok2 || !strings.HasPrefix(proto, "HTTP/1.") {
-			if strings.HasPrefix(string(line), "PRI * HTTP/2.0") {
+		f.inHead, f.lengths, f.encodings, f.upgrade, f.connUpgr, f.upgrading, f.problem = true, f.lengths[:0], f.encodings[:0], false, false, false, Problem{}
+		method, rest, ok1 := bytes.Cut(line, []byte(" "))
+		_, proto, ok2 := bytes.Cut(rest, []byte(" "))
+		if !ok1 || !ok2 || !bytes.HasPrefix(proto, []byte("HTTP/1.")) {
+			if bytes.HasPrefix(line, []byte("PRI * HTTP/2.0")) {
 				f.state = framingPass // HTTP/2 prior knowledge: net/http's to judge
 				return Problem{}
 			}
 			f.problem = ProblemBadLine
 		}
-		f.method, f.proto = method, proto
+		f.method = ""
+		if bodylessMethods[string(method)] { // no allocation: a map lookup of the bytes
+			f.method = string(method)
+		}
+		f.http10 = string(proto) == "HTTP/1.0"
 		return Problem{}
 	}
 	if len(line) > 0 {
@@ -420,17 +433,18 @@ func (f *framing) headLine(line []byte) Problem {
 			f.problem = firstProblem(f.problem, ProblemBadField)
 			return Problem{}
 		}
-		v := strings.Trim(string(value), " \t")
-		switch strings.ToLower(string(name)) {
-		case "content-length":
-			f.lengths = append(f.lengths, v)
-		case "transfer-encoding":
-			f.encodings = append(f.encodings, v)
-		case "upgrade":
+		// Only the fields that frame the request are kept, without a copy
+		// of any other.
+		switch {
+		case bytes.EqualFold(name, []byte("content-length")):
+			f.lengths = append(f.lengths, strings.Trim(string(value), " \t"))
+		case bytes.EqualFold(name, []byte("transfer-encoding")):
+			f.encodings = append(f.encodings, strings.Trim(string(value), " \t"))
+		case bytes.EqualFold(name, []byte("upgrade")):
 			f.upgrade = true
-		case "connection":
-			for _, t := range strings.Split(v, ",") {
-				f.connUpgr = f.connUpgr || strings.EqualFold(strings.TrimSpace(t), "upgrade")
+		case bytes.EqualFold(name, []byte("connection")):
+			for t := range bytes.SplitSeq(value, []byte(",")) {
+				f.connUpgr = f.connUpgr || bytes.EqualFold(bytes.Trim(t, " \t"), []byte("upgrade"))
 			}
 		}
 		return Problem{}
@@ -445,7 +459,7 @@ func (f *framing) headLine(line []byte) Problem {
 		return ProblemBoth
 	case len(f.lengths) > 1:
 		return ProblemTwoLengths
-	case len(f.encodings) > 0 && f.proto == "HTTP/1.0":
+	case len(f.encodings) > 0 && f.http10:
 		return ProblemTEOnHTTP10
 	case len(f.encodings) > 1 || (len(f.encodings) == 1 && !strings.EqualFold(f.encodings[0], "chunked")):
 		return ProblemBadTE
