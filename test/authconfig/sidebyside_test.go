@@ -345,7 +345,7 @@ func TestSideBySideWithTheAPIServer(t *testing.T) {
 		if err != nil {
 			switch authn.ReasonOf(err) {
 			case authn.TokenInvalid:
-			case authn.ValidatorUnavailable:
+			case authn.SigningKeyUnknown:
 				// A kid whose only key the key set's rules set aside: no
 				// usable key has it (yet), which the verifier may retry.
 				if !strings.Contains(err.Error(), "no key with kid") {
