@@ -65,7 +65,7 @@ var errFraming = errors.New("serve: the request's framing was refused; the conne
 // "might lead some implementations to reject the request and close the
 // connection because of its potential as a request smuggling attack"),
 // §9.3.6 (CONNECT) and §9.3.8 (TRACE: "A client MUST NOT send content").
-var bodylessMethods = map[string]bool{"GET": true, "HEAD": true, "TRACE": true, "CONNECT": true}
+var bodylessMethods = []string{"GET", "HEAD", "TRACE", "CONNECT"}
 
 // framingListener reads each HTTP/1.x connection it accepts through a
 // framingConn. With tls set it terminates TLS itself — the handshake off
@@ -417,8 +417,10 @@ func (f *framing) headLine(line []byte) Problem {
 			f.problem = ProblemBadLine
 		}
 		f.method = ""
-		if bodylessMethods[string(method)] { // no allocation: a map lookup of the bytes
-			f.method = string(method)
+		for _, m := range bodylessMethods { // the name itself, not a copy of the bytes
+			if string(method) == m {
+				f.method = m
+			}
 		}
 		f.http10 = string(proto) == "HTTP/1.0"
 		return Problem{}
@@ -473,7 +475,7 @@ func (f *framing) headLine(line []byte) Problem {
 		length = n
 	}
 	chunked := len(f.encodings) == 1
-	if bodylessMethods[f.method] && (chunked || length > 0) {
+	if f.method != "" && (chunked || length > 0) {
 		return ProblemBodyless
 	}
 	switch {

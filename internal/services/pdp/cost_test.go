@@ -297,6 +297,17 @@ type costPolicy struct {
 	declared, declaredJSON string
 }
 
+// start serves the policy in enforce, bound to the principal pep, and
+// returns its environment and a token of pep.
+func (p costPolicy) start(t *testing.T) (*env, string) {
+	t.Helper()
+	e := start(t, "enforce", func(o *pdp.Options) {
+		o.PolicyDir, o.Registry = filepath.Join(p.dir, "policy"), filepath.Join(p.dir, "registry.json")
+		o.CallerBindings = []string{p.binding + "=system:serviceaccount:secrets-engine:pep"}
+	})
+	return e, e.token(t, "pep", "flex-auth", time.Time{})
+}
+
 var costPolicies = []costPolicy{
 	{"todo", todo, "todo", `{"type":"user","id":"CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"}`, `{"name":"can_update_todo"}`, `{"type":"todo","id":"t"}`,
 		"resource", `{"type":"todo","id":"t","properties":{"ownerID":"%s"}}`},
@@ -316,11 +327,7 @@ func TestAuthZENCostOnEveryPolicy(t *testing.T) {
 	const maxAllocPerByte, maxGrowthOnDoubling = 1024, 2.5
 	for _, p := range costPolicies {
 		t.Run(p.name, func(t *testing.T) {
-			e := start(t, "enforce", func(o *pdp.Options) {
-				o.PolicyDir, o.Registry = filepath.Join(p.dir, "policy"), filepath.Join(p.dir, "registry.json")
-				o.CallerBindings = []string{p.binding + "=system:serviceaccount:secrets-engine:pep"}
-			})
-			tok := e.token(t, "pep", "flex-auth", time.Time{})
+			e, tok := p.start(t)
 			big := func(n int) string { return strings.Repeat("x", n) }
 			withProps := func(entity, props string) string { // entity JSON with a properties member
 				return strings.TrimSuffix(entity, "}") + `,"properties":{` + props + `}}`
@@ -385,11 +392,7 @@ func TestAuthZENAnswerFactor(t *testing.T) {
 	worst, worstShape := 0.0, ""
 	for _, p := range costPolicies {
 		t.Run(p.name, func(t *testing.T) {
-			e := start(t, "enforce", func(o *pdp.Options) {
-				o.PolicyDir, o.Registry = filepath.Join(p.dir, "policy"), filepath.Join(p.dir, "registry.json")
-				o.CallerBindings = []string{p.binding + "=system:serviceaccount:secrets-engine:pep"}
-			})
-			tok := e.token(t, "pep", "flex-auth", time.Time{})
+			e, tok := p.start(t)
 			members := func(n, size int) string {
 				ms := make([]string, n)
 				for i := range ms {
