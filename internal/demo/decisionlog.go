@@ -2,9 +2,10 @@ package demo
 
 // The pdp's decision log (docs/decision-log.md): a decision kept, proved
 // in the signed log with golang.org/x/mod's verifier, and an entry altered
-// in the store caught.
+// on disk caught.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -21,7 +23,6 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/devissuer"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
-	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
@@ -35,11 +36,11 @@ func pdpDecisionLog(ctx context.Context, e *env) Result {
 	if err != nil {
 		return fail(r, err)
 	}
-	var dbFile string
+	var logDir string
 	s, url, stop, err := e.servePDP("pdp-log", secretsengine.WriteTo, callers.ModeEnforce, "secrets-engine="+sePrincipal, func(dir string, o *pdp.Options) error {
 		keyFile := filepath.Join(dir, "decisions.key")
-		dbFile = filepath.Join(dir, "decisions.db")
-		o.DecisionLog.Datastore, o.DecisionLog.KeyFile = dbFile, keyFile
+		logDir = filepath.Join(dir, "decisions")
+		o.DecisionLog.Dir, o.DecisionLog.KeyFile = logDir, keyFile
 		o.CallerBindings = append(o.CallerBindings, decisionlog.ReaderSystem+"=system:serviceaccount:audit:auditor")
 		return os.WriteFile(keyFile, []byte(skey+"\n"), 0o600)
 	})
@@ -111,27 +112,16 @@ func pdpDecisionLog(ctx context.Context, e *env) Result {
 	if err := tlog.CheckRecord(proof, size, root, 0, tlog.RecordHash(proved.Entry)); err != nil {
 		return fail(r, fmt.Errorf("the inclusion proof: %w", err))
 	}
-	// Someone with the database alters the decision.
-	db, err := datastore.Open(ctx, "translog", dbFile, translog.Migrations, datastore.Options{})
-	if err != nil {
+	// Someone with the log's directory alters the decision, checksum and
+	// all, while the log is stopped: the log no longer opens.
+	cancel()
+	<-done
+	forged := bytes.Replace(proved.Entry, []byte(sePrincipal), []byte(sePrincipal[:len(sePrincipal)-1]+"X"), 1)
+	if err := translog.Forge(logDir, logOrigin, 0, forged); err != nil {
 		return fail(r, err)
 	}
-	defer db.Close()
-	var entry map[string]any
-	if err := json.Unmarshal(proved.Entry, &entry); err != nil {
-		return fail(r, err)
-	}
-	entry["caller"] = "system:serviceaccount:secrets-engine:someone-else"
-	forged, _ := json.Marshal(entry)
-	if _, err := db.ExecContext(ctx, "UPDATE translog_entries SET data = ? WHERE idx = 0", forged); err != nil {
-		return fail(r, err)
-	}
-	var again decisionlog.Proved
-	if err := get(fmt.Sprintf("%s0?size=%d", decisionlog.PathEntry, size), &again); err != nil {
-		return fail(r, err)
-	}
-	altered := tlog.CheckRecord(proof, size, root, 0, tlog.RecordHash(again.Entry))
-	r.Observed = fmt.Sprintf("decision 0 of %d proved against the signed checkpoint; altered in the store: %v", size, altered)
-	r.Pass = altered != nil
+	_, altered := translog.Open(translog.Config{Dir: logDir, Key: skey, Metrics: "demo"})
+	r.Observed = fmt.Sprintf("decision 0 of %d proved against the signed checkpoint; altered on disk: %v", size, altered)
+	r.Pass = altered != nil && strings.Contains(altered.Error(), "does not extend its checkpoint")
 	return r
 }

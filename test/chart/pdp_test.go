@@ -292,7 +292,7 @@ func TestPDPChartWatchBoundObjects(t *testing.T) {
 // are refused when they could not work.
 func TestPDPChartDecisionLogAndTraces(t *testing.T) {
 	on := examplePDPValues(t,
-		set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
+		set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
 			"mode": "best-effort", "reader": "system:serviceaccount:audit:auditor", "sink": "https://logs.example:8443/logs"}, "decisionLog"),
 		set(map[string]any{"otlpEndpoint": "otel-collector.observability.svc:4317", "caConfigMap": map[string]any{"name": "otel-ca"}, "sampleRatio": 0.25}, "tracing"))
 	out, err := renderPDP(t, on)
@@ -306,7 +306,10 @@ func TestPDPChartDecisionLogAndTraces(t *testing.T) {
 		t.Fatalf("the pdp refuses the rendered flags: %v\n%s", err, strings.Join(args, "\n"))
 	}
 	dl := o.DecisionLog
-	if dl.DatastoreURLFile != "/etc/pdp/decision-log-url/uri" || dl.KeyFile != "/etc/pdp/decision-log-key/decisions.key" || dl.Mode != "best-effort" ||
+	if d.Kind != "StatefulSet" || !strings.Contains(out["pdp/templates/deployment.yaml"], "name: decision-log\n") {
+		t.Errorf("with the log on: a %s, without a volume claim a replica", d.Kind)
+	}
+	if dl.Dir != "/var/lib/pdp/decisions" || dl.Replica != "$(POD_NAME)" || dl.SearchURLFile != "/etc/pdp/decision-log-search/uri" || dl.KeyFile != "/etc/pdp/decision-log-key/decisions.key" || dl.Mode != "best-effort" ||
 		dl.MaxEntries != 10_000_000 || dl.CallerMaxEntries != 1_000_000 || dl.MaxAge != 720*time.Hour || dl.Sink != "https://logs.example:8443/logs" {
 		t.Errorf("decision log options %+v", dl)
 	}
@@ -327,7 +330,7 @@ func TestPDPChartDecisionLogAndTraces(t *testing.T) {
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		vols[v.Name] = v.Secret.SecretName + v.ConfigMap.Name
 	}
-	for name, want := range map[string][2]string{"decision-log-url": {"/etc/pdp/decision-log-url", "decisions-db"}, "decision-log-key": {"/etc/pdp/decision-log-key", "decisions-key"}, "otlp-ca": {"/etc/pdp/otlp-ca", "otel-ca"}} {
+	for name, want := range map[string][2]string{"decision-log-search": {"/etc/pdp/decision-log-search", "decisions-db"}, "decision-log-key": {"/etc/pdp/decision-log-key", "decisions-key"}, "otlp-ca": {"/etc/pdp/otlp-ca", "otel-ca"}} {
 		if mounts[name] != want[0] || vols[name] != want[1] {
 			t.Errorf("volume %s: mounted at %q from %q, want %v", name, mounts[name], vols[name], want)
 		}
@@ -346,8 +349,8 @@ func TestPDPChartDecisionLogAndTraces(t *testing.T) {
 	}
 
 	refuses(t, append(decisionLogRefusals(),
-		refusal{"a plaintext sink", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "sink": "http://logs.example/"}, "decisionLog"), "want an https:// URL"},
-		refusal{"an unknown mode", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "mode": "sometimes"}, "decisionLog"), "mode"},
+		refusal{"a plaintext sink", set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "sink": "http://logs.example/"}, "decisionLog"), "want an https:// URL"},
+		refusal{"an unknown mode", set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "mode": "sometimes"}, "decisionLog"), "mode"},
 		refusal{"a ratio over 1", set(map[string]any{"otlpEndpoint": "c:4317", "sampleRatio": 2}, "tracing"), "sampleRatio"},
 	), func(edit func(map[string]any)) error {
 		_, err := renderPDP(t, examplePDPValues(t, edit))
@@ -367,8 +370,8 @@ type refusal struct {
 // pdp's chart and callerauth-proxy's both refuse.
 func decisionLogRefusals() []refusal {
 	return []refusal{
-		{"no URL Secret", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.urlSecret.name is required"},
-		{"no key Secret", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
+		{"replicas and no shared search", set(map[string]any{"enabled": true, "keySecret": map[string]any{"name": "k"}}, "decisionLog"), "decisionLog.searchSecret.name is required"},
+		{"no key Secret", set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "u"}}, "decisionLog"), "decisionLog.keySecret.name is required"},
 		{"settings while off", set(map[string]any{"reader": "system:serviceaccount:audit:auditor"}, "decisionLog"), "decisionLog.enabled is false"},
 		{"an unknown protocol", set(map[string]any{"otlpEndpoint": "c:4317", "protocol": "udp"}, "tracing"), "protocol"},
 	}

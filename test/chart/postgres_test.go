@@ -45,16 +45,17 @@ type deployment struct {
 	} `json:"spec"`
 }
 
-// findDeployment returns the first Deployment of a rendered template.
+// findDeployment returns the first Deployment (or StatefulSet: a chart
+// with the decision log on) of a rendered template.
 func findDeployment(t *testing.T, manifest string) deployment {
 	t.Helper()
 	for _, doc := range strings.Split(manifest, "\n---") {
 		var d deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err == nil && d.Kind == "Deployment" {
+		if err := yaml.Unmarshal([]byte(doc), &d); err == nil && (d.Kind == "Deployment" || d.Kind == "StatefulSet") {
 			return d
 		}
 	}
-	t.Fatalf("no Deployment in:\n%s", manifest)
+	t.Fatalf("no Deployment (or StatefulSet) in:\n%s", manifest)
 	return deployment{}
 }
 

@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -198,7 +200,7 @@ func TestProxySidecarBlock(t *testing.T) {
 // they name; refused when they could not work.
 func TestProxyChartDecisionLogAndTraces(t *testing.T) {
 	values := exampleProxyValues(t,
-		set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
+		set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "decisions-db"}, "keySecret": map[string]any{"name": "decisions-key"},
 			"reader": "system:serviceaccount:audit:auditor", "readers": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"name": "audit"}}}}}, "decisionLog"),
 		set(map[string]any{"otlpEndpoint": "otel-collector.observability.svc:4318", "protocol": "http", "caConfigMap": map[string]any{"name": "otel-ca"}}, "tracing"))
 	out, err := renderChart(t, proxyChart, "metrics", "monitoring", values)
@@ -214,9 +216,17 @@ func TestProxyChartDecisionLogAndTraces(t *testing.T) {
 	}
 	data, _ := objs["ConfigMap/metrics-callerauth-proxy-config"]["data"].(map[string]any)
 	file, _ := data["config-file.yaml"].(string)
-	o := proxyAccepts(t, root, args, map[string][]byte{"config/config-file.yaml": []byte(file)})
+	skey, _, err := note.GenerateKey(rand.Reader, "proxy.example/decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range args { // the log's directory, where the test can make it
+		args[i] = strings.Replace(a, "--decision-log=/var/lib/callerauth-proxy/decisions", "--decision-log="+root+"/decisions", 1)
+	}
+	o := proxyAccepts(t, root, args, map[string][]byte{"config/config-file.yaml": []byte(file),
+		"decision-log-key/decisions.key": []byte(skey), "decision-log-search/uri": []byte("postgres://u@db.example:5432/decisions?sslmode=verify-full")})
 	dl := o.DecisionLog
-	if dl.DatastoreURLFile != root+"/decision-log-url/uri" || dl.KeyFile != root+"/decision-log-key/decisions.key" || dl.Mode != "required" ||
+	if d.Kind != "StatefulSet" || dl.Dir != root+"/decisions" || !strings.Contains(out["callerauth-proxy/templates/deployment.yaml"], "--decision-log=/var/lib/callerauth-proxy/decisions\n") || !strings.Contains(out["callerauth-proxy/templates/deployment.yaml"], "mountPath: /var/lib/callerauth-proxy/decisions}") || dl.Replica != "$(POD_NAME)" || dl.SearchURLFile != root+"/decision-log-search/uri" || dl.KeyFile != root+"/decision-log-key/decisions.key" || dl.Mode != "required" ||
 		o.DecisionLogListen != ":8444" || !slices.Contains(o.CallerBindings, "callerauth/decision-log=system:serviceaccount:audit:auditor") {
 		t.Errorf("decision log options %+v, listen %q, bindings %v", dl, o.DecisionLogListen, o.CallerBindings)
 	}
@@ -235,15 +245,15 @@ func TestProxyChartDecisionLogAndTraces(t *testing.T) {
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		vols[v.Name] = v.Secret.SecretName + v.ConfigMap.Name
 	}
-	if vols["decision-log-url"] != "decisions-db" || vols["decision-log-key"] != "decisions-key" || vols["otlp-ca"] != "otel-ca" {
+	if vols["decision-log-search"] != "decisions-db" || vols["decision-log-key"] != "decisions-key" || vols["otlp-ca"] != "otel-ca" {
 		t.Errorf("volumes %v", vols)
 	}
 
 	refuses(t, append(decisionLogRefusals(),
-		refusal{"the proxy's own port", set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "port": 8443}, "decisionLog"), "decisionLog.port 8443"},
+		refusal{"the proxy's own port", set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}, "port": 8443}, "decisionLog"), "decisionLog.port 8443"},
 		refusal{"as a sidecar", func(v map[string]any) {
 			set(false, "deployment", "enabled")(v)
-			set(map[string]any{"enabled": true, "urlSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}}, "decisionLog")(v)
+			set(map[string]any{"enabled": true, "searchSecret": map[string]any{"name": "u"}, "keySecret": map[string]any{"name": "k"}}, "decisionLog")(v)
 		}, "standalone"},
 	), func(edit func(map[string]any)) error {
 		_, err := renderChart(t, proxyChart, "metrics", "monitoring", exampleProxyValues(t, edit))

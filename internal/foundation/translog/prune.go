@@ -1,127 +1,116 @@
 package translog
 
 import (
-	"context"
-	"database/sql"
+	"errors"
 	"fmt"
-	"time"
-
-	"golang.org/x/mod/sumdb/tlog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 )
 
-// Retention bounds a log: what is older than MaxAge goes, and at most
-// MaxEntries stay. Zero: that bound is off.
-type Retention struct {
-	MaxAge     time.Duration
-	MaxEntries int64
-}
+// The pruned mark, `pruned`: "<minimum index> <deleted from>\n". Prune
+// writes the new minimum first, then deletes the bundles and level-0
+// tiles below it, then marks them deleted; Open finishes what a crash
+// left.
 
-// maxTilesAPrune bounds the work of one Prune: the tiles whose lower
-// hashes it deletes (256 entries each). A log far behind its retention
-// catches up over several.
-const maxTilesAPrune = 4096
-
-// keepHashes copies into translog_hashes the hashes at level TileHeight
-// and above held by the entries from..to (whole tiles): those of each
-// tile's last entry.
-func (l *Log) keepHashes(ctx context.Context, tx *sql.Tx, from, to int64) error {
-	rows, err := tx.QueryContext(ctx, l.q(fmt.Sprintf("SELECT idx, hashes FROM translog_entries WHERE idx >= ? AND idx < ? AND idx %% %d = %d ORDER BY idx", 1<<TileHeight, 1<<TileHeight-1)), from, to)
+func (l *Log) readPruned() (minIdx, deletedFrom int64, err error) {
+	b, err := os.ReadFile(filepath.Join(l.dir, "pruned"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	type kept struct {
-		idx  int64
-		hash []byte
-	}
-	var keep []kept
-	if err := eachPair(rows, func(n int64, hashes []byte) error {
-		if len(hashes)%tlog.HashSize != 0 || len(hashes) < (TileHeight+1)*tlog.HashSize {
-			return fmt.Errorf("entry %d holds %d bytes of hashes, not a tile's root: the store is damaged", n, len(hashes))
-		}
-		base := tlog.StoredHashIndex(0, n)
-		for level := TileHeight; (level+1)*tlog.HashSize <= len(hashes); level++ {
-			keep = append(keep, kept{base + int64(level), hashes[level*tlog.HashSize : (level+1)*tlog.HashSize]})
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, k := range keep {
-		if _, err := tx.ExecContext(ctx, l.q("INSERT INTO translog_hashes (idx, hash) VALUES (?, ?) ON CONFLICT (idx) DO NOTHING"), k.idx, k.hash); err != nil {
-			return err
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		minIdx, err = strconv.ParseInt(f[0], 10, 64)
+		if err == nil {
+			deletedFrom, err = strconv.ParseInt(f[1], 10, 64)
 		}
 	}
-	return nil
+	if len(f) != 2 || err != nil || minIdx < 0 || deletedFrom < 0 || deletedFrom > minIdx || minIdx%tileWidth != 0 || deletedFrom%tileWidth != 0 {
+		return 0, 0, fmt.Errorf("%s: %q is not a pruned mark", filepath.Join(l.dir, "pruned"), b)
+	}
+	return minIdx, deletedFrom, nil
 }
 
-// Prune moves the log's minimum index up to what r keeps, whole tiles of
-// 256 entries at a time (so a tile's entries go together, and up to 255
-// entries past their age stay until their tile's last one is due), never
-// past the latest signed checkpoint's size. The entries below it, the
-// tree's hashes below level 8 under them (which the entries' rows hold)
-// and the checkpoints of sizes below it are deleted; the hashes above
-// move to translog_hashes and stay (32 bytes a 128 entries),
-// so every checkpoint and every proof among what is left still verifies.
-// It returns the new minimum index.
-func (l *Log) Prune(ctx context.Context, r Retention) (int64, error) {
-	var size, from int64
-	if err := l.db.QueryRowContext(ctx, "SELECT size, min_index FROM translog_head WHERE id = 1").Scan(&size, &from); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
+func (l *Log) writePruned(minIdx, deletedFrom int64) error {
+	if err := writeFile(filepath.Join(l.dir, "pruned"), fmt.Appendf(nil, "%d %d\n", minIdx, deletedFrom), ""); err != nil {
+		return err
 	}
-	to := from
-	if r.MaxAge > 0 {
-		var first *int64
-		if err := l.db.QueryRowContext(ctx, l.q("SELECT MIN(idx) FROM translog_entries WHERE at >= ?"), l.now().Add(-r.MaxAge).UnixMilli()).Scan(&first); err != nil {
-			return 0, fmt.Errorf("translog: %w", err)
-		}
-		if first == nil {
-			to = max(to, size)
-		} else {
-			to = max(to, *first)
-		}
-	}
-	if r.MaxEntries > 0 {
-		to = max(to, size-r.MaxEntries)
-	}
-	if c, err := l.Latest(ctx); err == nil {
-		to = min(to, c.Size)
-	} else {
-		to = from // nothing signed yet: nothing may go
-	}
-	to = to >> TileHeight << TileHeight
-	to = min(to, from+maxTilesAPrune<<TileHeight)
+	return syncDir(l.dir)
+}
+
+// maxBundlesAPrune bounds the files one Prune deletes: a log far behind
+// its retention catches up over several.
+const maxBundlesAPrune = 4096
+
+// Prune moves the log's minimum index up to below (rounded down to a
+// whole bundle of 256, and never past the latest checkpoint, nor more
+// than 4,096 bundles at a time) and deletes the entry bundles and level-0
+// tiles below it. It returns the new minimum index. Run calls it
+// (ApplyRetention asks it to); call it only while Run does not run.
+func (l *Log) Prune(below int64) (int64, error) {
+	l.mu.RLock()
+	from, latest := l.minIdx, l.latest.Size
+	l.mu.RUnlock()
+	to := min(below, latest) &^ (tileWidth - 1)
+	to = min(to, from+maxBundlesAPrune*tileWidth)
 	if to <= from {
 		return from, nil
 	}
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
+	if err := l.writePruned(to, from); err != nil {
+		return from, err
 	}
-	defer func() { _ = tx.Rollback() }()
-	var locked int64
-	if err := tx.QueryRowContext(ctx, "SELECT min_index FROM translog_head WHERE id = 1"+l.forUpdate()).Scan(&locked); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
+	crashPoint("prune-marked")
+	l.mu.Lock()
+	l.minIdx = to
+	l.mu.Unlock()
+	l.m.minIndex.Set(float64(to))
+	return to, l.deletePruned(from, to)
+}
+
+// deletePruned deletes the bundles and level-0 tiles of [from, to).
+func (l *Log) deletePruned(from, to int64) error {
+	for n := from >> TileHeight; n < to>>TileHeight; n++ {
+		for _, k := range []tileKey{{-1, n}, {0, n}} {
+			if err := os.Remove(l.tileFile(k)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		crashPoint("prune-deleting")
 	}
-	if locked >= to { // another replica pruned meanwhile
-		return locked, nil
+	return l.writePruned(to, to)
+}
+
+// applyRetention prunes what Config.Retention no longer keeps: the
+// bundles whose files were written longer ago than MaxAge, and the
+// oldest past MaxEntries.
+func (l *Log) applyRetention() (int64, error) {
+	r := l.cfg.Retention
+	l.mu.RLock()
+	from, size := l.minIdx, l.t.size
+	l.mu.RUnlock()
+	to := from
+	if r.MaxEntries > 0 {
+		to = max(to, size-r.MaxEntries)
 	}
-	// The hashes at level 8 and above that the pruned entries hold stay,
-	// apart: the last entry of each tile holds its tile's root and the
-	// roots it completed above.
-	if err := l.keepHashes(ctx, tx, locked, to); err != nil {
-		return 0, fmt.Errorf("translog: keeping the upper hashes: %w", err)
+	if r.MaxAge > 0 {
+		// Bundles are written in order: the first one young enough
+		// bounds what goes (bisected by its file's time).
+		cutoff := l.cfg.Now().Add(-r.MaxAge)
+		lo, hi := from>>TileHeight, size>>TileHeight // bundles [lo, hi) are full
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			fi, err := os.Stat(l.tileFile(tileKey{-1, mid}))
+			if err == nil && fi.ModTime().Before(cutoff) {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		to = max(to, lo<<TileHeight)
 	}
-	if _, err := tx.ExecContext(ctx, l.q("DELETE FROM translog_entries WHERE idx < ?"), to); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, l.q("DELETE FROM translog_checkpoints WHERE size < ?"), to); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, l.q("UPDATE translog_head SET min_index = ? WHERE id = 1"), to); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	return to, nil
+	return l.Prune(to)
 }

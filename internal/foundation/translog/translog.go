@@ -1,99 +1,164 @@
-// Package translog keeps an append-only, tamper-evident log in a
-// service's SQL datastore (SQLite, or PostgreSQL shared by replicas): a
-// Merkle tree over its entries with RFC 6962 hashing, stored as
-// golang.org/x/mod/sumdb/tlog lays out its hashes; checkpoints signed as
-// C2SP tlog-checkpoint notes (Ed25519, golang.org/x/mod/sumdb/note); and
-// the tree and its entries served read-only as C2SP tlog-tiles. An
-// auditor proves that an entry is in the log (inclusion) and that the log
-// only grew (consistency) with x/mod's verifier, not with this package.
+// Package translog is an append-only, tamper-evident log of opaque
+// entries in a directory of files: a Merkle tree over the entries with
+// RFC 6962 hashing (golang.org/x/mod/sumdb/tlog), checkpoints signed as
+// C2SP tlog-checkpoint notes (Ed25519), and the tree and its entries
+// served read-only as C2SP tlog-tiles. It knows nothing of what an entry
+// says: the layer above gives it bytes and gets back their index.
 //
-// Appends are serialized by a lock on the log's one head row (PostgreSQL:
-// SELECT … FOR UPDATE; SQLite has one writer), so that replicas on one
-// database extend one tree. A log is pruned from its start (Prune): the
-// entries and the tree's lower hashes go, whole tiles at a time; the
-// tree's shape, its checkpoints and every proof among what is left stay
-// valid (C2SP tlog-tiles "Pruning").
+// # Layout
+//
+// Under Config.Dir:
+//
+//	segments/<index>.seg  the write-ahead segment: every entry since the
+//	                      segment's first index, in checksummed groups
+//	tile/<L>/<N>          a full hash tile, written once (C2SP tlog-tiles)
+//	tile/entries/<N>      a full entry bundle, written once
+//	checkpoint            the latest signed checkpoint
+//	pruned                the log's minimum index (Retention)
+//
+// # Appending and durability
+//
+// Add queues an entry and returns an IndexFuture. One goroutine (Run)
+// takes whatever waits when its previous write returned — a group, up to
+// Config.MaxGroup entries, with no timer — hashes it into the tree, and
+// writes it to the segment in one write. Under DurableGroups (the
+// default) the group is then fdatasync'd, and only then do its futures
+// resolve: an entry whose future returned an index survives a crash of
+// the process or of the machine. Under DurableCheckpoints a group's
+// futures resolve once it is written (it survives the process, not the
+// machine), and the segment is fdatasync'd before each checkpoint, so
+// that a checkpoint never covers an entry that is not on disk.
+//
+// The tree's right edge — its partial tiles and the partial entry bundle
+// — stays in memory and is served from there; a tile or an entry bundle
+// is written to its file once, when it is full, and fdatasync'd off the
+// group's path. Once a segment holds Config.SegmentEntries entries (a
+// whole number of bundles) and every tile they completed is on disk, the
+// next segment starts with the tree's right edge in its header and the
+// old one is deleted: the tiles and bundles are the log, and the segment
+// is its newest part.
+//
+// # Recovery
+//
+// Open rebuilds the log from the segment alone: its header's right edge,
+// then each group whose checksum holds, in order. A torn tail (a group
+// cut short or not matching its checksum, which no DurableGroups caller
+// was told of) is cut. Tiles and bundles of the segment's range are
+// written again. The rebuilt tree must extend the latest checkpoint (its
+// root at the checkpoint's size equal to the checkpoint's), or Open
+// refuses the directory.
+//
+// # Checkpoints and stopping
+//
+// Run signs a checkpoint every Config.SignEvery while the log grows
+// (default DefaultSignEvery), when Sign asks, and once more when it
+// stops: its context ending stops new entries (ErrStopped), appends what
+// is queued (within Config.DrainTimeout), syncs the segment and signs the
+// last checkpoint. Await waits for a checkpoint that covers an index.
+//
+// # Pruning
+//
+// Prune (and Run, every Config.PruneEvery, by Config.Retention) moves the
+// log's minimum index up by whole entry bundles, never past the latest
+// checkpoint: the bundles and level-0 tiles below it are deleted; the
+// tiles above level 0 stay (a hash every 256 entries), so that every
+// proof among what is left still verifies (C2SP tlog-tiles "Pruning").
 package translog
 
 import (
 	"context"
 	"crypto/ed25519"
-	"database/sql"
-	"embed"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
-	"strconv"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/callerauth/callerauth/internal/foundation/datastore"
 )
-
-//go:embed migrations
-var migrations embed.FS
-
-// Migrations are the log's tables, one set per dialect (sqlite/,
-// postgres/), applied by Open under their own version table
-// (translog_schema_version). A datastore that holds the log alone can be
-// opened with them (datastore.Open with the name "translog").
-var Migrations = func() fs.FS {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return sub
-}()
 
 // MaxEntryBytes bounds an entry: a tlog-tiles entry bundle prefixes each
 // entry with its length as a big-endian uint16.
 const MaxEntryBytes = 1<<16 - 1
 
-// SQLitePageSize is the page size a log's SQLite file is best created
-// with (datastore.Options.SQLitePageSize): an entry of a few kilobytes
-// fills a 4 KiB page alone; 16 KiB pages hold several, and a transaction
-// writes fewer of them (docs/decision-log.md, "What it costs").
-const SQLitePageSize = 16384
-
 // TileHeight is tlog-tiles' fixed tile height: 256 hashes a tile.
 const TileHeight = 8
 
+// tileWidth is the hashes (or entries) a full tile holds.
+const tileWidth = 1 << TileHeight
+
+// Durability says when an entry's future resolves.
+type Durability int
+
+const (
+	// DurableGroups: once its group is written and fdatasync'd.
+	DurableGroups Durability = iota
+	// DurableCheckpoints: once its group is written; the segment is
+	// fdatasync'd before each checkpoint.
+	DurableCheckpoints
+)
+
+func (d Durability) String() string {
+	if d == DurableCheckpoints {
+		return "checkpoints"
+	}
+	return "groups"
+}
+
+// The defaults Open fills in.
+const (
+	DefaultSignEvery      = time.Second
+	DefaultMaxQueue       = 8192
+	DefaultMaxGroup       = 4096
+	DefaultSegmentEntries = 64 * tileWidth
+	DefaultPruneEvery     = time.Minute
+	DefaultDrainTimeout   = 10 * time.Second
+)
+
 // Config is what Open needs.
 type Config struct {
-	// DB is the service's datastore; Open adds the log's tables.
-	DB *datastore.DB
-	// Origin is the checkpoint's first line, the log's identity (a
-	// schema-less URL such as pdp.example.com/decisions).
-	Origin string
-	// Key signs checkpoints: an Ed25519 note signer key, as
-	// note.GenerateKey writes it (PRIVATE+KEY+name+hash+key), named
-	// Origin.
+	// Dir holds the log (created, mode 0700, when absent).
+	Dir string
+	// Key signs checkpoints: an Ed25519 note signer key
+	// (PRIVATE+KEY+name+hash+key); its name is the log's origin, the
+	// checkpoint's first line.
 	Key string
+	// Durability: DurableGroups (the zero value) or DurableCheckpoints.
+	Durability Durability
+	// SignEvery: how often a checkpoint is signed while the log grows.
+	SignEvery time.Duration
+	// MaxQueue bounds the entries waiting for a group: past it Add
+	// refuses (ErrQueueFull).
+	MaxQueue int
+	// MaxGroup bounds the entries one write takes.
+	MaxGroup int
+	// SegmentEntries: the entries a segment holds before the next starts,
+	// a multiple of 256.
+	SegmentEntries int64
+	// Retention bounds the log, applied every PruneEvery; zero: kept.
+	Retention  Retention
+	PruneEvery time.Duration
+	// DrainTimeout bounds the last appends when Run stops.
+	DrainTimeout time.Duration
+	// Metrics prefixes the metrics' names (pdp_decision_log); required.
+	Metrics string
+	// Logger receives a line per failed write, checkpoint or prune.
+	Logger *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 }
 
-// Entry is one appended entry: its bytes, which the tree hashes and
-// tlog-tiles serves, and what a search asks of it.
-type Entry struct {
-	Data    []byte
-	At      time.Time
-	Caller  string
-	System  string
-	Tenant  string
-	Reason  string
-	Allowed bool
-}
-
-// Stored is an entry as the log holds it, with its index.
-type Stored struct {
-	Index int64
-	Entry
+// Retention bounds a log: entries appended longer ago than MaxAge go,
+// and at most MaxEntries stay (a bundle at a time). Zero: that bound is
+// off.
+type Retention struct {
+	MaxAge     time.Duration
+	MaxEntries int64
 }
 
 // Checkpoint is a signed tree head.
@@ -104,70 +169,161 @@ type Checkpoint struct {
 	Note []byte
 }
 
-// Log is an open log.
+// Errors an IndexFuture gives.
+var (
+	// ErrQueueFull: the queue of entries waiting for a group is full.
+	ErrQueueFull = errors.New("translog: the queue of entries waiting for the log is full")
+	// ErrStopped: the log has stopped (or has not started) taking entries.
+	ErrStopped = errors.New("translog: the log is not taking entries")
+	// ErrBroken: a write or a sync failed; the log takes no more entries
+	// until it is opened again (what was written is recovered then).
+	ErrBroken = errors.New("translog: a write to the log failed; it takes no more entries until it is opened again")
+	// ErrNotHeld: an entry or a tile the log does not hold (beyond its
+	// size, or pruned).
+	ErrNotHeld = errors.New("translog: not held (beyond the log's size, or pruned)")
+)
+
+// Log is an open log. Run it.
 type Log struct {
-	db       *datastore.DB
+	cfg      Config
+	dir      string
 	origin   string
 	signer   note.Signer
 	verifier note.Verifier
 	vkey     string
-	now      func() time.Time
+	m        *metrics
 
-	// appendStmts are Append's statements, prepared once (on SQLite's
-	// one connection, on each PostgreSQL connection as it is first used).
-	appendStmts struct{ size, entry, grow *sql.Stmt }
+	// queue is what waits for Run.
+	qmu      sync.Mutex
+	queue    []pending
+	taking   bool // Run takes entries
+	broken   bool
+	wake     chan struct{}
+	signReq  chan chan signResult
+	pruneReq chan chan pruneResult
 
-	// mu serializes Append, which keeps the frontier: the roots of the
-	// complete subtrees of the tree of size frontierSize, all an append
-	// at that size reads of the tree. A replica that finds the log
-	// grown by another reads them from the store instead.
-	mu           sync.Mutex
-	frontierSize int64
-	frontier     map[int64]tlog.Hash
+	// mu guards what readers see: the published tree (size, edge,
+	// partial tiles and bundle, tiles on their way to their files) and
+	// the latest checkpoint.
+	mu     sync.RWMutex
+	t      tree
+	minIdx int64
+	latest Checkpoint
+	grown  chan struct{} // closed and replaced when size grows
+	signed chan struct{} // closed and replaced at each checkpoint
+	// full are tiles that filled, served from here until their files
+	// are written.
+	full map[tileKey][]byte
+
+	// Run's own state.
+	running  bool // under qmu
+	w        tree // the tree as written, ahead of t until published
+	seg      *segment
+	written  int64 // entries written to the segment (>= published size)
+	synced   int64 // entries fdatasync'd
+	files    *tileWriter
+	batch    []pending
+	frameBuf []byte
+	fullBuf  []fullTile
+
+	bundleCache bundleCache
 }
 
-// Open adds the log's tables to cfg.DB (once) and returns the log.
-func Open(ctx context.Context, cfg Config) (*Log, error) {
-	signer, verifier, vkey, err := keys(cfg.Key)
-	switch {
-	case cfg.DB == nil:
-		return nil, errors.New("translog: no datastore")
-	case err != nil:
+// pending is one queued entry.
+type pending struct {
+	data []byte
+	g    *group
+	at   int // its place in the group's results
+}
+
+// group is entries added together (AddAll), resolved together.
+type group struct {
+	done  chan struct{}
+	first []int64 // each entry's index
+	err   []error
+	// remaining is the entries Run has still to resolve (Run's alone
+	// once queued).
+	remaining int
+}
+
+// IndexFuture is an entry's index once it is durable (Durability), or
+// why it is not in the log.
+type IndexFuture func() (int64, error)
+
+// Open opens the log in cfg.Dir, recovering it from its segment.
+func Open(cfg Config) (*Log, error) {
+	signer, verifier, vkey, err := Keys(cfg.Key)
+	if err != nil {
 		return nil, fmt.Errorf("translog: the checkpoint key: %w", err)
-	case cfg.Origin == "" || strings.ContainsAny(cfg.Origin, "\n+ ") || !utf8Printable(cfg.Origin):
-		return nil, fmt.Errorf("translog: origin %q: want a non-empty schema-less URL with no space, plus sign or newline (C2SP tlog-checkpoint)", cfg.Origin)
-	case signer.Name() != cfg.Origin:
-		return nil, fmt.Errorf("translog: the checkpoint key is named %q, the origin is %q: C2SP tlog-checkpoint wants them equal", signer.Name(), cfg.Origin)
 	}
-	if err := cfg.DB.Migrate(ctx, "translog", Migrations, datastore.Options{}); err != nil {
+	if err := CheckOrigin(signer.Name()); err != nil {
 		return nil, fmt.Errorf("translog: %w", err)
 	}
-	l := &Log{db: cfg.DB, origin: cfg.Origin, signer: signer, verifier: verifier, vkey: vkey, now: cfg.Now, frontierSize: -1}
-	if l.now == nil {
-		l.now = time.Now
+	switch {
+	case cfg.Dir == "":
+		return nil, errors.New("translog: no directory")
+	case cfg.Metrics == "":
+		return nil, errors.New("translog: no metrics prefix")
+	case cfg.Durability != DurableGroups && cfg.Durability != DurableCheckpoints:
+		return nil, fmt.Errorf("translog: durability %d", cfg.Durability)
+	case cfg.SignEvery < 0, cfg.MaxQueue < 0, cfg.MaxGroup < 0, cfg.SegmentEntries < 0, cfg.PruneEvery < 0, cfg.DrainTimeout < 0:
+		return nil, errors.New("translog: a negative bound")
+	case cfg.SegmentEntries%tileWidth != 0:
+		return nil, fmt.Errorf("translog: %d entries a segment: want a multiple of %d", cfg.SegmentEntries, tileWidth)
+	case cfg.Retention.MaxAge < 0 || cfg.Retention.MaxEntries < 0:
+		return nil, fmt.Errorf("translog: retention %+v: want non-negative bounds", cfg.Retention)
 	}
-	for _, s := range []struct {
-		stmt  **sql.Stmt
-		query string
-	}{
-		{&l.appendStmts.size, "SELECT size FROM translog_head WHERE id = 1" + l.forUpdate()},
-		{&l.appendStmts.entry, "INSERT INTO translog_entries (idx, at, caller, system, tenant, reason, allowed, hashes, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"},
-		{&l.appendStmts.grow, "UPDATE translog_head SET size = ? WHERE id = 1"},
-	} {
-		if *s.stmt, err = cfg.DB.PrepareContext(ctx, l.q(s.query)); err != nil {
-			return nil, fmt.Errorf("translog: preparing %q: %w", s.query, err)
+	fill := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
 		}
 	}
+	fill(&cfg.SignEvery, DefaultSignEvery)
+	fill(&cfg.PruneEvery, DefaultPruneEvery)
+	fill(&cfg.DrainTimeout, DefaultDrainTimeout)
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.MaxGroup == 0 {
+		cfg.MaxGroup = DefaultMaxGroup
+	}
+	if cfg.SegmentEntries == 0 {
+		cfg.SegmentEntries = DefaultSegmentEntries
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("translog: %w", err)
+	}
+	l := &Log{cfg: cfg, dir: dir, origin: signer.Name(), signer: signer, verifier: verifier, vkey: vkey,
+		m: newMetrics(cfg.Metrics), wake: make(chan struct{}, 1), signReq: make(chan chan signResult), pruneReq: make(chan chan pruneResult),
+		grown: make(chan struct{}), signed: make(chan struct{}), full: map[tileKey][]byte{}}
+	if err := l.recover(); err != nil {
+		if l.seg != nil {
+			_ = l.seg.f.Close()
+		}
+		return nil, fmt.Errorf("translog: %s: %w", dir, err)
+	}
+	l.m.minIndex.Set(float64(l.minIdx))
+	l.m.checkpointSize.Set(float64(l.latest.Size))
+	l.taking = true // queued until Run takes them
 	return l, nil
 }
 
-func utf8Printable(s string) bool {
-	for _, r := range s {
+// CheckOrigin refuses an origin C2SP tlog-checkpoint does not allow: it
+// is a non-empty schema-less URL, with no space, plus sign or newline.
+func CheckOrigin(origin string) error {
+	if origin == "" || strings.ContainsAny(origin, "\n+ ") {
+		return fmt.Errorf("origin %q: want a non-empty schema-less URL with no space, plus sign or newline (C2SP tlog-checkpoint)", origin)
+	}
+	for _, r := range origin {
 		if r < 0x21 || r == 0x7f || r == '\ufffd' {
-			return false
+			return fmt.Errorf("origin %q: want printable characters only", origin)
 		}
 	}
-	return true
+	return nil
 }
 
 // Origin is the log's checkpoint origin.
@@ -177,403 +333,149 @@ func (l *Log) Origin() string { return l.origin }
 // an auditor is given to check checkpoints with note.NewVerifier.
 func (l *Log) VerifierKey() string { return l.vkey }
 
-// q writes a query's placeholders for the log's dialect.
-func (l *Log) q(query string) string { return l.db.Rebind(query) }
+// Verifier checks the log's checkpoints.
+func (l *Log) Verifier() note.Verifier { return l.verifier }
 
-// forUpdate locks the head row for the rest of a transaction (PostgreSQL;
-// SQLite has one writer).
-func (l *Log) forUpdate() string {
-	if l.db.Dialect == datastore.Postgres {
-		return " FOR UPDATE"
-	}
-	return ""
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Size is the number of entries published: durable as Config.Durability
+// says, and readable.
+func (l *Log) Size() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.t.size
 }
 
-// Append adds entries at the end of the log in one transaction and
-// returns the index of the first. An entry over MaxEntryBytes refuses the
-// whole call, naming it; nothing of a failed call is kept.
-func (l *Log) Append(ctx context.Context, entries ...Entry) (first int64, err error) {
-	if len(entries) == 0 {
-		return 0, errors.New("translog: nothing to append")
-	}
+// MinIndex is the log's minimum index: entries below it are pruned.
+func (l *Log) MinIndex() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.minIdx
+}
+
+// Latest is the latest signed checkpoint; ok is false while none is.
+func (l *Log) Latest() (c Checkpoint, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.latest, l.latest.Note != nil
+}
+
+// Add queues data (1 to MaxEntryBytes; the log keeps the slice, which
+// the caller must not change) and returns its future. The log takes
+// entries from Open until Run stops; they wait for Run.
+func (l *Log) Add(data []byte) IndexFuture {
+	g := l.AddAll([][]byte{data})
+	return func() (int64, error) { return g.Wait(context.Background(), 0) }
+}
+
+// Group is entries added together (AddAll).
+type Group struct{ g *group }
+
+// AddAll queues entries together, so that one write takes them all when
+// the group has room.
+func (l *Log) AddAll(entries [][]byte) Group {
+	g := &group{done: make(chan struct{}), first: make([]int64, len(entries)), err: make([]error, len(entries))}
+	queued := 0
+	l.qmu.Lock()
 	for i, e := range entries {
-		if len(e.Data) == 0 || len(e.Data) > MaxEntryBytes {
-			return 0, fmt.Errorf("translog: entry %d is %d bytes: want 1 to %d (tlog-tiles' uint16 length)", i, len(e.Data), MaxEntryBytes)
+		switch {
+		case len(e) == 0 || len(e) > MaxEntryBytes:
+			g.err[i] = fmt.Errorf("translog: an entry of %d bytes: want 1 to %d", len(e), MaxEntryBytes)
+		case l.broken:
+			g.err[i] = ErrBroken
+		case !l.taking:
+			g.err[i] = ErrStopped
+		case len(l.queue) >= l.cfg.MaxQueue:
+			g.err[i] = ErrQueueFull
 		}
-	}
-	if l.db.Dialect == datastore.SQLite {
-		// A statement on a local SQLite file ends on its own (a lock wait
-		// within busy_timeout); watching a context that can end costs the
-		// driver a goroutine a statement, and database/sql one a
-		// transaction: more than an entry's insert.
-		ctx = context.WithoutCancel(ctx)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	st := l.appendStmts
-	var size int64
-	if err := tx.StmtContext(ctx, st.size).QueryRowContext(ctx).Scan(&size); err != nil {
-		return 0, fmt.Errorf("translog: reading the log's size: %w", err)
-	}
-	r := &hashReader{ctx: ctx, query: tx.QueryContext, q: l.q, cache: map[int64]tlog.Hash{}}
-	if size == l.frontierSize {
-		for i, h := range l.frontier {
-			r.cache[i] = h
-		}
-	}
-	entry := tx.StmtContext(ctx, st.entry)
-	for i, e := range entries {
-		n := size + int64(i)
-		hs, err := tlog.StoredHashes(n, e.Data, r)
-		if err != nil {
-			return 0, fmt.Errorf("translog: hashing entry %d: %w", n, err)
-		}
-		base := tlog.StoredHashIndex(0, n)
-		hashes := make([]byte, 0, len(hs)*tlog.HashSize)
-		for j, h := range hs {
-			r.cache[base+int64(j)] = h
-			hashes = append(hashes, h[:]...)
-		}
-		allowed := 0
-		if e.Allowed {
-			allowed = 1
-		}
-		if _, err := entry.ExecContext(ctx, n, e.At.UnixMilli(), e.Caller, e.System, e.Tenant, e.Reason, allowed, hashes, e.Data); err != nil {
-			return 0, fmt.Errorf("translog: storing entry %d: %w", n, err)
-		}
-	}
-	end := size + int64(len(entries))
-	if _, err := tx.StmtContext(ctx, st.grow).ExecContext(ctx, end); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		l.frontierSize = -1
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	l.frontierSize, l.frontier = -1, nil
-	if f, ok := frontier(end, r.cache); ok {
-		l.frontierSize, l.frontier = end, f
-	}
-	return size, nil
-}
-
-// frontier picks from hashes the roots of the complete subtrees of the
-// tree of size size (one a set bit of size): all tlog.StoredHashes reads
-// to append at that size. ok is false when one is not there.
-func frontier(size int64, hashes map[int64]tlog.Hash) (map[int64]tlog.Hash, bool) {
-	f := make(map[int64]tlog.Hash, 64)
-	for level := 0; size>>level > 0; level++ {
-		if size>>level&1 == 0 {
+		if g.err[i] != nil {
+			l.m.dropped.Inc()
 			continue
 		}
-		i := tlog.StoredHashIndex(level, size>>level-1)
-		h, ok := hashes[i]
-		if !ok {
-			return nil, false
-		}
-		f[i] = h
+		l.queue = append(l.queue, pending{e, g, i})
+		queued++
 	}
-	return f, true
+	g.remaining = queued // before Run can take any: it reads it under qmu too
+	l.m.queued.Set(float64(len(l.queue)))
+	l.qmu.Unlock()
+	if queued == 0 {
+		close(g.done)
+		return Group{g}
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return Group{g}
 }
 
-// errMissing: hashes asked for are not stored (pruned, beyond the end, or
-// a damaged store).
-var errMissing = errors.New("stored hashes not in the store (pruned, or the store is damaged)")
-
-// hashReader reads stored hashes (tlog.HashReader) through query, a
-// transaction's or the database's, the hashes of this append first. A
-// stored hash is held by the entry whose append stored it (tlog's
-// level-L hash of subtree k by entry (k+1)·2^L−1, at place L of its
-// hashes); once that entry is pruned, a hash at level 8 or above is in
-// translog_hashes, and one below is gone.
-type hashReader struct {
-	ctx   context.Context
-	query func(context.Context, string, ...any) (*sql.Rows, error)
-	q     func(string) string
-	cache map[int64]tlog.Hash
+// Wait waits for the group (or for ctx): entry i's index, or why it is
+// not in the log.
+func (g Group) Wait(ctx context.Context, i int) (int64, error) {
+	select {
+	case <-g.g.done:
+		return g.g.first[i], g.g.err[i]
+	case <-ctx.Done():
+		return 0, fmt.Errorf("translog: waiting for the entry: %w", ctx.Err())
+	}
 }
 
-// holder is the entry that stored the hash of stored-hash index x, and
-// its place in the entry's hashes; ok is false for an index beyond any
-// entry.
-func holder(x int64) (entry int64, level int, ok bool) {
-	level, k := tlog.SplitStoredHashIndex(x)
-	if level > 62 || k >= 1<<(62-level) {
-		return 0, 0, false
-	}
-	return (k+1)<<level - 1, level, true
-}
+// Done is closed once every entry of the group is resolved.
+func (g Group) Done() <-chan struct{} { return g.g.done }
 
-func (r *hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(indexes))
-	type place struct{ out, level int }
-	byEntry := map[int64][]place{}
-	var entries []int64
-	for i, x := range indexes {
-		if h, ok := r.cache[x]; ok {
-			out[i] = h
-			continue
-		}
-		n, level, ok := holder(x)
-		if !ok {
-			return nil, fmt.Errorf("%w: stored hash %d is beyond any entry", errMissing, x)
-		}
-		if _, seen := byEntry[n]; !seen {
-			entries = append(entries, n)
-		}
-		byEntry[n] = append(byEntry[n], place{i, level})
-	}
-	found := map[int64]bool{}
-	if err := r.rows(entries, "SELECT idx, hashes FROM translog_entries WHERE idx IN (?", func(n int64, hashes []byte) error {
-		for _, p := range byEntry[n] {
-			if len(hashes)%tlog.HashSize != 0 || (p.level+1)*tlog.HashSize > len(hashes) {
-				return fmt.Errorf("entry %d holds %d bytes of hashes, not its level-%d hash: the store is damaged", n, len(hashes), p.level)
-			}
-			copy(out[p.out][:], hashes[p.level*tlog.HashSize:])
-		}
-		found[n] = true
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	// What pruned entries held: the hashes kept apart.
-	at := map[int64][]int{}
-	var kept []int64
-	for _, n := range entries {
-		if found[n] {
-			continue
-		}
-		for _, p := range byEntry[n] {
-			x := indexes[p.out]
-			if _, seen := at[x]; !seen {
-				kept = append(kept, x)
-			}
-			at[x] = append(at[x], p.out)
-		}
-	}
-	got := 0
-	if err := r.rows(kept, "SELECT idx, hash FROM translog_hashes WHERE idx IN (?", func(x int64, h []byte) error {
-		if len(h) != tlog.HashSize {
-			return fmt.Errorf("stored hash %d is %d bytes: the store is damaged", x, len(h))
-		}
-		for _, i := range at[x] {
-			copy(out[i][:], h)
-		}
-		got++
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if got != len(kept) {
-		return nil, fmt.Errorf("%w: %d of %d", errMissing, len(kept)-got, len(indexes))
-	}
-	return out, nil
-}
+// Results are each entry's index or error; read them after Done.
+func (g Group) Results() ([]int64, []error) { return g.g.first, g.g.err }
 
-// rows runs query (ending "IN (?") over keys, 256 at a time, and gives
-// each row's key and bytes to f.
-func (r *hashReader) rows(keys []int64, query string, f func(int64, []byte) error) error {
-	for start := 0; start < len(keys); start += 256 {
-		part := keys[start:min(len(keys), start+256)]
-		args := make([]any, len(part))
-		for i, x := range part {
-			args[i] = x
-		}
-		rows, err := r.query(r.ctx, r.q(query+strings.Repeat(",?", len(part)-1)+")"), args...)
-		if err != nil {
-			return err
-		}
-		if err := eachPair(rows, f); err != nil {
-			return err
-		}
+// Ready reports whether the log takes entries: Run runs and no write
+// failed.
+func (l *Log) Ready() error {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	switch {
+	case l.broken:
+		return ErrBroken
+	case !l.taking || !l.running:
+		return ErrStopped
 	}
 	return nil
 }
 
-// eachPair gives f each row's integer and bytes, and closes rows.
-func eachPair(rows *sql.Rows, f func(int64, []byte) error) error {
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var x int64
-		var b []byte
-		if err := rows.Scan(&x, &b); err != nil {
-			return err
+// Await waits until a checkpoint covers index (its size is above it)
+// and returns it.
+func (l *Log) Await(ctx context.Context, index int64) (Checkpoint, error) {
+	for {
+		l.mu.RLock()
+		c, signed := l.latest, l.signed
+		l.mu.RUnlock()
+		if c.Size > index {
+			return c, nil
 		}
-		if err := f(x, b); err != nil {
-			return err
+		select {
+		case <-signed:
+		case <-ctx.Done():
+			return Checkpoint{}, fmt.Errorf("translog: waiting for a checkpoint of entry %d: %w", index, ctx.Err())
 		}
 	}
-	return errors.Join(rows.Err(), rows.Close())
 }
 
-// reader reads the committed tree.
-func (l *Log) reader(ctx context.Context) *hashReader {
-	return &hashReader{ctx: ctx, query: l.db.QueryContext, q: l.q}
+// Grown returns a channel closed once the log's size is above size.
+func (l *Log) Grown(size int64) <-chan struct{} {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.t.size > size {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return l.grown
 }
 
-// Size is the number of entries committed.
-func (l *Log) Size(ctx context.Context) (int64, error) {
-	var size int64
-	if err := l.db.QueryRowContext(ctx, "SELECT size FROM translog_head WHERE id = 1").Scan(&size); err != nil {
-		return 0, fmt.Errorf("translog: %w", err)
-	}
-	return size, nil
-}
-
-// TreeHash is the root of the tree of the first size entries.
-func (l *Log) TreeHash(ctx context.Context, size int64) (tlog.Hash, error) {
-	h, err := tlog.TreeHash(size, l.reader(ctx))
-	if err != nil {
-		return tlog.Hash{}, fmt.Errorf("translog: the tree of size %d: %w", size, err)
-	}
-	return h, nil
-}
-
-// Sign signs a checkpoint of the log as it stands and stores it; when
-// the latest stored checkpoint already has that size, it is returned.
-func (l *Log) Sign(ctx context.Context) (Checkpoint, error) {
-	size, err := l.Size(ctx)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	if c, err := l.Latest(ctx); err == nil && c.Size == size {
-		return c, nil
-	}
-	root, err := l.TreeHash(ctx, size)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	text := CheckpointText(l.origin, size, root)
-	signed, err := note.Sign(&note.Note{Text: text}, l.signer)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("translog: signing the checkpoint: %w", err)
-	}
-	if _, err := l.db.ExecContext(ctx, l.q("INSERT INTO translog_checkpoints (size, at, note) VALUES (?, ?, ?) ON CONFLICT (size) DO NOTHING"), size, l.now().UnixMilli(), signed); err != nil {
-		return Checkpoint{}, fmt.Errorf("translog: storing the checkpoint: %w", err)
-	}
-	return Checkpoint{Size: size, Root: root, Note: signed}, nil
-}
-
-// CheckpointText is a checkpoint's note text (C2SP tlog-checkpoint): the
-// origin, the tree size in decimal and the root hash in standard base64,
-// each on a line of its own.
-func CheckpointText(origin string, size int64, root tlog.Hash) string {
-	return origin + "\n" + strconv.FormatInt(size, 10) + "\n" + base64.StdEncoding.EncodeToString(root[:]) + "\n"
-}
-
-// ParseCheckpoint reads a checkpoint's note text: its origin, size and
-// root. Extension lines are refused (this log writes none).
-func ParseCheckpoint(text string) (origin string, size int64, root tlog.Hash, err error) {
-	lines := strings.Split(text, "\n")
-	if len(lines) != 4 || lines[3] != "" || lines[0] == "" {
-		return "", 0, root, errors.New("a checkpoint is three lines: origin, size, root hash")
-	}
-	size, err = strconv.ParseInt(lines[1], 10, 64)
-	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {
-		return "", 0, root, fmt.Errorf("checkpoint size %q: want a decimal with no leading zero", lines[1])
-	}
-	h, err := base64.StdEncoding.DecodeString(lines[2])
-	if err != nil || len(h) != tlog.HashSize {
-		return "", 0, root, fmt.Errorf("checkpoint root %q: want a base64 SHA-256 hash", lines[2])
-	}
-	copy(root[:], h)
-	return lines[0], size, root, nil
-}
-
-// Latest is the latest stored checkpoint; sql.ErrNoRows wrapped when none
-// was signed yet.
-func (l *Log) Latest(ctx context.Context) (Checkpoint, error) {
-	var c Checkpoint
-	if err := l.db.QueryRowContext(ctx, "SELECT size, note FROM translog_checkpoints ORDER BY size DESC LIMIT 1").Scan(&c.Size, &c.Note); err != nil {
-		return Checkpoint{}, fmt.Errorf("translog: the latest checkpoint: %w", err)
-	}
-	n, err := note.Open(c.Note, note.VerifierList(l.verifier))
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d does not verify with the log's key: %w", c.Size, err)
-	}
-	origin, size, root, err := ParseCheckpoint(n.Text)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d: %w", c.Size, err)
-	}
-	if origin != l.origin || size != c.Size {
-		return Checkpoint{}, fmt.Errorf("translog: the stored checkpoint of size %d is of %s at size %d: not this log's", c.Size, origin, size)
-	}
-	c.Root = root
-	return c, nil
-}
-
-// ProveEntry is the proof that entry index is in the tree of size
-// entries (tlog.CheckRecord verifies it).
-func (l *Log) ProveEntry(ctx context.Context, index, size int64) (tlog.RecordProof, error) {
-	p, err := tlog.ProveRecord(size, index, l.reader(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("translog: proving entry %d in the tree of size %d: %w", index, size, err)
-	}
-	return p, nil
-}
-
-// ProveTree is the proof that the tree of size old is a prefix of the
-// tree of size size (tlog.CheckTree verifies it).
-func (l *Log) ProveTree(ctx context.Context, size, old int64) (tlog.TreeProof, error) {
-	p, err := tlog.ProveTree(size, old, l.reader(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("translog: proving the tree of size %d a prefix of size %d: %w", old, size, err)
-	}
-	return p, nil
-}
-
-// Get is entry index; sql.ErrNoRows wrapped when it is not held (beyond
-// the end, or pruned).
-func (l *Log) Get(ctx context.Context, index int64) (Stored, error) {
-	rows, err := l.db.QueryContext(ctx, l.q(selectEntries+" WHERE idx = ?"), index)
-	if err != nil {
-		return Stored{}, fmt.Errorf("translog: %w", err)
-	}
-	s, err := scanEntries(rows)
-	if err != nil {
-		return Stored{}, err
-	}
-	if len(s) == 0 {
-		return Stored{}, fmt.Errorf("translog: entry %d: %w", index, sql.ErrNoRows)
-	}
-	return s[0], nil
-}
-
-const selectEntries = "SELECT idx, at, caller, system, tenant, reason, allowed, data FROM translog_entries"
-
-func scanEntries(rows *sql.Rows) ([]Stored, error) {
-	defer func() { _ = rows.Close() }()
-	var out []Stored
-	for rows.Next() {
-		var s Stored
-		var at int64
-		var allowed int
-		if err := rows.Scan(&s.Index, &at, &s.Caller, &s.System, &s.Tenant, &s.Reason, &allowed, &s.Data); err != nil {
-			return nil, fmt.Errorf("translog: %w", err)
-		}
-		s.At, s.Allowed = time.UnixMilli(at).UTC(), allowed != 0
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("translog: %w", err)
-	}
-	return out, nil
-}
-
-// keys reads a note signer key (note.GenerateKey's first result:
+// Keys reads a note signer key (note.GenerateKey's first result:
 // PRIVATE+KEY+name+hash+base64 of 0x01 and an Ed25519 seed) into its
-// signer and its verifier key (name+hash+base64 of 0x01 and the public
-// key), the one an auditor is given.
-func keys(skey string) (note.Signer, note.Verifier, string, error) {
+// signer, its verifier and its verifier key (name+hash+base64 of 0x01
+// and the public key), the one an auditor is given.
+func Keys(skey string) (note.Signer, note.Verifier, string, error) {
 	signer, err := note.NewSigner(skey)
 	if err != nil {
 		return nil, nil, "", errors.New("not a note signer key (PRIVATE+KEY+name+hash+key, as callerauth decisions keygen writes it)")
@@ -597,75 +499,12 @@ func keys(skey string) (note.Signer, note.Verifier, string, error) {
 	return signer, verifier, vkey, nil
 }
 
-// CountByCaller is how many entries each caller holds in the log.
-func (l *Log) CountByCaller(ctx context.Context) (map[string]int64, error) {
-	rows, err := l.db.QueryContext(ctx, "SELECT caller, COUNT(*) FROM translog_entries GROUP BY caller")
-	if err != nil {
-		return nil, fmt.Errorf("translog: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	counts := map[string]int64{}
-	for rows.Next() {
-		var caller string
-		var n int64
-		if err := rows.Scan(&caller, &n); err != nil {
-			return nil, fmt.Errorf("translog: %w", err)
-		}
-		counts[caller] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("translog: %w", err)
-	}
-	return counts, nil
-}
-
-// Query selects entries: each set field must match; After is a cursor
-// (entries after that index; -1 for from the start).
-type Query struct {
-	Caller, System, Tenant, Reason string
-	Allowed                        *bool
-	Since, Until                   time.Time
-	After                          int64
-	// Limit bounds the entries returned: 1 to MaxSearch.
-	Limit int
-}
-
-// MaxSearch bounds a search's page.
-const MaxSearch = 1000
-
-// Search returns the entries q selects, in index order.
-func (l *Log) Search(ctx context.Context, q Query) ([]Stored, error) {
-	if q.Limit <= 0 || q.Limit > MaxSearch {
-		return nil, fmt.Errorf("translog: a search page of %d: want 1 to %d", q.Limit, MaxSearch)
-	}
-	where := []string{"idx > ?"}
-	args := []any{q.After}
-	for _, c := range []struct{ col, v string }{{"caller", q.Caller}, {"system", q.System}, {"tenant", q.Tenant}, {"reason", q.Reason}} {
-		if c.v != "" {
-			where = append(where, c.col+" = ?")
-			args = append(args, c.v)
+// mkdirs makes the log's directories.
+func (l *Log) mkdirs() error {
+	for _, d := range []string{l.dir, filepath.Join(l.dir, "segments"), filepath.Join(l.dir, "tile")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
 		}
 	}
-	if q.Allowed != nil {
-		allowed := 0
-		if *q.Allowed {
-			allowed = 1
-		}
-		where = append(where, "allowed = ?")
-		args = append(args, allowed)
-	}
-	if !q.Since.IsZero() {
-		where = append(where, "at >= ?")
-		args = append(args, q.Since.UnixMilli())
-	}
-	if !q.Until.IsZero() {
-		where = append(where, "at < ?")
-		args = append(args, q.Until.UnixMilli())
-	}
-	args = append(args, q.Limit)
-	rows, err := l.db.QueryContext(ctx, l.q(selectEntries+" WHERE "+strings.Join(where, " AND ")+" ORDER BY idx LIMIT ?"), args...)
-	if err != nil {
-		return nil, fmt.Errorf("translog: %w", err)
-	}
-	return scanEntries(rows)
+	return nil
 }

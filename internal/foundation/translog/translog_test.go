@@ -1,626 +1,509 @@
-package translog_test
+package translog
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/translog"
-	"github.com/callerauth/callerauth/internal/kit/pgtest"
 )
 
-const origin = "pdp.test.example/decisions"
+// testKey is a checkpoint key named origin.
+func testKey(t testing.TB, origin string) string {
+	skey, _, err := note.GenerateKey(rand.Reader, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return skey
+}
 
-// empty is a service's own (empty) migrations: the log brings its own.
-var empty = fstest.MapFS{"sqlite/00001_none.sql": {Data: []byte("-- +goose Up\nSELECT 1;\n")}, "postgres/00001_none.sql": {Data: []byte("-- +goose Up\nSELECT 1;\n")}}
+// entryData is entry i's bytes in the tests: of varied length.
+func entryData(i int64) []byte {
+	return fmt.Appendf(nil, "entry %d %s", i, strings.Repeat("x", int(i*7919%3000)))
+}
 
-func newKey(t *testing.T) (skey, vkey string) {
+// running is a log opened in dir and run until the test ends (or stop).
+type running struct {
+	*Log
+	cancel  context.CancelFunc
+	done    chan error
+	once    sync.Once
+	stopErr error
+}
+
+func start(t testing.TB, cfg Config) *running {
 	t.Helper()
-	skey, vkey, err := note.GenerateKey(rand.Reader, origin)
+	if cfg.Metrics == "" {
+		cfg.Metrics = "test_log"
+	}
+	l, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return skey, vkey
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Log: l, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- l.Run(ctx) }()
+	for l.Ready() != nil {
+		time.Sleep(time.Millisecond)
+	}
+	t.Cleanup(func() { _ = r.stop() })
+	return r
 }
 
-// dialects runs f on an SQLite file and on a PostgreSQL database.
-func dialects(t *testing.T, f func(t *testing.T, target string)) {
-	t.Run("sqlite", func(t *testing.T) { f(t, filepath.Join(t.TempDir(), "log.db")) })
-	t.Run("postgres", func(t *testing.T) { f(t, pgtest.Start(t).NewDatabase(t)) })
-}
-
-func open(t *testing.T, target, skey string, now func() time.Time) (*translog.Log, *datastore.DB) {
-	t.Helper()
-	db, err := datastore.Open(context.Background(), "svc", target, empty, datastore.Options{SQLitePageSize: translog.SQLitePageSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	l, err := translog.Open(context.Background(), translog.Config{DB: db, Origin: origin, Key: skey, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, db
-}
-
-func entry(i int, at time.Time) translog.Entry {
-	return translog.Entry{Data: fmt.Appendf(nil, `{"n":%d,"caller":"system:serviceaccount:ns:c%d"}`, i, i%3), At: at,
-		Caller: fmt.Sprintf("system:serviceaccount:ns:c%d", i%3), System: "secrets-engine", Tenant: "t1", Reason: "", Allowed: i%2 == 0}
-}
-
-// appendN appends n entries from index from in batches of varied sizes.
-func appendN(t *testing.T, l *translog.Log, from, n int, at time.Time) {
-	t.Helper()
-	sizes := []int{1, 7, 256, 3, 100, 1}
-	for i, k := from, 0; i < from+n; k++ {
-		b := min(sizes[k%len(sizes)], from+n-i)
-		var es []translog.Entry
-		for j := range b {
-			es = append(es, entry(i+j, at))
-		}
-		first, err := l.Append(context.Background(), es...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if first != int64(i) {
-			t.Fatalf("a batch appended at %d, want %d", first, i)
-		}
-		i += b
-	}
-}
-
-// checkpoint opens a signed checkpoint with x/mod's note verifier and
-// reads its text as C2SP tlog-checkpoint lays it out.
-func checkpoint(t *testing.T, signed []byte, vkey string) (int64, tlog.Hash) {
-	t.Helper()
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := note.Open(signed, note.VerifierList(v))
-	if err != nil {
-		t.Fatalf("the checkpoint does not verify: %v\n%s", err, signed)
-	}
-	lines := strings.Split(n.Text, "\n")
-	if len(lines) != 4 || lines[0] != origin || lines[3] != "" {
-		t.Fatalf("checkpoint text %q: want origin, size, root", n.Text)
-	}
-	var size int64
-	if _, err := fmt.Sscanf(lines[1], "%d", &size); err != nil {
-		t.Fatal(err)
-	}
-	root, err := tlog.ParseHash(lines[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return size, root
-}
-
-func TestProofsVerifyWithXMod(t *testing.T) {
-	dialects(t, func(t *testing.T, target string) {
-		ctx := context.Background()
-		skey, vkey := newKey(t)
-		l, _ := open(t, target, skey, nil)
-		if l.VerifierKey() != vkey {
-			t.Fatalf("VerifierKey %q, want note.GenerateKey's %q", l.VerifierKey(), vkey)
-		}
-		now := time.Now()
-		appendN(t, l, 0, 700, now)
-		c1, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size1, root1 := checkpoint(t, c1.Note, vkey)
-		if size1 != 700 || root1 != c1.Root {
-			t.Fatalf("checkpoint of size %d root %v; Sign said %d %v", size1, root1, c1.Size, c1.Root)
-		}
-		appendN(t, l, 700, 333, now)
-		c2, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size2, root2 := checkpoint(t, c2.Note, vkey)
-		if size2 != 1033 {
-			t.Fatalf("size %d, want 1033", size2)
-		}
-		for _, i := range []int64{0, 1, 255, 256, 511, 699, 700, 1024, 1032} {
-			e, err := l.Get(ctx, i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := entry(int(i), now); !bytes.Equal(e.Data, want.Data) || e.Caller != want.Caller || e.Allowed != want.Allowed {
-				t.Fatalf("entry %d read back as %+v", i, e)
-			}
-			p, err := l.ProveEntry(ctx, i, size2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tlog.CheckRecord(p, size2, root2, i, tlog.RecordHash(e.Data)); err != nil {
-				t.Errorf("entry %d in the tree of %d: %v", i, size2, err)
-			}
-			if err := tlog.CheckRecord(p, size2, root2, i, tlog.RecordHash(append(e.Data, ' '))); err == nil {
-				t.Errorf("entry %d altered by one byte still proves", i)
-			}
-		}
-		p, err := l.ProveTree(ctx, size2, size1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tlog.CheckTree(p, size2, root2, size1, root1); err != nil {
-			t.Errorf("the tree of %d is not proved a prefix of %d: %v", size1, size2, err)
-		}
-		if err := tlog.CheckTree(p, size2, root2, size1, root2); err == nil {
-			t.Error("a wrong old root proves consistent")
-		}
+func (r *running) stop() error {
+	r.once.Do(func() {
+		r.cancel()
+		r.stopErr = <-r.done
 	})
+	return r.stopErr
 }
 
-// tiles is a tlog.TileReader over a log's tlog-tiles HTTP API, writing
-// the paths as C2SP tlog-tiles spells them, independently of the log.
-type tiles struct {
-	t    *testing.T
-	base string
-}
-
-func c2spPath(tile tlog.Tile) string {
-	n := fmt.Sprintf("%03d", tile.N%1000)
-	for x := tile.N / 1000; x > 0; x /= 1000 {
-		n = fmt.Sprintf("x%03d/%s", x%1000, n)
+// add appends entries from..to-1 and checks their indexes.
+func (r *running) add(t testing.TB, from, to int64) {
+	t.Helper()
+	var es [][]byte
+	for i := from; i < to; i++ {
+		es = append(es, entryData(i))
 	}
-	l := fmt.Sprint(tile.L)
-	if tile.L == -1 {
-		l = "entries"
-	}
-	p := "tile/" + l + "/" + n
-	if tile.W != 256 {
-		p += fmt.Sprintf(".p/%d", tile.W)
-	}
-	return p
-}
-
-func (r tiles) get(path string, gz bool) ([]byte, int) {
-	req, _ := http.NewRequest(http.MethodGet, r.base+"/"+path, nil)
-	if gz {
-		req.Header.Set("Accept-Encoding", "gzip")
-	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body io.Reader = resp.Body
-	if resp.Header.Get("Content-Encoding") == "gzip" {
-		z, err := gzip.NewReader(resp.Body)
-		if err != nil {
-			r.t.Fatal(err)
+	g := r.AddAll(es)
+	for i := range es {
+		idx, err := g.Wait(context.Background(), i)
+		if err != nil || idx != from+int64(i) {
+			t.Fatalf("entry %d: index %d, %v", from+int64(i), idx, err)
 		}
-		body = z
 	}
-	b, err := io.ReadAll(body)
+}
+
+// model is the tree of entries 0..n-1 worked out apart from the log.
+type model map[int64]tlog.Hash
+
+func (m model) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		h, ok := m[x]
+		if !ok {
+			return nil, fmt.Errorf("no hash %d", x)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+func modelOf(t testing.TB, n int64) model {
+	m := model{}
+	for i := range n {
+		hs, err := tlog.StoredHashes(i, entryData(i), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, h := range hs {
+			m[tlog.StoredHashIndex(0, i)+int64(j)] = h
+		}
+	}
+	return m
+}
+
+// verify checks the log of n entries against the model: its root, the
+// latest checkpoint, each entry, and proofs from a sample of them.
+func verify(t testing.TB, l *Log, n int64) {
+	t.Helper()
+	if got := l.Size(); got != n {
+		t.Fatalf("size %d, want %d", got, n)
+	}
+	m := modelOf(t, n)
+	want, err := tlog.TreeHash(n, m)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
+	}
+	if got, err := l.TreeHash(n); err != nil || got != want {
+		t.Fatalf("root %v, %v; want %v", got, err, want)
+	}
+	c, err := l.Sign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Size != n || c.Root != want {
+		t.Fatalf("checkpoint %d %v, want %d %v", c.Size, c.Root, n, want)
+	}
+	if _, err := OpenCheckpoint(c.Note, l.Verifier()); err != nil {
+		t.Fatal(err)
+	}
+	minIdx := l.MinIndex()
+	es, err := l.Entries(minIdx, int(n-minIdx))
+	if err != nil || int64(len(es)) != n-minIdx {
+		t.Fatalf("entries from %d: %d, %v", minIdx, len(es), err)
+	}
+	for i, e := range es {
+		if !bytes.Equal(e, entryData(minIdx+int64(i))) {
+			t.Fatalf("entry %d differs", minIdx+int64(i))
+		}
+	}
+	for _, i := range []int64{minIdx, minIdx + 1, (minIdx + n) / 2, n - 2, n - 1} {
+		if i < minIdx || i >= n {
+			continue
+		}
+		for _, size := range []int64{i + 1, n} {
+			p, err := l.ProveEntry(i, size)
+			if err != nil {
+				t.Fatalf("proving %d in %d: %v", i, size, err)
+			}
+			root, _ := tlog.TreeHash(size, m)
+			if err := tlog.CheckRecord(p, size, root, i, tlog.RecordHash(entryData(i))); err != nil {
+				t.Fatalf("the proof of %d in %d: %v", i, size, err)
+			}
+		}
+		if i >= 1 && i >= minIdx+256 || minIdx == 0 && i >= 1 {
+			p, err := l.ProveTree(n, i)
+			if err != nil {
+				t.Fatalf("proving %d in %d: %v", i, n, err)
+			}
+			old, _ := tlog.TreeHash(i, m)
+			if err := tlog.CheckTree(p, n, want, i, old); err != nil {
+				t.Fatalf("the consistency of %d in %d: %v", i, n, err)
+			}
+		}
+	}
+}
+
+// TestAppendVerifyReopen appends across bundles, tiles of level 1 and
+// segments, checks the tree against one worked out apart, and reopens
+// the log to find it whole.
+func TestAppendVerifyReopen(t *testing.T) {
+	dir := t.TempDir()
+	key := testKey(t, "example.com/log")
+	cfg := Config{Dir: dir, Key: key, SegmentEntries: 512, MaxGroup: 100}
+	r := start(t, cfg)
+	r.add(t, 0, 1)
+	verify(t, r.Log, 1)
+	r.add(t, 1, 300)
+	verify(t, r.Log, 300)
+	for from := int64(300); from < 66_000; from += 3000 {
+		r.add(t, from, min(from+3000, 66_000))
+	}
+	verify(t, r.Log, 66_000)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := segments(filepath.Join(dir, "segments"))
+	if len(segs) != 1 || segs[0] != 66_000&^511 {
+		t.Fatalf("segments %v: want one, from %d", segs, 66_000&^511)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tile", "1", "000")); err != nil {
+		t.Fatalf("the first level-1 tile: %v", err)
+	}
+	r = start(t, cfg)
+	verify(t, r.Log, 66_000)
+	r.add(t, 66_000, 66_700)
+	verify(t, r.Log, 66_700)
+}
+
+// tileClient reads a served log as golang.org/x/mod's tiles client
+// does: every tile checked against the checkpoint's root.
+type tileClient struct {
+	base string
+	t    testing.TB
+}
+
+func (c tileClient) Height() int { return TileHeight }
+
+func (c tileClient) ReadTiles(tiles []tlog.Tile) ([][]byte, error) {
+	out := make([][]byte, len(tiles))
+	for i, tl := range tiles {
+		b, status := get(c.t, c.base+"/"+TilePath(tl))
+		if status != http.StatusOK {
+			return nil, fmt.Errorf("%s: %d", TilePath(tl), status)
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+func (c tileClient) SaveTiles([]tlog.Tile, [][]byte) {}
+
+func get(t testing.TB, url string) ([]byte, int) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return b, resp.StatusCode
 }
 
-func (r tiles) Height() int { return 8 }
-func (r tiles) ReadTiles(ts []tlog.Tile) ([][]byte, error) {
-	var out [][]byte
-	for _, tile := range ts {
-		b, status := r.get(c2spPath(tile), false)
-		if status != http.StatusOK {
-			return nil, fmt.Errorf("%s: %d %s", c2spPath(tile), status, b)
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
-func (r tiles) SaveTiles([]tlog.Tile, [][]byte) {}
-
-func TestTilesServeXModsClient(t *testing.T) {
-	dialects(t, func(t *testing.T, target string) {
-		ctx := context.Background()
-		skey, vkey := newKey(t)
-		l, db := open(t, target, skey, nil)
-		appendN(t, l, 0, 70000/100, time.Now()) // 2 full tiles and a partial one at level 0
-		if _, err := l.Sign(ctx); err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(http.StripPrefix("/log", l.Handler()))
-		defer srv.Close()
-		r := tiles{t, srv.URL + "/log"}
-		signed, status := r.get("checkpoint", false)
-		if status != http.StatusOK {
-			t.Fatalf("GET checkpoint: %d %s", status, signed)
-		}
-		size, root := checkpoint(t, signed, vkey)
-		// x/mod's client reads hashes from the tiles and checks each tile
-		// against the signed root before trusting it.
-		hr := tlog.TileHashReader(tlog.Tree{N: size, Hash: root}, r)
-		for _, i := range []int64{0, 255, 256, 600, size - 1} {
-			p, err := tlog.ProveRecord(size, i, hr)
-			if err != nil {
-				t.Fatalf("entry %d through the tiles: %v", i, err)
-			}
-			bundle, status := r.get(c2spPath(tlog.Tile{H: 8, L: -1, N: i / 256, W: int(min(256, size-i/256*256))}), true)
-			if status != http.StatusOK {
-				t.Fatalf("entry bundle of %d: %d %s", i, status, bundle)
-			}
-			data := bundleEntry(t, bundle, int(i%256))
-			if err := tlog.CheckRecord(p, size, root, i, tlog.RecordHash(data)); err != nil {
-				t.Errorf("entry %d from its bundle: %v", i, err)
-			}
-		}
-		// What tlog-tiles does not serve: past the end, empty or
-		// non-canonical paths, writes.
-		for _, path := range []string{"tile/0/003", "tile/0/002.p/189", "tile/0/000.p/0", "tile/0/000.p/256", "tile/0/0", "tile/0/x000/000",
-			"tile/1/000", "tile/entries/003", "tile/data/000", "tile/8/0/000", "tile/64/000", "tile/00/000", "checkpoints", "tile/0/000/"} {
-			if b, status := r.get(path, false); status != http.StatusNotFound {
-				t.Errorf("GET %s: %d %.80q, want 404", path, status, b)
-			}
-		}
-		for _, path := range []string{"tile/0/000", "tile/0/002.p/188", "tile/1/000.p/2", "tile/entries/002.p/188"} {
-			if b, status := r.get(path, false); status != http.StatusOK {
-				t.Errorf("GET %s: %d %.80q, want 200", path, status, b)
-			}
-		}
-		resp, err := http.Post(r.base+"/tile/0/000", "text/plain", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed {
-			t.Errorf("POST a tile: %d, want 405", resp.StatusCode)
-		}
-
-		// An entry altered in the store: its bundle no longer hashes to
-		// the signed tree.
-		if _, err := db.ExecContext(ctx, db.Rebind("UPDATE translog_entries SET data = ? WHERE idx = ?"), []byte(`{"n":300,"caller":"someone else"}`), 300); err != nil {
-			t.Fatal(err)
-		}
-		p, err := tlog.ProveRecord(size, 300, hr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bundle, _ := r.get("tile/entries/001", false)
-		if err := tlog.CheckRecord(p, size, root, 300, tlog.RecordHash(bundleEntry(t, bundle, 300-256))); err == nil {
-			t.Error("an entry altered in the store still proves against the checkpoint")
-		}
-	})
-}
-
-// bundleEntry is entry k of a tlog-tiles entry bundle (each entry after
-// its length, a big-endian uint16).
-func bundleEntry(t *testing.T, bundle []byte, k int) []byte {
-	t.Helper()
-	for i := 0; ; i++ {
-		if len(bundle) < 2 {
-			t.Fatalf("the bundle ends before entry %d", k)
-		}
-		n := int(binary.BigEndian.Uint16(bundle))
-		if len(bundle) < 2+n {
-			t.Fatalf("entry %d of the bundle is cut short", i)
-		}
-		if i == k {
-			return bundle[2 : 2+n]
-		}
-		bundle = bundle[2+n:]
-	}
-}
-
-func TestReplicasShareOneLog(t *testing.T) {
-	ctx := context.Background()
-	target := pgtest.Start(t).NewDatabase(t)
-	skey, vkey := newKey(t)
-	a, _ := open(t, target, skey, nil)
-	b, _ := open(t, target, skey, nil)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	var sizes [2][]int64
-	for r, l := range []*translog.Log{a, b} {
-		wg.Go(func() {
-			for i := range 40 {
-				var es []translog.Entry
-				for j := range 1 + i%9 {
-					es = append(es, entry(1000*r+10*i+j, time.Now()))
-				}
-				if _, err := l.Append(ctx, es...); err != nil {
-					errs <- err
-					return
-				}
-				if i%10 == 9 {
-					c, err := l.Sign(ctx)
-					if err != nil {
-						errs <- err
-						return
-					}
-					sizes[r] = append(sizes[r], c.Size)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+// TestServedTiles reads the served log with x/mod's tiles client: every
+// entry's record hash, authenticated against the signed checkpoint, and
+// every entry bundle.
+func TestServedTiles(t *testing.T) {
+	r := start(t, Config{Dir: t.TempDir(), Key: testKey(t, "example.com/log"), SegmentEntries: 1024})
+	const n = 3000
+	r.add(t, 0, n)
+	if _, err := r.Sign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var want int64
-	for i := range 40 {
-		want += 2 * int64(1+i%9)
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	cp, status := get(t, srv.URL+"/checkpoint")
+	if status != http.StatusOK {
+		t.Fatalf("checkpoint: %d", status)
 	}
-	size, err := a.Size(ctx)
-	if err != nil || size != want {
-		t.Fatalf("size %d (%v), want %d", size, err, want)
+	c, err := OpenCheckpoint(cp, r.Verifier())
+	if err != nil || c.Size != n {
+		t.Fatalf("checkpoint %d, %v", c.Size, err)
 	}
-	ca, err := a.Sign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := b.Sign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ca.Size != cb.Size || ca.Root != cb.Root {
-		t.Fatalf("the replicas sign different heads: %d %v and %d %v", ca.Size, ca.Root, cb.Size, cb.Root)
-	}
-	top, root := checkpoint(t, ca.Note, vkey)
-	// Every checkpoint either replica signed on the way is a prefix of the
-	// final tree: one log.
-	for r, l := range []*translog.Log{a, b} {
-		for _, s := range sizes[r] {
-			old, err := l.TreeHash(ctx, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := l.ProveTree(ctx, top, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tlog.CheckTree(p, top, root, s, old); err != nil {
-				t.Errorf("replica %d's checkpoint of size %d: %v", r, s, err)
-			}
-		}
-	}
-	// The root is the tree of the entries as stored, hashed afresh: no
-	// replica extended the tree from hashes another had moved past.
-	var data [][]byte
-	for i := range top {
-		e, err := b.Get(ctx, i)
+	hr := tlog.TileHashReader(tlog.Tree{N: c.Size, Hash: c.Root}, tileClient{srv.URL, t})
+	for i := int64(0); i < n; i++ {
+		hs, err := hr.ReadHashes([]int64{tlog.StoredHashIndex(0, i)})
 		if err != nil {
-			t.Fatal(err)
-		}
-		data = append(data, e.Data)
-	}
-	if fresh := treeOf(t, data); fresh != root {
-		t.Fatalf("the signed root %v is not the tree of the stored entries, %v", root, fresh)
-	}
-	for i := range top {
-		e, err := b.Get(ctx, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := a.ProveEntry(ctx, i, top)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tlog.CheckRecord(p, top, root, i, tlog.RecordHash(e.Data)); err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
+		if hs[0] != tlog.RecordHash(entryData(i)) {
+			t.Fatalf("entry %d: the tiles' leaf is not the entry's hash", i)
+		}
 	}
-}
-
-// memHashes is a tree's stored hashes in memory (tlog.HashReader).
-type memHashes []tlog.Hash
-
-func (m memHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(indexes))
-	for i, x := range indexes {
-		out[i] = m[x]
-	}
-	return out, nil
-}
-
-// treeOf is the root of the tree of data, hashed here and now.
-func treeOf(t *testing.T, data [][]byte) tlog.Hash {
-	t.Helper()
-	var m memHashes
-	for n, d := range data {
-		hs, err := tlog.StoredHashes(int64(n), d, m)
-		if err != nil {
-			t.Fatal(err)
+	for i := int64(0); i < n; i += tileWidth {
+		w := min(tileWidth, n-i)
+		tl := tlog.Tile{H: TileHeight, L: -1, N: i / tileWidth, W: int(w)}
+		b, status := get(t, srv.URL+"/"+TilePath(tl))
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d", TilePath(tl), status)
 		}
-		m = append(m, hs...)
-	}
-	root, err := tlog.TreeHash(int64(len(data)), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-func TestPrune(t *testing.T) {
-	dialects(t, func(t *testing.T, target string) {
-		ctx := context.Background()
-		skey, vkey := newKey(t)
-		now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-		l, db := open(t, target, skey, func() time.Time { return now })
-		appendN(t, l, 0, 600, now.Add(-48*time.Hour))
-		if m, err := l.Prune(ctx, translog.Retention{MaxAge: time.Hour}); err != nil || m != 0 {
-			t.Fatalf("with no checkpoint signed, Prune moved the minimum index to %d (%v)", m, err)
-		}
-		old, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		appendN(t, l, 600, 400, now)
-		c, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var before int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM translog_hashes").Scan(&before); err != nil {
-			t.Fatal(err)
-		}
-		// Older than an hour: entries 0–599; whole tiles go, 0–511.
-		m, err := l.Prune(ctx, translog.Retention{MaxAge: time.Hour})
-		if err != nil || m != 512 {
-			t.Fatalf("minimum index %d (%v), want 512", m, err)
-		}
-		var after int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM translog_hashes").Scan(&after); err != nil {
-			t.Fatal(err)
-		}
-		// Entries 255 and 511 held the tiles' roots (level 8) and 511
-		// their parent's (level 9): those three stay.
-		if after != before+3 {
-			t.Errorf("%d hashes kept apart before pruning two tiles, %d after; want 3 more", before, after)
-		}
-		if _, err := l.Get(ctx, 511); err == nil {
-			t.Error("entry 511 is still held")
-		}
-		srv := httptest.NewServer(l.Handler())
-		defer srv.Close()
-		r := tiles{t, srv.URL}
-		for path, want := range map[string]int{"tile/0/000": 404, "tile/0/001": 404, "tile/entries/001": 404, "tile/0/002": 200, "tile/entries/002": 200, "tile/1/000.p/3": 200} {
-			if b, status := r.get(path, false); status != want {
-				t.Errorf("GET %s after pruning: %d %.80q, want %d", path, status, b, want)
+		for j := range w {
+			e, err := bundleEntry(b, int(j))
+			if err != nil || !bytes.Equal(e, entryData(i+j)) {
+				t.Fatalf("%s entry %d: %v", TilePath(tl), j, err)
 			}
 		}
-		size, root := checkpoint(t, c.Note, vkey)
-		hr := tlog.TileHashReader(tlog.Tree{N: size, Hash: root}, r)
-		for _, i := range []int64{512, 700, 999} {
-			e, err := l.Get(ctx, i)
+	}
+	for _, path := range []string{"tile/0/012", "tile/entries/011.p/200", "tile/1/000", "tile/0/x001/000", "tile/entries/000.p/256", "nothing"} {
+		if _, status := get(t, srv.URL+"/"+path); status != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", path, status)
+		}
+	}
+}
+
+// TestTornTail cuts a segment's last group short, and flips a byte in
+// it: Open cuts it, keeps everything before it, and the log goes on.
+func TestTornTail(t *testing.T) {
+	for _, damage := range []string{"cut", "flip", "garbage"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{Dir: dir, Key: testKey(t, "example.com/log")}
+			r := start(t, cfg)
+			r.add(t, 0, 700)
+			if _, err := r.Sign(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r.add(t, 700, 710) // one group: the one torn
+			seg := filepath.Join(dir, "segments", segmentName(0))
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := os.Stat(seg)
+			f, err := os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for name, reader := range map[string]tlog.HashReader{"the store": nil, "the tiles": hr} {
-				var p tlog.RecordProof
-				if reader == nil {
-					p, err = l.ProveEntry(ctx, i, size)
-				} else {
-					p, err = tlog.ProveRecord(size, i, reader)
-				}
-				if err != nil {
-					t.Fatalf("entry %d after pruning, from %s: %v", i, name, err)
-				}
-				if err := tlog.CheckRecord(p, size, root, i, tlog.RecordHash(e.Data)); err != nil {
-					t.Errorf("entry %d after pruning, from %s: %v", i, name, err)
-				}
+			switch damage {
+			case "cut":
+				err = f.Truncate(fi.Size() - 5)
+			case "flip":
+				_, err = f.WriteAt([]byte{0xff}, fi.Size()-100)
+			case "garbage":
+				_, err = f.WriteAt([]byte("not a frame at all"), fi.Size())
 			}
-		}
-		// The checkpoint of size 600 is past the minimum index: it is
-		// still proved a prefix.
-		p, err := l.ProveTree(ctx, size, old.Size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tlog.CheckTree(p, size, root, old.Size, old.Root); err != nil {
-			t.Errorf("the tree of 600 after pruning: %v", err)
-		}
-		// At most 100 entries: whole tiles up to 768, within the
-		// latest checkpoint.
-		if m, err := l.Prune(ctx, translog.Retention{MaxEntries: 100}); err != nil || m != 768 {
-			t.Fatalf("minimum index %d (%v), want 768", m, err)
-		}
-		if _, err := l.Get(ctx, 768); err != nil {
-			t.Errorf("entry 768: %v", err)
-		}
-		appendN(t, l, 1000, 5, now)
-		if got, err := l.Size(ctx); err != nil || got != 1005 {
-			t.Fatalf("size %d after appending to a pruned log (%v)", got, err)
-		}
-	})
+			_ = f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The checkpoint signed on stop covers the torn group: take the
+			// one before it, as a crash before that signing would leave.
+			if damage != "garbage" {
+				writeCheckpointAt(t, dir, cfg.Key, 700)
+			}
+			r = start(t, cfg)
+			want := int64(700)
+			if damage == "garbage" {
+				want = 710
+			}
+			verify(t, r.Log, want)
+			r.add(t, want, want+300)
+			verify(t, r.Log, want+300)
+		})
+	}
 }
 
-func TestRefusals(t *testing.T) {
-	ctx := context.Background()
-	skey, _ := newKey(t)
-	target := filepath.Join(t.TempDir(), "log.db")
-	l, _ := open(t, target, skey, nil)
-	appendN(t, l, 0, 3, time.Now())
-	for _, es := range [][]translog.Entry{
-		{entry(3, time.Now()), {Data: make([]byte, translog.MaxEntryBytes+1)}},
-		{entry(3, time.Now()), {Data: nil}},
-		nil,
-	} {
-		if _, err := l.Append(ctx, es...); err == nil {
-			t.Errorf("appending %d entries, one empty or over %d bytes (or none): no error", len(es), translog.MaxEntryBytes)
-		}
-	}
-	if _, err := l.Append(ctx, translog.Entry{Data: make([]byte, translog.MaxEntryBytes)}); err != nil {
-		t.Errorf("an entry of exactly %d bytes: %v", translog.MaxEntryBytes, err)
-	}
-	if size, _ := l.Size(ctx); size != 4 {
-		t.Errorf("size %d: a refused call kept something", size)
-	}
-	db, err := datastore.Open(ctx, "svc", target, empty, datastore.Options{})
+// writeCheckpointAt signs a checkpoint of the first size test entries
+// into dir, as a log that stopped there would have left it.
+func writeCheckpointAt(t testing.TB, dir, key string, size int64) {
+	t.Helper()
+	signer, _, _, err := Keys(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	other, _, _ := note.GenerateKey(rand.Reader, "elsewhere.example/log")
-	for _, c := range []struct {
-		cfg  translog.Config
-		want string
-	}{
-		{translog.Config{DB: db, Origin: origin, Key: "not a key"}, "not a note signer key"},
-		{translog.Config{DB: db, Origin: origin, Key: other}, "C2SP tlog-checkpoint wants them equal"},
-		{translog.Config{DB: db, Origin: "two words", Key: skey}, "schema-less URL"},
-		{translog.Config{DB: db, Origin: "", Key: skey}, "schema-less URL"},
-		{translog.Config{Origin: origin, Key: skey}, "no datastore"},
-	} {
-		if _, err := translog.Open(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Open(%q, key %.20q): %v, want %q", c.cfg.Origin, c.cfg.Key, err, c.want)
-		}
+	root, _ := tlog.TreeHash(size, modelOf(t, size))
+	b, err := note.Sign(&note.Note{Text: CheckpointText(signer.Name(), size, root)}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint"), b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// TestAcrossARestart: a log reopened goes on from where it stood, and its
-// next checkpoint is proved an extension of the one before the restart.
-func TestAcrossARestart(t *testing.T) {
-	dialects(t, func(t *testing.T, target string) {
-		ctx := context.Background()
-		skey, vkey := newKey(t)
-		l, db := open(t, target, skey, nil)
-		appendN(t, l, 0, 300, time.Now())
-		before, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
+// TestRefusesWhatItCannotVouchFor: a log that no longer extends its
+// checkpoint, or lost entries the checkpoint covers, or is another
+// log's, is not opened.
+func TestRefusesWhatItCannotVouchFor(t *testing.T) {
+	dir := t.TempDir()
+	key := testKey(t, "example.com/log")
+	r := start(t, Config{Dir: dir, Key: key})
+	r.add(t, 0, 300)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	open := func(key string) error {
+		l, err := Open(Config{Dir: dir, Key: key, Metrics: "x"})
+		if err == nil {
+			_ = l.files.close()
+			_ = l.seg.f.Close()
 		}
-		_ = db.Close()
+		return err
+	}
+	if err := open(testKey(t, "example.com/other")); err == nil || !strings.Contains(err.Error(), "example.com/other") {
+		t.Errorf("another origin's key: %v", err)
+	}
+	if err := open(testKey(t, "example.com/log")); err == nil || !strings.Contains(err.Error(), "does not verify") {
+		t.Errorf("another key of the same name: %v", err)
+	}
+	// An entry altered in its bundle: the tree no longer matches.
+	bundle := filepath.Join(dir, "tile", "entries", "000")
+	b, _ := os.ReadFile(bundle)
+	b[10] ^= 1
+	_ = os.WriteFile(bundle, b, 0o600)
+	if err := open(key); err != nil {
+		t.Logf("an altered bundle: %v", err) // the segment still holds it: Open rewrites the bundle
+	}
+	b2, _ := os.ReadFile(bundle)
+	if !bytes.Equal(b2[10:11], []byte{b[10] ^ 1}) {
+		t.Errorf("the bundle was not rebuilt from the segment")
+	}
+	// Entries the checkpoint covers, lost.
+	writeCheckpointAt(t, dir, key, 300)
+	seg := filepath.Join(dir, "segments", segmentName(0))
+	fi, _ := os.Stat(seg)
+	_ = os.Truncate(seg, fi.Size()-10)
+	if err := open(key); err == nil || !strings.Contains(err.Error(), "lost") {
+		t.Errorf("entries the checkpoint covers, lost: %v", err)
+	}
+}
 
-		l, _ = open(t, target, skey, nil)
-		if c, err := l.Latest(ctx); err != nil || c.Size != before.Size || c.Root != before.Root {
-			t.Fatalf("after the restart the latest checkpoint is %d %v (%v), want %d %v", c.Size, c.Root, err, before.Size, before.Root)
+// TestPrune keeps whole bundles, never past the checkpoint; what is
+// left still proves, pruned tiles are not served, upper tiles stay.
+func TestPrune(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Dir: dir, Key: testKey(t, "example.com/log"), SegmentEntries: 1024, Retention: Retention{MaxEntries: 1000}}
+	r := start(t, cfg)
+	r.add(t, 0, 5000)
+	if _, err := r.Sign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(Config{Dir: dir, Key: cfg.Key, Metrics: "x", Retention: cfg.Retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.applyRetention()
+	if err != nil || got != (5000-1000)&^255 {
+		t.Fatalf("pruned to %d, %v; want %d", got, err, (5000-1000)&^255)
+	}
+	_ = l.files.close()
+	_ = l.seg.f.Close()
+	r = start(t, cfg)
+	if r.MinIndex() != 3840 {
+		t.Fatalf("min index %d after reopening", r.MinIndex())
+	}
+	verify(t, r.Log, 5000)
+	if _, err := r.Entry(3839); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("a pruned entry: %v", err)
+	}
+	for _, k := range []tileKey{{-1, 14}, {0, 14}} {
+		if _, err := os.Stat(r.tileFile(k)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not deleted: %v", TilePath(k.tile()), err)
 		}
-		appendN(t, l, 300, 10, time.Now())
-		after, err := l.Sign(ctx)
-		if err != nil {
-			t.Fatal(err)
+	}
+	if _, err := r.ProveEntry(3840, 5000); err != nil {
+		t.Errorf("the first entry kept: %v", err)
+	}
+	if _, err := r.ProveTree(5000, 100); !errors.Is(err, ErrNotHeld) && err == nil {
+		t.Errorf("a consistency proof from a pruned size: %v", err)
+	}
+}
+
+// TestBounds: entries too small or too large, a full queue, a stopped
+// log.
+func TestBounds(t *testing.T) {
+	r := start(t, Config{Dir: t.TempDir(), Key: testKey(t, "example.com/log"), MaxQueue: 4})
+	for _, size := range []int{0, MaxEntryBytes + 1} {
+		if _, err := r.Add(make([]byte, size))(); err == nil {
+			t.Errorf("an entry of %d bytes accepted", size)
 		}
-		size, root := checkpoint(t, after.Note, vkey)
-		p, err := l.ProveTree(ctx, size, before.Size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tlog.CheckTree(p, size, root, before.Size, before.Root); err != nil || size != 310 {
-			t.Errorf("the checkpoint of %d after the restart, from %d before it: %v", size, before.Size, err)
-		}
-	})
+	}
+	if _, err := r.Add(make([]byte, MaxEntryBytes))(); err != nil {
+		t.Errorf("an entry of %d bytes: %v", MaxEntryBytes, err)
+	}
+	g := r.AddAll(make([][]byte, 10))
+	<-g.Done()
+	if _, errs := g.Results(); errs[0] == nil {
+		t.Errorf("empty entries accepted")
+	}
+	big := make([][]byte, 10)
+	for i := range big {
+		big[i] = []byte("x")
+	}
+	g = r.AddAll(big)
+	<-g.Done()
+	_, errs := g.Results()
+	if !errors.Is(errs[9], ErrQueueFull) {
+		t.Errorf("entry 10 of a queue of 4: %v", errs[9])
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Add([]byte("late"))(); !errors.Is(err, ErrStopped) {
+		t.Errorf("after the stop: %v", err)
+	}
+}
+
+// TestAwait: a checkpoint that covers an entry arrives within the
+// signing cadence; stopping signs the last.
+func TestAwait(t *testing.T) {
+	r := start(t, Config{Dir: t.TempDir(), Key: testKey(t, "example.com/log"), SignEvery: 20 * time.Millisecond})
+	idx, err := r.Add([]byte("one"))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.Await(ctx, idx)
+	if err != nil || c.Size <= idx {
+		t.Fatalf("await: %d, %v", c.Size, err)
+	}
 }

@@ -1,7 +1,6 @@
 package decisionlog
 
 import (
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +37,10 @@ const ReaderSystem = "callerauth/decision-log"
 // ReasonBadQuery refuses a read the API cannot answer as asked.
 var ReasonBadQuery = reason.New("bad_decision_query", reason.InvalidArgument, "the decision log cannot read that query")
 
+// ReasonLogUnreadable: the log could not read what it holds (a damaged
+// file).
+var ReasonLogUnreadable = reason.New("decision_log_unreadable", reason.Internal, "the decision log could not read what it holds; its operator is told")
+
 // ReasonNotHeld refuses a read of what the log does not hold.
 var ReasonNotHeld = reason.New("decision_not_held", reason.NotFound, "the decision log does not hold that: beyond its latest checkpoint, or pruned")
 
@@ -58,17 +61,26 @@ type api struct {
 	fail func(http.ResponseWriter, reason.Reason, string)
 }
 
-// Stored is a decision as the read API returns it.
+// Stored is a decision as the read API returns it: the log it is in
+// (its origin; replicas keep one each) and its index there.
 type Stored struct {
-	Index int64           `json:"index"`
-	Entry json.RawMessage `json:"entry"`
+	Origin string          `json:"origin,omitempty"`
+	Index  int64           `json:"index"`
+	Entry  json.RawMessage `json:"entry"`
+	// Cursor is its place in the search's order (after= reads on from
+	// it); absent outside a search.
+	Cursor int64 `json:"cursor,omitempty"`
 }
 
 // Page is a search's answer; Next is the cursor of the next page (the
-// after= to ask with), absent on the last.
+// after= to ask with), absent on the last. Indexed is how far the search
+// index holds this replica's log: the decisions below it, of the
+// Origin's log.
 type Page struct {
 	Decisions []Stored `json:"decisions"`
 	Next      *int64   `json:"next,omitempty"`
+	Origin    string   `json:"origin"`
+	Indexed   int64    `json:"indexed"`
 }
 
 // Proved is one decision with its inclusion proof: Proof (base64
@@ -89,7 +101,7 @@ type Consistency struct {
 
 func (a api) search(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	query := translog.Query{Caller: q.Get("caller"), System: q.Get("system"), Tenant: q.Get("tenant"), Reason: q.Get("reason"), After: -1, Limit: 100}
+	query := Query{Origin: q.Get("origin"), Caller: q.Get("caller"), System: q.Get("system"), Tenant: q.Get("tenant"), Reason: q.Get("reason"), Limit: 100}
 	var errs []error
 	num := func(name string, dst *int64, lo int64) {
 		if v := q.Get(name); v != "" {
@@ -101,10 +113,10 @@ func (a api) search(w http.ResponseWriter, r *http.Request) {
 			*dst = n
 		}
 	}
-	num("after", &query.After, -1)
+	num("after", &query.After, 0)
 	limit := int64(query.Limit)
 	num("limit", &limit, 1)
-	query.Limit = int(min(limit, translog.MaxSearch))
+	query.Limit = int(min(limit, MaxSearch))
 	when := func(name string, dst *time.Time) {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
@@ -129,17 +141,18 @@ func (a api) search(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, ReasonBadQuery, err.Error())
 		return
 	}
-	found, err := a.l.log.Search(r.Context(), query)
+	indexed := a.l.search.position()
+	found, err := a.l.search.find(r.Context(), query)
 	if err != nil {
 		a.fail(w, datastore.ReasonUnavailable, "")
 		return
 	}
-	page := Page{Decisions: make([]Stored, len(found))}
-	for i, s := range found {
-		page.Decisions[i] = Stored{Index: s.Index, Entry: s.Data}
+	page := Page{Decisions: make([]Stored, len(found)), Origin: a.l.log.Origin(), Indexed: indexed}
+	for i, f := range found {
+		page.Decisions[i] = Stored{Origin: f.Origin, Index: f.Index, Entry: f.Data, Cursor: f.Seq}
 	}
 	if len(found) == query.Limit {
-		next := found[len(found)-1].Index
+		next := found[len(found)-1].Seq
 		page.Next = &next
 	}
 	writeJSON(w, page)
@@ -148,13 +161,9 @@ func (a api) search(w http.ResponseWriter, r *http.Request) {
 // size is the tree an answer proves against: ?size= (at most the latest
 // checkpoint's, whose note the answer carries), or the latest.
 func (a api) size(w http.ResponseWriter, r *http.Request) (translog.Checkpoint, int64, bool) {
-	c, err := a.l.log.Latest(r.Context())
-	if errors.Is(err, sql.ErrNoRows) {
+	c, ok := a.l.log.Latest()
+	if !ok {
 		a.fail(w, ReasonNotHeld, "no checkpoint is signed yet")
-		return c, 0, false
-	}
-	if err != nil {
-		a.fail(w, datastore.ReasonUnavailable, "")
 		return c, 0, false
 	}
 	size := c.Size
@@ -183,21 +192,21 @@ func (a api) show(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, ReasonNotHeld, fmt.Sprintf("decision %d is not in the tree of %d", index, size))
 		return
 	}
-	s, err := a.l.log.Get(r.Context(), index)
-	if errors.Is(err, sql.ErrNoRows) {
+	data, err := a.l.log.Entry(index)
+	if errors.Is(err, translog.ErrNotHeld) {
 		a.fail(w, ReasonNotHeld, fmt.Sprintf("decision %d is pruned", index))
 		return
 	}
 	if err != nil {
-		a.fail(w, datastore.ReasonUnavailable, "")
+		a.fail(w, ReasonLogUnreadable, "")
 		return
 	}
-	p, err := a.l.log.ProveEntry(r.Context(), index, size)
+	p, err := a.l.log.ProveEntry(index, size)
 	if err != nil {
-		a.fail(w, datastore.ReasonUnavailable, "")
+		a.fail(w, ReasonLogUnreadable, "")
 		return
 	}
-	writeJSON(w, Proved{Stored: Stored{Index: index, Entry: s.Data}, Checkpoint: checkpointAt(c, size), Proof: hashes(p)})
+	writeJSON(w, Proved{Stored: Stored{Origin: a.l.log.Origin(), Index: index, Entry: data}, Checkpoint: checkpointAt(c, size), Proof: hashes(p)})
 }
 
 func (a api) consistency(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +219,7 @@ func (a api) consistency(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, ReasonBadQuery, fmt.Sprintf("old=%q: want a tree size from 1 to %d", r.URL.Query().Get("old"), size))
 		return
 	}
-	p, err := a.l.log.ProveTree(r.Context(), size, old)
+	p, err := a.l.log.ProveTree(size, old)
 	if err != nil {
 		a.fail(w, ReasonNotHeld, fmt.Sprintf("the tree of %d is below the log's minimum index (pruned)", old))
 		return

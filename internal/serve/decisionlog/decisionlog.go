@@ -1,10 +1,11 @@
 // Package decisionlog is a service's decision log: every decision it
-// makes — allowed and refused — appended to a tamper-evident log
-// (internal/foundation/translog) in a datastore of its own (SQLite, or
-// PostgreSQL shared by replicas), with a retention, a size bound and a
-// quota each caller pays from, and served to the readers it names as
-// C2SP tlog-tiles and a search. docs/decision-log.md is the operator's
-// page.
+// makes — allowed and refused — kept as an entry of a tamper-evident log
+// of its own (internal/foundation/translog, which knows nothing of
+// decisions), with a retention, a size bound and a quota each caller
+// pays from; a search index that follows the log (SQLite, or PostgreSQL
+// that replicas share); and the read API that serves both to the readers
+// it names, as a search and as C2SP tlog-tiles. docs/decision-log.md is
+// the operator's page.
 package decisionlog
 
 import (
@@ -16,20 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
-	"golang.org/x/mod/sumdb/note"
 
-	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
 	"github.com/callerauth/callerauth/reason"
@@ -48,254 +43,97 @@ var (
 // Reasons are the refusals a service with a decision log can send: in
 // keeping an answer, and in its read API.
 func Reasons() []reason.Reason {
-	return []reason.Reason{ReasonUnavailable, ReasonQuotaExceeded, ReasonBadQuery, ReasonNotHeld, datastore.ReasonUnavailable}
+	return []reason.Reason{ReasonUnavailable, ReasonQuotaExceeded, ReasonBadQuery, ReasonNotHeld, ReasonLogUnreadable, datastore.ReasonUnavailable}
 }
 
-// The modes (--decision-log-mode).
-const (
-	// ModeRequired: an answer leaves only once its decision is committed
-	// to the log; refusals are kept as the log has room.
-	ModeRequired = "required"
-	// ModeBestEffort: decisions are queued for the log and answered at
-	// once; what the queue has no room for is dropped and counted.
-	ModeBestEffort = "best-effort"
-)
-
-// BestEffortLinger is how long a best-effort log lets decisions gather
-// before it commits them (or until 512 have): nobody waits for their
-// commit, so one transaction keeps many.
-const BestEffortLinger = 10 * time.Millisecond
-
-// Options are the decision log's settings, as flags.
-type Options struct {
-	// Datastore is an SQLite file or a postgres:// URL; empty: no log.
-	Datastore string
-	// DatastoreURLFile holds the URL instead (a mounted Secret).
-	DatastoreURLFile string
-	// KeyFile holds the checkpoint key (callerauth decisions keygen):
-	// its name is the log's origin.
-	KeyFile string
-	// Mode is ModeRequired or ModeBestEffort.
-	Mode string
-	// MaxAge and MaxEntries are the retention (translog.Retention).
-	MaxAge     time.Duration
-	MaxEntries int64
-	// CallerMaxEntries is each caller's quota of entries within the
-	// retention (the unauthenticated share one).
-	CallerMaxEntries int64
-	// Queue bounds the entries waiting for the store.
-	Queue int
-	// Sink ships committed decisions in OPA's decision-log format;
-	// empty: none. SinkCAFile and SinkTokenFile are its TLS roots and
-	// bearer token; SinkBuffer bounds what waits, SinkEvery how often it
-	// is sent.
-	Sink, SinkCAFile, SinkTokenFile string
-	SinkBuffer                      int
-	SinkEvery                       time.Duration
-}
-
-// NewOptions are the defaults: no log; when one is named, required,
-// 30 days, 10 million entries, 1 million a caller.
-func NewOptions() Options {
-	return Options{Mode: ModeRequired, MaxAge: 30 * 24 * time.Hour, MaxEntries: 10_000_000, CallerMaxEntries: 1_000_000, Queue: 8192,
-		SinkBuffer: 10_000, SinkEvery: 5 * time.Second}
-}
-
-// AddFlags registers the settings.
-func (o *Options) AddFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.Datastore, "decision-log", o.Datastore, "keep every decision in a tamper-evident log in this datastore: an SQLite file, or a postgres:// URL that replicas share (docs/decision-log.md); empty: no log")
-	f.StringVar(&o.DatastoreURLFile, "decision-log-url-file", o.DatastoreURLFile, "read --decision-log from this file (a mounted Secret: the URL may then carry the password without showing in the process's arguments)")
-	f.StringVar(&o.KeyFile, "decision-log-key-file", o.KeyFile, "the key that signs the log's checkpoints, as `callerauth decisions keygen` writes it; its name is the log's origin. Required with --decision-log")
-	f.StringVar(&o.Mode, "decision-log-mode", o.Mode, "required: an answer leaves only once its decision is in the log (else 503 decision_log_unavailable); best-effort: decisions are queued and what finds no room is dropped and counted")
-	f.DurationVar(&o.MaxAge, "decision-log-max-age", o.MaxAge, "how long a decision is kept; older ones are pruned, 256 at a time (0: no age bound)")
-	f.Int64Var(&o.MaxEntries, "decision-log-max-entries", o.MaxEntries, "the most decisions the log holds; past it the oldest are pruned, 256 at a time, even before --decision-log-max-age")
-	f.Int64Var(&o.CallerMaxEntries, "decision-log-caller-max-entries", o.CallerMaxEntries, "the most decisions one caller may hold in the log; past it the caller's requests are refused 429 decision_log_quota_exceeded until older ones age out, so that its flood cannot push out other callers' history")
-	f.IntVar(&o.Queue, "decision-log-queue", o.Queue, "decisions waiting for the store at most; past it a decision is refused (required) or dropped (best-effort)")
-	f.StringVar(&o.Sink, "decision-log-sink", o.Sink, "also ship every decision the log commits to this URL in OPA's decision-log format (POSTs of gzip-compressed JSON arrays, as OPA's decision_logs service receives them): https://, or http:// to a loopback address without a token")
-	f.StringVar(&o.SinkCAFile, "decision-log-sink-ca-file", o.SinkCAFile, "CA bundle (PEM) the sink's certificate is checked against (default: the system roots)")
-	f.StringVar(&o.SinkTokenFile, "decision-log-sink-token-file", o.SinkTokenFile, "a bearer token for the sink, read again on every POST")
-	f.IntVar(&o.SinkBuffer, "decision-log-sink-buffer", o.SinkBuffer, "decisions waiting to be shipped at most; past it they are dropped from the shipping (never from the log) and counted")
-	f.DurationVar(&o.SinkEvery, "decision-log-sink-every", o.SinkEvery, "how often what waits is shipped (a full batch of 500 at once); a failed POST is retried with backoff up to a minute")
-}
-
-// On reports whether a log is asked for.
-func (o Options) On() bool { return o.Datastore != "" || o.DatastoreURLFile != "" }
-
-// Check refuses settings that cannot be honoured, naming the flag.
-func (o Options) Check() error {
-	if !o.On() {
-		for _, c := range []struct {
-			flag string
-			set  bool
-		}{{"decision-log-key-file", o.KeyFile != ""}, {"decision-log-sink", o.Sink != ""}} {
-			if c.set {
-				return fmt.Errorf("--%s belongs to --decision-log", c.flag)
-			}
-		}
-		return nil
-	}
-	var errs []error
-	if o.KeyFile == "" {
-		errs = append(errs, errors.New("--decision-log needs --decision-log-key-file: the key that signs its checkpoints (callerauth decisions keygen writes one)"))
-	}
-	if o.Mode != ModeRequired && o.Mode != ModeBestEffort {
-		errs = append(errs, fmt.Errorf("--decision-log-mode %q: want required or best-effort", o.Mode))
-	}
-	if o.MaxAge < 0 || o.MaxEntries < 0 {
-		errs = append(errs, errors.New("--decision-log-max-age and --decision-log-max-entries: want 0 (no bound) or more"))
-	}
-	if o.CallerMaxEntries <= 0 {
-		errs = append(errs, fmt.Errorf("--decision-log-caller-max-entries %d: want a positive number", o.CallerMaxEntries))
-	}
-	if o.Queue <= 0 {
-		errs = append(errs, fmt.Errorf("--decision-log-queue %d: want a positive number", o.Queue))
-	}
-	if o.Sink != "" {
-		if _, err := o.sinkCredentials(); err != nil {
-			errs = append(errs, err)
-		}
-		if o.SinkBuffer <= 0 || o.SinkEvery <= 0 {
-			errs = append(errs, errors.New("--decision-log-sink-buffer and --decision-log-sink-every: want positive values"))
-		}
-	} else if o.SinkCAFile != "" || o.SinkTokenFile != "" {
-		errs = append(errs, errors.New("--decision-log-sink-ca-file and --decision-log-sink-token-file belong to --decision-log-sink"))
-	}
-	return errors.Join(errs...)
-}
-
-// sinkCredentials reads --decision-log-sink into the credentials
-// package's configuration: https:// with TLS, or http:// to a loopback
-// address, where no token may go.
-func (o Options) sinkCredentials() (credentials.Config, error) {
-	u, err := url.Parse(o.Sink)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil {
-		return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: want an https:// URL (or http:// to a loopback address)", o.Sink)
-	}
-	c := credentials.Config{Address: u.Host, TLS: u.Scheme == "https", CAFile: o.SinkCAFile, TokenFile: o.SinkTokenFile}
-	if !c.TLS {
-		host := u.Hostname()
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: plain http:// only to a loopback address: the decisions name callers", o.Sink)
-		}
-		if o.SinkCAFile != "" || o.SinkTokenFile != "" {
-			return credentials.Config{}, fmt.Errorf("--decision-log-sink %q: a CA file or a token needs https://", o.Sink)
-		}
-	}
-	return c, c.Validate()
-}
-
-// Log is a service's open decision log.
+// Log is a service's open decision log: the log of its decisions
+// (translog, in Options.Dir), the search index that follows it, the
+// callers' shares, and the sink. Run it.
 type Log struct {
-	o       Options
+	c       Config
 	service string
 	log     *translog.Log
-	db      *datastore.DB
-	w       *translog.Writer
+	search  *search
 	logger  *slog.Logger
 
 	mu     sync.Mutex
 	counts map[string]int64 // live entries by caller, as last counted plus what this process added
+	since  map[string]int64 // admitted while a count runs
 
 	quotaRefused prometheus.Counter
 	sink         *Sink
-	started      atomic.Bool
+	running      atomic.Bool
 }
 
-// Open opens the datastore and the log for service (its name prefixes the
-// metrics). nil, nil when o asks for no log.
-func Open(ctx context.Context, service string, o Options, logger *slog.Logger) (*Log, error) {
-	if !o.On() {
+// Open opens the log and its search index for service (its name
+// prefixes the metrics: service_decision_log_…). nil, nil when c asks for
+// no log.
+func Open(ctx context.Context, service string, c Config, logger *slog.Logger) (*Log, error) {
+	if !c.On() {
 		return nil, nil
 	}
-	if err := o.Check(); err != nil {
-		return nil, err
+	durability := translog.DurableGroups
+	if c.Mode == ModeBestEffort {
+		durability = translog.DurableCheckpoints
 	}
-	key, err := os.ReadFile(o.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--decision-log-key-file: %w", err)
-	}
-	skey := strings.TrimSpace(string(key))
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		return nil, fmt.Errorf("--decision-log-key-file %s: not a checkpoint key (callerauth decisions keygen writes one)", o.KeyFile)
-	}
-	target, err := datastore.Resolve(o.Datastore, o.DatastoreURLFile)
+	prefix := service + "_decision_log"
+	tl, err := translog.Open(translog.Config{Dir: c.Dir, Key: c.Key, Durability: durability, SignEvery: c.SignEvery, MaxQueue: c.Queue,
+		Retention: translog.Retention{MaxAge: c.MaxAge, MaxEntries: c.MaxEntries}, Metrics: prefix, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
-	db, err := datastore.Open(ctx, "translog", target, translog.Migrations, datastore.Options{Logger: logger, SQLitePageSize: translog.SQLitePageSize})
+	s, err := openSearch(ctx, c.SearchTarget, tl, prefix, logger)
 	if err != nil {
-		return nil, fmt.Errorf("--decision-log: %w", err)
+		return nil, fmt.Errorf("--decision-log-search: %w", err)
 	}
-	tl, err := translog.Open(ctx, translog.Config{DB: db, Origin: signer.Name(), Key: skey})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("--decision-log: %w", err)
-	}
-	var sink *Sink
-	var committed func(int64, []translog.Entry)
-	if o.Sink != "" {
-		cc, _ := o.sinkCredentials() // checked by Check
-		rt, err := cc.Transport()
+	l := &Log{c: c, service: service, log: tl, search: s, logger: logger,
+		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "_quota_refusals_total", Help: "Decisions refused (or, for refusals, not kept) because the caller held --decision-log-caller-max-entries entries."})}
+	if c.SinkURL != nil {
+		rt, err := c.SinkClient.Transport()
 		if err != nil {
-			_ = db.Close()
+			_ = s.db.Close()
 			return nil, fmt.Errorf("--decision-log-sink: %w", err)
 		}
-		u, _ := url.Parse(o.Sink)
-		if sink, err = newSink(SinkConfig{URL: u, Client: &http.Client{Transport: rt, Timeout: 30 * time.Second}, Service: service,
-			Buffer: o.SinkBuffer, MaxBatch: 500, Every: o.SinkEvery, MaxBackoff: time.Minute, Logger: logger, Metrics: service}, signer.Name()); err != nil {
-			_ = db.Close()
+		if l.sink, err = newSink(SinkConfig{URL: c.SinkURL, Client: &http.Client{Transport: rt, Timeout: 30 * time.Second}, Service: service,
+			Buffer: c.SinkBuffer, MaxBatch: 500, Every: c.SinkEvery, MaxBackoff: time.Minute, Logger: logger, Metrics: service}, tl); err != nil {
+			_ = s.db.Close()
 			return nil, err
 		}
-		committed = sink.committed
 	}
-	var linger time.Duration
-	if o.Mode == ModeBestEffort {
-		linger = BestEffortLinger
-	}
-	w, err := translog.NewWriter(translog.WriterConfig{Log: tl, MaxQueue: o.Queue, Linger: linger, Logger: logger, Metrics: service,
-		Retention: translog.Retention{MaxAge: o.MaxAge, MaxEntries: o.MaxEntries}, Committed: committed})
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	l := &Log{o: o, service: service, log: tl, db: db, w: w, logger: logger, sink: sink,
-		quotaRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: service + "_decision_log_quota_refusals_total", Help: "Decisions refused (or, for refusals, not kept) because the caller held --decision-log-caller-max-entries entries."})}
-	if err := l.recount(ctx); err != nil {
-		_ = db.Close()
+	if err := l.recount(ctx, false); err != nil {
+		_ = s.db.Close()
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
 	return l, nil
 }
 
-// Close closes the datastore; Start must have returned.
-func (l *Log) Close() error { return l.db.Close() }
+// Close closes the search index; Start must have returned.
+func (l *Log) Close() error { return l.search.db.Close() }
 
-// Translog is the underlying log.
+// Translog is the log itself.
 func (l *Log) Translog() *translog.Log { return l.log }
 
 // Collectors are the log's metrics.
 func (l *Log) Collectors() []prometheus.Collector {
-	cs := append(l.w.Collectors(), l.quotaRefused)
+	cs := append(l.log.Collectors(), l.quotaRefused)
+	cs = append(cs, l.search.collectors()...)
 	if l.sink != nil {
 		cs = append(cs, l.sink.Collectors()...)
 	}
 	return cs
 }
 
-// Ready reports whether the writer runs and its last transaction
-// committed.
-func (l *Log) Ready() bool { return l.w.Ready() }
-
-// Check is the log's readiness: its writer runs and its datastore
-// answers. (A failed transaction alone does not make it unready: the next
-// may commit, and an unready pdp would get none to try.)
+// Check is the log's readiness: it runs and takes entries (no write
+// failed), and its search index answers.
 func (l *Log) Check(ctx context.Context) error {
-	if !l.started.Load() {
-		return errors.New("the decision log's writer is not running")
+	if !l.running.Load() {
+		return errors.New("the decision log is not running")
 	}
-	if err := l.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("the decision log's datastore: %w", err)
+	if err := l.log.Ready(); err != nil {
+		return err
+	}
+	if err := l.search.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("the decision log's search index: %w", err)
 	}
 	return nil
 }
@@ -303,41 +141,70 @@ func (l *Log) Check(ctx context.Context) error {
 // String names the runnable.
 func (l *Log) String() string { return "decision log" }
 
-// Start runs the writer (group commits, checkpoints, pruning) and counts
-// each caller's entries again after every prune, until ctx ends.
+// Start runs the log (groups, checkpoints, pruning), the search index that
+// follows it, and the sink, and counts each caller's entries every
+// minute, until ctx ends. The log stops first (what is queued written, a
+// last checkpoint signed); the index and the sink then take what it
+// kept, within 10 s, and stop.
 func (l *Log) Start(ctx context.Context) error {
-	l.started.Store(true)
-	defer l.started.Store(false)
-	done := make(chan error, 1)
-	go func() { done <- l.w.Start(ctx) }()
+	l.running.Store(true)
+	defer l.running.Store(false)
+	followers, stopFollowers := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { l.search.run(followers) })
 	if l.sink != nil {
-		// The sink ships what the writer committed, the last of it once
-		// the writer has drained.
-		sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
-		sunk := make(chan struct{})
-		go func() { _ = l.sink.Start(sinkCtx); close(sunk) }()
-		defer func() { stopSink(); <-sunk }()
+		wg.Go(func() { _ = l.sink.Start(followers) })
 	}
+	logDone := make(chan error, 1)
+	go func() { logDone <- l.log.Run(ctx) }()
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
 		select {
-		case err := <-done:
+		case err := <-logDone:
+			// The followers catch up with what the log kept, then stop.
+			l.search.drain(10 * time.Second)
+			stopFollowers()
+			wg.Wait()
 			return err
 		case <-t.C:
-			if err := l.recount(ctx); err != nil && l.logger != nil && ctx.Err() == nil {
+			if err := l.recount(ctx, true); err != nil && l.logger != nil && ctx.Err() == nil {
 				l.logger.Warn("decision log: counting callers' entries failed; the last counts stand", "err", err)
 			}
 		}
 	}
 }
 
-func (l *Log) recount(ctx context.Context) error {
-	counts, err := l.log.CountByCaller(ctx)
+// recount counts each caller's entries in the search index, once it
+// holds what the log held when the count began; what callers were
+// admitted meanwhile counts on top (twice, for those the index already
+// had: the share errs towards refusing). Open counts at once, from the
+// index as it stands.
+func (l *Log) recount(ctx context.Context, wait bool) error {
+	l.mu.Lock()
+	l.since = map[string]int64{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.since = nil
+		l.mu.Unlock()
+	}()
+	if wait {
+		caught, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := l.search.caughtUp(caught, l.log.Size())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the search index is behind the log: %w", err)
+		}
+	}
+	counts, err := l.search.countByCaller(ctx)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
+	for caller, n := range l.since {
+		counts[caller] += n
+	}
 	l.counts = counts
 	l.mu.Unlock()
 	return nil
@@ -350,7 +217,7 @@ func (l *Log) Within(caller string) error {
 	l.mu.Lock()
 	n := l.counts[caller]
 	l.mu.Unlock()
-	if n >= l.o.CallerMaxEntries {
+	if n >= l.c.CallerMaxEntries {
 		l.quotaRefused.Inc()
 		return l.overShare(caller)
 	}
@@ -358,17 +225,20 @@ func (l *Log) Within(caller string) error {
 }
 
 func (l *Log) overShare(caller string) error {
-	return fmt.Errorf("%q holds %d decisions in the log", caller, l.o.CallerMaxEntries)
+	return fmt.Errorf("%q holds %d decisions in the log", caller, l.c.CallerMaxEntries)
 }
 
 // admit takes one entry of caller's quota, or reports it spent.
 func (l *Log) admit(caller string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.counts[caller] >= l.o.CallerMaxEntries {
+	if l.counts[caller] >= l.c.CallerMaxEntries {
 		return false
 	}
 	l.counts[caller]++
+	if l.since != nil {
+		l.since[caller]++
+	}
 	return true
 }
 
@@ -424,7 +294,7 @@ type entry struct {
 // the client's to choose, the log's room is not.
 const MaxPathBytes = 2048
 
-func (l *Log) entry(d Decision) (translog.Entry, error) {
+func (l *Log) entry(d Decision) ([]byte, error) {
 	e := entry{V: 1, Service: l.service, At: d.At.UTC().Format(time.RFC3339Nano), Caller: d.Caller, System: d.System,
 		Tenant: d.Tenant, Allowed: d.Allowed, Reason: d.Reason, Method: d.Method, Path: d.Path, Status: d.Status}
 	if len(e.Path) > MaxPathBytes {
@@ -432,7 +302,7 @@ func (l *Log) entry(d Decision) (translog.Entry, error) {
 	}
 	b, err := json.Marshal(e)
 	if err != nil {
-		return translog.Entry{}, err
+		return nil, err
 	}
 	// The answer is the service's own JSON, checked when it was written:
 	// spliced in as it is, not decoded and encoded again.
@@ -444,20 +314,20 @@ func (l *Log) entry(d Decision) (translog.Entry, error) {
 			sum := sha256.Sum256(answer)
 			e.AnswerDigest, e.AnswerBytes = "sha256:"+hex.EncodeToString(sum[:]), len(answer)
 			if b, err = json.Marshal(e); err != nil {
-				return translog.Entry{}, err
+				return nil, err
 			}
 		}
 	}
 	if len(b) > translog.MaxEntryBytes {
-		return translog.Entry{}, fmt.Errorf("a decision of %d bytes without its answer: over the log's %d", len(b), translog.MaxEntryBytes)
+		return nil, fmt.Errorf("a decision of %d bytes without its answer: over the log's %d", len(b), translog.MaxEntryBytes)
 	}
-	return translog.Entry{Data: b, At: d.At, Caller: d.Caller, System: d.System, Tenant: d.Tenant, Reason: d.Reason, Allowed: d.Allowed}, nil
+	return b, nil
 }
 
 // Keep logs an answer before it is given. Required: it returns once the
-// decision is committed, or the refusal to answer (ReasonUnavailable,
-// ReasonQuotaExceeded); best-effort: once queued, never refusing for
-// want of room. The zero reason: answer.
+// decision is durable in the log, or the refusal to answer
+// (ReasonUnavailable, ReasonQuotaExceeded); best-effort: once queued,
+// never refusing for want of room. The zero reason: answer.
 func (l *Log) Keep(ctx context.Context, d Decision) (reason.Reason, error) {
 	k := l.KeepAll(ctx, []Decision{d})
 	return k[0].Refusal, k[0].Err
@@ -471,12 +341,12 @@ type Kept struct {
 }
 
 // KeepAll keeps ds as Keep keeps each, together: under required, in one
-// commit when the writer's batch has room (a group of answers signed
-// together, kept together).
+// write and sync when the log's group has room (a group of answers
+// signed together, kept together).
 func (l *Log) KeepAll(ctx context.Context, ds []Decision) []Kept {
 	out := make([]Kept, len(ds))
-	var es []translog.Entry
-	var at []int // es[j] is ds[at[j]]
+	es := make([][]byte, 0, len(ds))
+	at := make([]int, 0, len(ds)) // es[j] is ds[at[j]]
 	for i, d := range ds {
 		if !l.admit(d.Caller) {
 			l.quotaRefused.Inc()
@@ -488,27 +358,26 @@ func (l *Log) KeepAll(ctx context.Context, ds []Decision) []Kept {
 			out[i] = Kept{ReasonUnavailable, err}
 			continue
 		}
-		if l.o.Mode == ModeBestEffort {
-			l.w.Offer(e)
-			continue
-		}
 		es, at = append(es, e), append(at, i)
 	}
 	if len(es) == 0 {
 		return out
 	}
-	_, errs := l.w.AppendAll(ctx, es)
-	for j, err := range errs {
-		if err != nil {
+	g := l.log.AddAll(es)
+	if l.c.Mode == ModeBestEffort {
+		return out
+	}
+	for j := range es {
+		if _, err := g.Wait(ctx, j); err != nil {
 			out[at[j]] = Kept{ReasonUnavailable, err}
 		}
 	}
 	return out
 }
 
-// Required reports whether every answer waits for its decision's commit
-// (--decision-log-mode required).
-func (l *Log) Required() bool { return l.o.Mode == ModeRequired }
+// Required reports whether every answer waits for its decision to be
+// durable (--decision-log-mode required).
+func (l *Log) Required() bool { return l.c.Mode == ModeRequired }
 
 // Refused logs a refusal as the log has room and the caller quota: a
 // refusal is never held up, nor changed, by its log.
@@ -518,16 +387,25 @@ func (l *Log) Refused(d Decision) {
 		return
 	}
 	if e, err := l.entry(d); err == nil {
-		l.w.Offer(e)
+		l.log.AddAll([][]byte{e})
 	}
 }
 
-// Sign signs a checkpoint of the log as it stands now (the writer signs
-// one every second while the log grows).
+// Sign signs a checkpoint of the log as it stands now (the log signs
+// one every --decision-log-sign-every while it grows).
 func (l *Log) Sign(ctx context.Context) (translog.Checkpoint, error) { return l.log.Sign(ctx) }
 
-// Prune applies the retention now (the writer does every minute) and
-// returns the log's minimum index.
+// Indexed waits until the search index holds every decision the log
+// holds now (or ctx ends).
+func (l *Log) Indexed(ctx context.Context) error { return l.search.caughtUp(ctx, l.log.Size()) }
+
+// Prune applies the retention now (the log does every minute), drops
+// what it pruned from the search index, and returns the log's minimum
+// index.
 func (l *Log) Prune(ctx context.Context) (int64, error) {
-	return l.log.Prune(ctx, translog.Retention{MaxAge: l.o.MaxAge, MaxEntries: l.o.MaxEntries})
+	m, err := l.log.ApplyRetention(ctx)
+	if err != nil {
+		return m, err
+	}
+	return m, l.search.prune(ctx)
 }

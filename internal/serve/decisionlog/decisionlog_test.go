@@ -30,11 +30,11 @@ func TestChecksRefuseWhatCannotBeHonoured(t *testing.T) {
 	}
 	for want, edit := range map[string]func(*decisionlog.Options){
 		"--decision-log-key-file belongs to --decision-log": func(o *decisionlog.Options) { o.KeyFile = "k" },
-		"needs --decision-log-key-file":                     func(o *decisionlog.Options) { o.Datastore = "x.db" },
-		"--decision-log-mode \"sometimes\"":                 func(o *decisionlog.Options) { o.Datastore, o.KeyFile, o.Mode = "x.db", "k", "sometimes" },
-		"--decision-log-caller-max-entries 0":               func(o *decisionlog.Options) { o.Datastore, o.KeyFile, o.CallerMaxEntries = "x.db", "k", 0 },
-		"--decision-log-queue 0":                            func(o *decisionlog.Options) { o.Datastore, o.KeyFile, o.Queue = "x.db", "k", 0 },
-		"want 0 (no bound) or more":                         func(o *decisionlog.Options) { o.Datastore, o.KeyFile, o.MaxAge = "x.db", "k", -time.Second },
+		"needs --decision-log-key-file":                     func(o *decisionlog.Options) { o.Dir = "log" },
+		"--decision-log-mode \"sometimes\"":                 func(o *decisionlog.Options) { o.Dir, o.KeyFile, o.Mode = "log", "k", "sometimes" },
+		"--decision-log-caller-max-entries 0":               func(o *decisionlog.Options) { o.Dir, o.KeyFile, o.CallerMaxEntries = "log", "k", 0 },
+		"--decision-log-queue 0":                            func(o *decisionlog.Options) { o.Dir, o.KeyFile, o.Queue = "log", "k", 0 },
+		"want 0 (no bound) or more":                         func(o *decisionlog.Options) { o.Dir, o.KeyFile, o.MaxAge = "log", "k", -time.Second },
 	} {
 		o := decisionlog.NewOptions()
 		edit(&o)
@@ -54,11 +54,15 @@ func TestAnswersKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := decisionlog.NewOptions()
-	o.Datastore, o.KeyFile = filepath.Join(dir, "log.db"), filepath.Join(dir, "log.key")
+	o.Dir, o.KeyFile = filepath.Join(dir, "log"), filepath.Join(dir, "log.key")
 	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := decisionlog.Open(ctx, "svc", o, nil)
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := decisionlog.Open(ctx, "svc", c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +80,11 @@ func TestAnswersKept(t *testing.T) {
 		}
 	}
 	for i, answer := range [][]byte{small, large} {
-		s, err := l.Translog().Get(ctx, int64(i))
+		data, err := l.Translog().Entry(int64(i))
 		if err != nil {
 			t.Fatal(err)
 		}
+		s := struct{ Data []byte }{data}
 		if !json.Valid(s.Data) {
 			t.Fatalf("entry %d is not JSON: %s", i, s.Data)
 		}
@@ -153,11 +158,15 @@ func TestSinkShipsOPAsFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := decisionlog.NewOptions()
-	o.Datastore, o.KeyFile, o.Sink, o.SinkEvery = filepath.Join(dir, "log.db"), filepath.Join(dir, "log.key"), srv.URL+"/logs", 50*time.Millisecond
+	o.Dir, o.KeyFile, o.Sink, o.SinkEvery = filepath.Join(dir, "log"), filepath.Join(dir, "log.key"), srv.URL+"/logs", 50*time.Millisecond
 	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := decisionlog.Open(ctx, "pdp", o, nil)
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := decisionlog.Open(ctx, "pdp", c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,13 +209,13 @@ func TestSinkShipsOPAsFormat(t *testing.T) {
 func TestSinkRefusesPlaintextElsewhere(t *testing.T) {
 	for _, sink := range []string{"http://logs.example.com/logs", "ftp://x/logs", "https://user:pw@x/logs"} {
 		o := decisionlog.NewOptions()
-		o.Datastore, o.KeyFile, o.Sink = "x.db", "k", sink
+		o.Dir, o.KeyFile, o.Sink = "log", "k", sink
 		if err := o.Check(); err == nil {
 			t.Errorf("--decision-log-sink %s was accepted", sink)
 		}
 	}
 	o := decisionlog.NewOptions()
-	o.Datastore, o.KeyFile, o.Sink, o.SinkTokenFile = "x.db", "k", "http://127.0.0.1:1/logs", "t"
+	o.Dir, o.KeyFile, o.Sink, o.SinkTokenFile = "log", "k", "http://127.0.0.1:1/logs", "t"
 	if err := o.Check(); err == nil {
 		t.Error("a token for a plain http:// sink was accepted")
 	}

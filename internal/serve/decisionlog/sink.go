@@ -50,16 +50,17 @@ type SinkConfig struct {
 	Metrics string
 }
 
-// Sink ships committed decisions (Log's writer hands them over) in OPA's
+// Sink ships the decisions the log keeps, following it, in OPA's
 // format. Run it with Start.
 type Sink struct {
 	cfg    SinkConfig
+	log    *translog.Log
 	origin string
 	labels map[string]string
+	next   int64 // the log's next index to queue
 
 	mu    sync.Mutex
 	queue []opaEvent
-	wake  chan struct{}
 
 	shipped, dropped, rejected, retries prometheus.Counter
 }
@@ -76,7 +77,8 @@ type opaEvent struct {
 	Custom     map[string]any    `json:"custom"`
 }
 
-func newSink(cfg SinkConfig, origin string) (*Sink, error) {
+func newSink(cfg SinkConfig, log *translog.Log) (*Sink, error) {
+	origin := log.Origin()
 	if cfg.URL == nil || cfg.Client == nil {
 		return nil, errors.New("decision log sink: no URL or client")
 	}
@@ -86,7 +88,7 @@ func newSink(cfg SinkConfig, origin string) (*Sink, error) {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
 	name := func(n string) string { return cfg.Metrics + "_decision_log_sink_" + n }
-	return &Sink{cfg: cfg, origin: origin, wake: make(chan struct{}, 1),
+	return &Sink{cfg: cfg, log: log, origin: origin, next: log.Size(),
 		labels:   map[string]string{"app": "callerauth-" + cfg.Service, "id": hex.EncodeToString(id), "version": version.Get().Version},
 		shipped:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("shipped_total"), Help: "Decisions the sink accepted."}),
 		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("dropped_total"), Help: "Decisions not shipped because the sink's buffer was full (they stay in the log)."}),
@@ -100,35 +102,53 @@ func (s *Sink) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.shipped, s.dropped, s.rejected, s.retries}
 }
 
-// committed queues entries the log committed from index first on.
-func (s *Sink) committed(first int64, entries []translog.Entry) {
-	s.mu.Lock()
-	for i, e := range entries {
-		if len(s.queue) >= s.cfg.Buffer {
-			s.dropped.Add(float64(len(entries) - i))
-			break
-		}
-		s.queue = append(s.queue, s.event(first+int64(i), e))
+// follow queues what the log kept since the last call, as the buffer
+// has room; what finds none is counted and left out of the shipping.
+func (s *Sink) follow() {
+	size := s.log.Size()
+	if minIdx := s.log.MinIndex(); s.next < minIdx {
+		s.dropped.Add(float64(minIdx - s.next))
+		s.next = minIdx
 	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	for s.next < size {
+		es, err := s.log.Entries(s.next, s.cfg.MaxBatch)
+		if err != nil || len(es) == 0 {
+			if err != nil && s.cfg.Logger != nil {
+				s.cfg.Logger.Error("decision log sink: reading the log failed", "err", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		for i, e := range es {
+			if len(s.queue) >= s.cfg.Buffer {
+				s.dropped.Inc()
+				continue
+			}
+			s.queue = append(s.queue, s.event(s.next+int64(i), e))
+		}
+		s.mu.Unlock()
+		s.next += int64(len(es))
 	}
 }
 
 // event is an entry as OPA writes an event: the verified facts as input,
 // the decision and the answer given as result, the log's origin and
 // index (for a proof) as custom.
-func (s *Sink) event(index int64, e translog.Entry) opaEvent {
+func (s *Sink) event(index int64, data []byte) opaEvent {
 	var stored struct {
-		Path   string          `json:"path"`
-		Status int             `json:"status"`
-		Answer json.RawMessage `json:"answer"`
-		Digest string          `json:"answer_digest"`
+		At      string          `json:"at"`
+		Caller  string          `json:"caller"`
+		System  string          `json:"system"`
+		Tenant  string          `json:"tenant"`
+		Allowed bool            `json:"allowed"`
+		Reason  string          `json:"reason"`
+		Path    string          `json:"path"`
+		Status  int             `json:"status"`
+		Answer  json.RawMessage `json:"answer"`
+		Digest  string          `json:"answer_digest"`
 	}
-	_ = json.Unmarshal(e.Data, &stored)
-	result := map[string]any{"allowed": e.Allowed, "reason": e.Reason, "status": stored.Status}
+	_ = json.Unmarshal(data, &stored)
+	result := map[string]any{"allowed": stored.Allowed, "reason": stored.Reason, "status": stored.Status}
 	if stored.Answer != nil {
 		result["answer"] = stored.Answer
 	}
@@ -136,9 +156,9 @@ func (s *Sink) event(index int64, e translog.Entry) opaEvent {
 		result["answer_digest"] = stored.Digest
 	}
 	return opaEvent{Labels: s.labels, DecisionID: fmt.Sprintf("%s/%d", s.origin, index), Path: "callerauth/" + s.cfg.Service + stored.Path,
-		Input:     map[string]any{"caller": e.Caller, "system": e.System, "tenant": e.Tenant, "path": stored.Path},
+		Input:     map[string]any{"caller": stored.Caller, "system": stored.System, "tenant": stored.Tenant, "path": stored.Path},
 		Result:    result,
-		Timestamp: e.At.UTC().Format(time.RFC3339Nano),
+		Timestamp: stored.At,
 		Custom:    map[string]any{"log_origin": s.origin, "log_index": index}}
 }
 
@@ -150,19 +170,16 @@ func (s *Sink) Start(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			s.follow()
 			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			for s.ship(last) {
 			}
 			cancel()
 			return nil
 		case <-t.C:
-		case <-s.wake:
-			s.mu.Lock()
-			full := len(s.queue) >= s.cfg.MaxBatch
-			s.mu.Unlock()
-			if !full {
-				continue
-			}
+			s.follow()
+		case <-s.log.Grown(s.next + int64(s.cfg.MaxBatch) - 1):
+			s.follow() // a full batch waits
 		}
 		for s.ship(ctx) {
 		}

@@ -215,10 +215,10 @@ func newDecisionsSearchCmd(o *Options, f *decisionsFlags) *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d: want at least 1", limit)
 			}
-			after, header := int64(-1), true
+			after, header := int64(0), true
 			for left := limit; left > 0; {
 				var page decisionlog.Page
-				if err := f.get(cmd.Context(), q.path(after, min(left, translog.MaxSearch)), &page); err != nil {
+				if err := f.get(cmd.Context(), q.path(after, min(left, decisionlog.MaxSearch)), &page); err != nil {
 					return err
 				}
 				if err := printDecisions(o.Stdout, f.output, page.Decisions, header); err != nil {
@@ -253,10 +253,10 @@ func newDecisionsTailCmd(o *Options, f *decisionsFlags) *cobra.Command {
 				return fmt.Errorf("--interval %s: want a positive duration", interval)
 			}
 			ctx := cmd.Context()
-			after, header := int64(-1), true
+			after, header := int64(0), true
 			for {
 				var page decisionlog.Page
-				if err := f.get(ctx, q.path(after, translog.MaxSearch), &page); err != nil {
+				if err := f.get(ctx, q.path(after, decisionlog.MaxSearch), &page); err != nil {
 					return err
 				}
 				if err := printDecisions(o.Stdout, f.output, page.Decisions, header); err != nil {
@@ -264,7 +264,7 @@ func newDecisionsTailCmd(o *Options, f *decisionsFlags) *cobra.Command {
 				}
 				header = false
 				if n := len(page.Decisions); n > 0 {
-					after = page.Decisions[n-1].Index
+					after = page.Decisions[n-1].Cursor
 				}
 				if page.Next != nil {
 					continue // more already waiting

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +20,6 @@ import (
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
 	secretsengine "github.com/callerauth/callerauth/examples/secrets-engine"
-	"github.com/callerauth/callerauth/internal/foundation/datastore"
-	"github.com/callerauth/callerauth/internal/foundation/translog"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
 )
@@ -56,8 +56,7 @@ func TestDecisionsCommands(t *testing.T) {
 	o.Serve.Listen, o.Serve.MetricsListen, o.Serve.LogOutput, o.InsecureHTTP = "127.0.0.1:0", "", io.Discard, true
 	o.PolicyDir, o.Registry, o.SigningKeyFile, o.Callers.Kubeconfig = policyDir, registry, signing, iss.KubeconfigFile()
 	o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine", decisionlog.ReaderSystem + "=system:serviceaccount:audit:auditor"}
-	dbFile := filepath.Join(dir, "decisions.db")
-	o.DecisionLog.Datastore, o.DecisionLog.KeyFile = dbFile, keyFile
+	o.DecisionLog.Dir, o.DecisionLog.KeyFile = filepath.Join(dir, "decisions"), keyFile
 	c, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +65,21 @@ func TestDecisionsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewTLSServer(s.Handler())
+	// tamper, once set, alters every decision the pdp serves, as a
+	// server (or a man in the middle) with something to hide would.
+	var tamper atomic.Bool
+	h := s.Handler()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tamper.Load() {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(bytes.ReplaceAll(rec.Body.Bytes(), []byte("secrets-engine:secrets-engine"), []byte("secrets-engine:impostor")))
+	}))
 	defer srv.Close()
 	logCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -147,15 +160,8 @@ func TestDecisionsCommands(t *testing.T) {
 	if r := cli("show", "0", "--verifier-key", other); r.err == nil {
 		t.Error("show accepted a checkpoint with another log's key")
 	}
-	// Altered in the store: show refuses it.
-	db, err := datastore.Open(ctx, "translog", dbFile, translog.Migrations, datastore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("UPDATE translog_entries SET data = replace(data, 'secrets-engine:secrets-engine', 'secrets-engine:impostor') WHERE idx = 0"); err != nil {
-		t.Fatal(err)
-	}
+	// Served altered: show refuses it.
+	tamper.Store(true)
 	if r := cli("show", "0", "--verifier-key", vkey); r.err == nil || !strings.Contains(r.err.Error(), "NOT proved") {
 		t.Errorf("show of an altered decision: %v\n%s", r.err, r.stdout.String())
 	}

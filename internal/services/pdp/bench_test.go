@@ -130,7 +130,7 @@ func BenchmarkCheckDecisionLog(b *testing.B) {
 			o := options(example, "enforce", key)
 			o.CallerBindings = []string{"secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"}
 			if mode != "off" {
-				o.DecisionLog.Datastore, o.DecisionLog.KeyFile, o.DecisionLog.Mode = filepath.Join(b.TempDir(), "log.db"), logKey, mode
+				o.DecisionLog.Dir, o.DecisionLog.KeyFile, o.DecisionLog.Mode = filepath.Join(b.TempDir(), "log"), logKey, mode
 				o.DecisionLog.CallerMaxEntries = 1 << 40
 			}
 			s := newServer(b, o, authn.AuthenticatorFunc(func(context.Context, string) (*authn.Caller, error) { return caller, nil }))

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/callerauth/callerauth/devissuer"
-	"github.com/callerauth/callerauth/internal/foundation/datastore"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
+	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/pgtest"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/pdp"
@@ -32,9 +32,9 @@ const (
 	engine    = "system:serviceaccount:secrets-engine:secrets-engine"
 )
 
-// withLog starts a pdp keeping a decision log in an SQLite file, the
-// auditor bound to read it, and runs the log's writer; it returns the
-// checkpoints' verifier key and the log's file.
+// withLog starts a pdp keeping a decision log in a directory, the
+// auditor bound to read it, and runs the log; it returns the
+// checkpoints' verifier key and the log's directory.
 func withLog(t *testing.T, mode string, edit func(*pdp.Options)) (*env, string, string) {
 	t.Helper()
 	skey, vkey, err := note.GenerateKey(rand.Reader, logOrigin)
@@ -42,12 +42,12 @@ func withLog(t *testing.T, mode string, edit func(*pdp.Options)) (*env, string, 
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	keyFile, dbFile := filepath.Join(dir, "log.key"), filepath.Join(dir, "decisions.db")
+	keyFile, logDir := filepath.Join(dir, "log.key"), filepath.Join(dir, "decisions")
 	if err := os.WriteFile(keyFile, []byte(skey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e := start(t, mode, func(o *pdp.Options) {
-		o.DecisionLog.Datastore, o.DecisionLog.KeyFile = dbFile, keyFile
+		o.DecisionLog.Dir, o.DecisionLog.KeyFile = logDir, keyFile
 		o.CallerBindings = append(o.CallerBindings, decisionlog.ReaderSystem+"="+auditor)
 		if edit != nil {
 			edit(o)
@@ -56,8 +56,10 @@ func withLog(t *testing.T, mode string, edit func(*pdp.Options)) (*env, string, 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.srv.DecisionLog().Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return e, vkey, dbFile
+	var once sync.Once
+	e.stopLog = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(e.stopLog)
+	return e, vkey, logDir
 }
 
 func (e *env) tokenFor(t *testing.T, ns, sa string) string {
@@ -122,7 +124,7 @@ func TestDecisionLog(t *testing.T) {
 }
 
 func testDecisionLog(t *testing.T, mode string) {
-	e, vkey, dbFile := withLog(t, mode, nil)
+	e, vkey, logDir := withLog(t, mode, nil)
 	allow := readExample(t, "check_request_allow_rotate.json")
 	good, reader := e.token(t, "secrets-engine", "flex-auth", time.Time{}), e.tokenFor(t, "audit", "auditor")
 	code, answer := e.post(t, good, allow, "application/json")
@@ -214,23 +216,16 @@ func testDecisionLog(t *testing.T, mode string) {
 		t.Errorf("the decision's inclusion proof: %v", err)
 	}
 
-	// A decision altered in the store no longer proves.
-	db, err := datastore.Open(context.Background(), "translog", dbFile, translog.Migrations, datastore.Options{})
-	if err != nil {
+	// A decision altered on disk, checksum and all, while the log is
+	// stopped: the log no longer opens.
+	e.stopLog()
+	forged := bytes.Replace(proved.Entry, []byte(`"allowed":true`), []byte(`"allowed":fals`), 1)
+	if err := translog.Forge(logDir, logOrigin, index, forged); err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	forged := bytes.Replace(proved.Entry, []byte(`"allowed":true`), []byte(`"allowed":false`), 1)
-	if _, err := db.Exec("UPDATE translog_entries SET data = ? WHERE idx = ?", forged, index); err != nil {
-		t.Fatal(err)
-	}
-	code, body := e.get(t, reader, fmt.Sprintf("%s%d?size=%d", decisionlog.PathEntry, index, size))
-	var again decisionlog.Proved
-	if code != http.StatusOK || json.Unmarshal(body, &again) != nil {
-		t.Fatalf("GET the altered decision: %d %s", code, body)
-	}
-	if err := tlog.CheckRecord(proof, size, root, index, tlog.RecordHash(again.Entry)); err == nil || !bytes.Equal(again.Entry, forged) {
-		t.Errorf("a decision altered in the store still proves (%v)", err)
+	skey, _ := os.ReadFile(filepath.Join(filepath.Dir(logDir), "log.key"))
+	if _, err := translog.Open(translog.Config{Dir: logDir, Key: strings.TrimSpace(string(skey)), Metrics: "forged"}); err == nil || !strings.Contains(err.Error(), "does not extend its checkpoint") {
+		t.Errorf("a log with an altered decision opened: %v", err)
 	}
 }
 
@@ -289,7 +284,8 @@ func TestDecisionLogQuota(t *testing.T) {
 	}
 }
 
-// TestDecisionLogRequired: with the log's store gone, no answer leaves.
+// TestDecisionLogRequired: with the log's disk full, or the log
+// stopped, no answer leaves, and the pdp is not ready.
 func TestDecisionLogRequired(t *testing.T) {
 	e, _, _ := withLog(t, "enforce", nil)
 	allow := readExample(t, "check_request_allow_rotate.json")
@@ -300,20 +296,26 @@ func TestDecisionLogRequired(t *testing.T) {
 	if err := e.srv.DecisionLog().Check(context.Background()); err != nil {
 		t.Errorf("the log's readiness with its store up: %v", err)
 	}
-	_ = e.srv.DecisionLog().Close()
-	if err := e.srv.DecisionLog().Check(context.Background()); err == nil {
-		t.Error("the log is ready with its store gone")
+	if _, err := faults.DiskFull(filepath.Join(e.srv.DecisionLog().Translog().Dir(), "segments")); err != nil {
+		t.Fatal(err)
 	}
-	code, body := e.post(t, good, allow, "application/json")
-	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), decisionlog.ReasonUnavailable.String()) {
-		t.Fatalf("a check the log cannot keep: %d %s", code, body)
+	for _, when := range []string{"its disk full", "stopped"} {
+		code, body := e.post(t, good, allow, "application/json")
+		if code != http.StatusServiceUnavailable || !strings.Contains(string(body), decisionlog.ReasonUnavailable.String()) {
+			t.Fatalf("a check the log cannot keep (%s): %d %s", when, code, body)
+		}
+		if err := e.srv.DecisionLog().Check(context.Background()); err == nil {
+			t.Errorf("the log is ready, %s", when)
+		}
+		e.stopLog()
 	}
 }
 
-// TestDecisionLogReplicas: two pdps on one PostgreSQL keep one log. Each
-// one's decisions are read, and proven with x/mod, through the other;
-// every checkpoint either signs is a prefix of the other's latest (the
-// consistency proof the read API serves, checked with tlog.CheckTree).
+// TestDecisionLogReplicas: two pdps that share a key and a PostgreSQL
+// search index keep a log each (their origins KEYNAME/a and KEYNAME/b,
+// no coordination between them). A search through either finds both
+// replicas' decisions, each naming its log; each decision proves, with
+// x/mod, in its own replica's signed log.
 func TestDecisionLogReplicas(t *testing.T) {
 	target := pgtest.Start(t).NewDatabase(t)
 	skey, vkey, err := note.GenerateKey(rand.Reader, logOrigin)
@@ -324,9 +326,13 @@ func TestDecisionLogReplicas(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(skey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	shared := func(o *pdp.Options) { o.DecisionLog.Datastore, o.DecisionLog.KeyFile = target, keyFile }
-	a, _, _ := withLog(t, "enforce", shared)
-	b, _, _ := withLog(t, "enforce", shared)
+	replica := func(name string) func(o *pdp.Options) {
+		return func(o *pdp.Options) {
+			o.DecisionLog.Search, o.DecisionLog.KeyFile, o.DecisionLog.Replica = target, keyFile, name
+		}
+	}
+	a, _, _ := withLog(t, "enforce", replica("a"))
+	b, _, _ := withLog(t, "enforce", replica("b"))
 	allow := readExample(t, "check_request_allow_rotate.json")
 	const each = 5
 	for _, e := range []*env{a, b} {
@@ -337,73 +343,49 @@ func TestDecisionLogReplicas(t *testing.T) {
 			}
 		}
 	}
-	readerA, readerB := a.tokenFor(t, "audit", "auditor"), b.tokenFor(t, "audit", "auditor")
-	for name, r := range map[string]struct {
-		e   *env
-		tok string
-	}{"replica a": {a, readerA}, "replica b": {b, readerB}} {
-		if p := r.e.search(t, r.tok, "decision=allowed", 2*each); len(p.Decisions) != 2*each {
-			t.Fatalf("%s reads %d decisions of the two replicas' %d", name, len(p.Decisions), 2*each)
+	replicas := map[string]*env{logOrigin + "/a": a, logOrigin + "/b": b}
+	for origin, e := range replicas {
+		tok := e.tokenFor(t, "audit", "auditor")
+		p := e.search(t, tok, "decision=allowed", 2*each)
+		if len(p.Decisions) != 2*each || p.Origin != origin {
+			t.Fatalf("%s reads %d decisions of the two replicas' %d (its origin %q)", origin, len(p.Decisions), 2*each, p.Origin)
+		}
+		byOrigin := map[string]int{}
+		for _, d := range p.Decisions {
+			byOrigin[d.Origin]++
+		}
+		if byOrigin[logOrigin+"/a"] != each || byOrigin[logOrigin+"/b"] != each {
+			t.Fatalf("%s: decisions by log %v", origin, byOrigin)
 		}
 	}
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// latest is a replica's checkpoint once it covers every decision.
-	latest := func(e *env, tok string) (int64, tlog.Hash) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			code, body := e.get(t, tok, decisionlog.PathTiles+"checkpoint")
-			if code == http.StatusOK {
-				n, err := note.Open(body, note.VerifierList(v))
-				if err != nil {
-					t.Fatalf("a checkpoint that does not verify: %v", err)
-				}
-				_, size, root, err := translog.ParseCheckpoint(n.Text)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if size >= 2*each {
-					return size, root
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no checkpoint of the whole log: %d %s", code, body)
-			}
-		}
-	}
-	sizeA, rootA := latest(a, readerA)
-	sizeB, rootB := latest(b, readerB)
-	if sizeA == sizeB && rootA != rootB {
-		t.Fatalf("the replicas signed two trees of size %d", sizeA)
-	}
-	// B proves A's checkpoint a prefix of its own (or the reverse).
-	older, olderRoot, newer, newerRoot, prover, tok := sizeA, rootA, sizeB, rootB, b, readerB
-	if sizeA > sizeB {
-		older, olderRoot, newer, newerRoot, prover, tok = sizeB, rootB, sizeA, rootA, a, readerA
-	}
-	code, body := prover.get(t, tok, fmt.Sprintf("%s?old=%d&size=%d", decisionlog.PathConsistency, older, newer))
-	var c decisionlog.Consistency
-	if code != http.StatusOK || json.Unmarshal(body, &c) != nil {
-		t.Fatalf("the consistency proof: %d %s", code, body)
-	}
-	proof := make(tlog.TreeProof, len(c.Proof))
-	for i, h := range c.Proof {
-		if proof[i], err = tlog.ParseHash(h); err != nil {
+	// Each decision proves in the log it names, through its replica,
+	// against that replica's checkpoint (its own verifier key).
+	tokA := a.tokenFor(t, "audit", "auditor")
+	p := a.search(t, tokA, "decision=allowed", 2*each)
+	for _, d := range p.Decisions {
+		e := replicas[d.Origin]
+		rvkey, err := decisionlog.ReplicaVerifierKey(vkey, d.Origin[len(logOrigin)+1:])
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := tlog.CheckTree(proof, newer, newerRoot, older, olderRoot); err != nil {
-		t.Errorf("replica checkpoints of sizes %d and %d are not one log: %v", older, newer, err)
-	}
-	// A decision replica a wrote, proven through replica b.
-	p := b.search(t, readerB, "decision=allowed", 2*each)
-	for _, d := range p.Decisions {
-		code, body := b.get(t, readerB, fmt.Sprintf("%s%d?size=%d", decisionlog.PathEntry, d.Index, sizeB))
+		v, err := note.NewVerifier(rvkey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := e.tokenFor(t, "audit", "auditor")
 		var proved decisionlog.Proved
-		if code != http.StatusOK || json.Unmarshal(body, &proved) != nil {
-			t.Fatalf("decision %d through replica b: %d %s", d.Index, code, body)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			code, body := e.get(t, tok, fmt.Sprintf("%s%d", decisionlog.PathEntry, d.Index))
+			if code == http.StatusOK && json.Unmarshal(body, &proved) == nil && proved.Checkpoint != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("decision %s/%d through its replica: %d %s", d.Origin, d.Index, code, body)
+			}
+		}
+		c, err := translog.OpenCheckpoint([]byte(proved.Checkpoint), v)
+		if err != nil {
+			t.Fatalf("%s's checkpoint: %v", d.Origin, err)
 		}
 		rp := make(tlog.RecordProof, len(proved.Proof))
 		for i, h := range proved.Proof {
@@ -411,8 +393,8 @@ func TestDecisionLogReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := tlog.CheckRecord(rp, sizeB, rootB, d.Index, tlog.RecordHash(proved.Entry)); err != nil {
-			t.Errorf("decision %d: %v", d.Index, err)
+		if !bytes.Equal(proved.Entry, d.Entry) || tlog.CheckRecord(rp, c.Size, c.Root, d.Index, tlog.RecordHash(proved.Entry)) != nil {
+			t.Errorf("decision %s/%d does not prove in its log", d.Origin, d.Index)
 		}
 	}
 }

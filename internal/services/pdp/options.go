@@ -123,7 +123,7 @@ type Config struct {
 	AuthZENBaseURL                              string
 	AuthZENMaxBody                              int64
 	SignGroupMax, SearchPageSize, MaxCandidates int
-	DecisionLog                                 decisionlog.Options
+	DecisionLog                                 decisionlog.Config
 }
 
 // Complete validates the options — refusing every one that cannot be
@@ -188,7 +188,8 @@ func (o Options) Complete() (Config, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pdp: %w", err))
 	}
-	if err := o.DecisionLog.Check(); err != nil {
+	dlog, err := o.DecisionLog.Complete()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("pdp: %w", err))
 	}
 	if o.Callers.Mode != callers.ModeOff && len(bindings) == 0 {
@@ -200,5 +201,5 @@ func (o Options) Complete() (Config, error) {
 	return Config{Serve: o.Serve, Callers: callerCfg,
 		Bindings: bindings, Warnings: warnings, InsecureHTTP: o.InsecureHTTP, PolicyDir: o.PolicyDir, Registry: o.Registry, SigningKeyFile: o.SigningKeyFile,
 		ReloadInterval: o.ReloadInterval, AuthZENBaseURL: o.AuthZENBaseURL, AuthZENMaxBody: o.AuthZENMaxBody,
-		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates, DecisionLog: o.DecisionLog}, nil
+		SignGroupMax: o.SignGroupMax, SearchPageSize: o.SearchPageSize, MaxCandidates: o.SearchMaxCandidates, DecisionLog: dlog}, nil
 }

@@ -37,6 +37,8 @@ type env struct {
 	url    string
 	client *http.Client
 	keys   jose.JSONWebKeySet
+	// stopLog stops the decision log (withLog) and waits for it.
+	stopLog func()
 }
 
 func start(t *testing.T, mode string, edit func(*pdp.Options)) *env {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/callerauth/callerauth/devissuer"
+	"github.com/callerauth/callerauth/internal/kit/faults"
 	"github.com/callerauth/callerauth/internal/kit/loopback"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 	"github.com/callerauth/callerauth/internal/services/proxy"
@@ -55,7 +56,7 @@ func withLog(t *testing.T, o *proxy.Options) string {
 	if o.DecisionLogListen, err = loopback.Addr(); err != nil {
 		t.Fatal(err)
 	}
-	o.DecisionLog.Datastore, o.DecisionLog.KeyFile = filepath.Join(dir, "decisions.db"), keyFile
+	o.DecisionLog.Dir, o.DecisionLog.KeyFile = filepath.Join(dir, "decisions"), keyFile
 	o.CallerBindings = append(o.CallerBindings, decisionlog.ReaderSystem+"="+auditor)
 	return vkey
 }
@@ -250,7 +251,10 @@ func TestDecisionLogRequired(t *testing.T) {
 	if code, body := e.get(t, base+"/hello", e.tokens["client"]); code != http.StatusOK {
 		t.Fatalf("the allowed caller: %d %s", code, body)
 	}
-	_ = s.DecisionLog().Close()
+	// The volume of the log's segment fills: its next write fails.
+	if _, err := faults.DiskFull(filepath.Join(s.DecisionLog().Translog().Dir(), "segments")); err != nil {
+		t.Fatal(err)
+	}
 	before := reached.Load()
 	code, body := e.get(t, base+"/hello", e.tokens["client"])
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, decisionlog.ReasonUnavailable.String()) {
@@ -263,7 +267,7 @@ func TestDecisionLogRequired(t *testing.T) {
 		t.Errorf("a refusal with the log down: %d, want 403", code)
 	}
 	if err := s.DecisionLog().Check(context.Background()); err == nil {
-		t.Error("the log is ready with its store gone")
+		t.Error("the log is ready with its disk full")
 	}
 }
 

@@ -233,7 +233,7 @@ type Config struct {
 	// DecisionLog is --decision-log's (On: every verdict kept);
 	// DecisionLogListen serves its read API to LogReader, the principal
 	// bound to decisionlog.ReaderSystem (never one of Bindings).
-	DecisionLog       decisionlog.Options
+	DecisionLog       decisionlog.Config
 	DecisionLogListen string
 	LogReader         string
 }
@@ -367,8 +367,9 @@ func (o Options) Complete() (Config, error) {
 // read API is served.
 func (c *Config) completeDecisionLog(o Options) []error {
 	var errs []error
-	c.DecisionLog, c.DecisionLogListen = o.DecisionLog, o.DecisionLogListen
-	if err := o.DecisionLog.Check(); err != nil {
+	c.DecisionLogListen = o.DecisionLogListen
+	var err error
+	if c.DecisionLog, err = o.DecisionLog.Complete(); err != nil {
 		errs = append(errs, fmt.Errorf("proxy: %w", err))
 	}
 	switch {

@@ -52,8 +52,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if not $v.deployment.enabled -}}
 {{- fail "callerauth-proxy: decisionLog is rendered for the standalone proxy (deployment.enabled); as a sidecar give the --decision-log flags yourself (docs/decision-log.md)" -}}
 {{- end -}}
-{{- if not .urlSecret.name -}}
-{{- fail "callerauth-proxy: decisionLog.urlSecret.name is required: the Secret holding the postgres:// URL the replicas share" -}}
+{{- if and (not .searchSecret.name) (gt (int $v.deployment.replicas) 1) -}}
+{{- fail "callerauth-proxy: decisionLog.searchSecret.name is required with more than one replica: the Secret holding the postgres:// URL of the search index the replicas share" -}}
 {{- end -}}
 {{- if not .keySecret.name -}}
 {{- fail "callerauth-proxy: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
@@ -64,7 +64,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if or (eq (int .port) (int $v.port)) (eq (int .port) (int $v.metrics.port)) -}}
 {{- fail (printf "callerauth-proxy: decisionLog.port %d is the proxy's or the metrics' port" (int .port)) -}}
 {{- end -}}
-{{- else if or .reader .urlSecret.name .keySecret.name -}}
+{{- else if or .reader .searchSecret.name .keySecret.name -}}
 {{- fail "callerauth-proxy: decisionLog's settings are given but decisionLog.enabled is false" -}}
 {{- end -}}
 {{- end -}}
@@ -113,7 +113,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --allow-paths={{ join "," . }}
 {{- end }}
 {{- with .Values.decisionLog }}{{ if .enabled }}
-- --decision-log-url-file=/etc/callerauth-proxy/decision-log-url/{{ .urlSecret.key }}
+- --decision-log=/var/lib/callerauth-proxy/decisions
+- --decision-log-replica=$(POD_NAME)
+{{- if .searchSecret.name }}
+- --decision-log-search-url-file=/etc/callerauth-proxy/decision-log-search/{{ .searchSecret.key }}
+{{- end }}
 - --decision-log-key-file=/etc/callerauth-proxy/decision-log-key/{{ .keySecret.key }}
 - --decision-log-mode={{ .mode }}
 - --decision-log-max-age={{ .maxAge }}

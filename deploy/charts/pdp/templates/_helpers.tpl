@@ -78,8 +78,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- with $v.decisionLog -}}
 {{- if .enabled -}}
-{{- if not .urlSecret.name -}}
-{{- fail "pdp: decisionLog.urlSecret.name is required: the Secret holding the postgres:// URL the replicas share" -}}
+{{- if and (not .searchSecret.name) (or (gt (int $v.replicas) 1) $v.autoscaling.enabled) -}}
+{{- fail "pdp: decisionLog.searchSecret.name is required with more than one replica: the Secret holding the postgres:// URL of the search index the replicas share" -}}
 {{- end -}}
 {{- if not .keySecret.name -}}
 {{- fail "pdp: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
@@ -93,7 +93,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .sink (not (hasPrefix "https://" .sink)) -}}
 {{- fail (printf "pdp: decisionLog.sink %q: want an https:// URL" .sink) -}}
 {{- end -}}
-{{- else if or .reader .sink .urlSecret.name .keySecret.name -}}
+{{- else if or .reader .sink .searchSecret.name .keySecret.name -}}
 {{- fail "pdp: decisionLog's settings are given but decisionLog.enabled is false" -}}
 {{- end -}}
 {{- end -}}
@@ -117,4 +117,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail (printf "pdp: podDisruptionBudget.minAvailable %d with %d replicas: no pod could ever be evicted, and a node drain would hang" (int $v.podDisruptionBudget.minAvailable) $least) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The workload: a StatefulSet with the decision log on (a log and a
+volume a replica), else a Deployment. */}}
+{{- define "pdp.workload" -}}
+{{- if .Values.decisionLog.enabled }}StatefulSet{{ else }}Deployment{{ end -}}
 {{- end -}}

@@ -1,0 +1,67 @@
+package translog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Forge is what someone with write access to a stopped log's directory
+// can do: entry index's bytes in the segment replaced by data (of the
+// same length), its group's checksum made to match, so that nothing but
+// the tree tells. Open then refuses the log: its tree no longer extends
+// the latest checkpoint. For drills and tests.
+func Forge(dir, origin string, index int64, data []byte) error {
+	firsts, err := segments(filepath.Join(dir, "segments"))
+	if err != nil || len(firsts) == 0 {
+		return fmt.Errorf("no segment: %v", err)
+	}
+	path := filepath.Join(dir, "segments", segmentName(firsts[len(firsts)-1]))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	r := bufio.NewReader(f)
+	_, off, err := readHeader(r, origin)
+	if err != nil {
+		return err
+	}
+	for {
+		first, entries, body, err := readFrame(r, nil)
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("entry %d is not in the segment %s", index, path)
+		}
+		if err != nil {
+			return err
+		}
+		if index < first || index >= first+int64(entries) {
+			off += 8 + 12 + int64(len(body))
+			continue
+		}
+		pos := 0
+		for i := first; i < index; i++ {
+			pos += 2 + int(binary.BigEndian.Uint16(body[pos:]))
+		}
+		if n := int(binary.BigEndian.Uint16(body[pos:])); n != len(data) {
+			return fmt.Errorf("entry %d is %d bytes, the forgery %d", index, n, len(data))
+		}
+		copy(body[pos+2:], data)
+		payload := make([]byte, 0, 12+len(body))
+		payload = binary.BigEndian.AppendUint64(payload, uint64(first))   //nolint:gosec // not negative.
+		payload = binary.BigEndian.AppendUint32(payload, uint32(entries)) //nolint:gosec // bounded.
+		payload = append(payload, body...)
+		var h [8]byte
+		binary.BigEndian.PutUint32(h[:], uint32(len(payload))) //nolint:gosec // bounded.
+		binary.BigEndian.PutUint32(h[4:], crc32.Checksum(payload, castagnoli))
+		if _, err := f.WriteAt(append(h[:], payload...), off); err != nil {
+			return err
+		}
+		return nil
+	}
+}
