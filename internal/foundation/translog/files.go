@@ -77,7 +77,7 @@ func writeFile(path string, data []byte, point string) error {
 		}
 		_, err = f.Write(data[half:])
 	}
-	if err == nil && os.Getenv("NOSYNC") == "" {
+	if err == nil {
 		err = fdatasync(f)
 	}
 	if cerr := f.Close(); err == nil {
@@ -102,7 +102,7 @@ func syncDir(dir string) error {
 	return errors.Join(err, d.Close())
 }
 
-// tileWriter writes full tiles and bundles to their files, off Run's
+// tileWriter writes full tiles above level 0 to their files, off Run's
 // path, and tells Log to read them from there.
 type tileWriter struct {
 	l    *Log
@@ -197,27 +197,23 @@ func (w *tileWriter) close() error {
 	return w.barrier()
 }
 
-// readTile reads the first w hashes (or entries) of full tile k: from
-// memory while its file is being written, else from the file.
+// readTile reads the first w hashes of full hash tile k: from memory
+// while its file (or its segment's index) is being written, else from
+// there.
 func (l *Log) readTile(k tileKey, w int) ([]byte, error) {
 	l.mu.RLock()
 	b, inMemory := l.full[k]
 	l.mu.RUnlock()
 	if !inMemory {
 		var err error
-		if b, err = os.ReadFile(l.tileFile(k)); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("%w: tile %s", ErrNotHeld, TilePath(k.tile()))
-			}
+		if k.L == 0 {
+			b, err = l.levelZeroTile(k.N)
+		} else if b, err = os.ReadFile(l.tileFile(k)); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: tile %s", ErrNotHeld, TilePath(k.tile()))
+		}
+		if err != nil {
 			return nil, err
 		}
-	}
-	if k.L == -1 {
-		p, ok := bundlePrefix(b, w)
-		if !ok || (w == tileWidth && len(p) != len(b)) {
-			return nil, fmt.Errorf("the entry bundle %s is damaged", TilePath(k.tile()))
-		}
-		return p, nil
 	}
 	if len(b) != tileWidth*tlog.HashSize {
 		return nil, fmt.Errorf("the tile %s is %d bytes, not %d: damaged", TilePath(k.tile()), len(b), tileWidth*tlog.HashSize)

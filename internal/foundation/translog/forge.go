@@ -12,14 +12,14 @@ import (
 )
 
 // Forge is what someone with write access to a stopped log's directory
-// can do: entry index's bytes in the segment replaced by data (of the
-// same length), its group's checksum made to match, so that nothing but
-// the tree tells. Open then refuses the log: its tree no longer extends
-// the latest checkpoint. For drills and tests.
+// can do: entry index's bytes in the newest segment replaced by data (of
+// the same length), its group's checksum made to match, so that nothing
+// but the tree tells. Open then refuses the log: its tree no longer
+// extends the latest checkpoint. For drills and tests.
 func Forge(dir, origin string, index int64, data []byte) error {
 	firsts, err := segments(filepath.Join(dir, "segments"))
 	if err != nil || len(firsts) == 0 {
-		return fmt.Errorf("no segment: %v", err)
+		return fmt.Errorf("no segment: %w", err)
 	}
 	path := filepath.Join(dir, "segments", segmentName(firsts[len(firsts)-1]))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -33,15 +33,16 @@ func Forge(dir, origin string, index int64, data []byte) error {
 		return err
 	}
 	for {
-		first, entries, body, err := readFrame(r, nil)
+		fi, body, err := readFrame(r, nil)
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("entry %d is not in the segment %s", index, path)
 		}
 		if err != nil {
 			return err
 		}
+		first, entries := fi.first, fi.entries
 		if index < first || index >= first+int64(entries) {
-			off += 8 + 12 + int64(len(body))
+			off += fi.size
 			continue
 		}
 		pos := 0
@@ -52,9 +53,10 @@ func Forge(dir, origin string, index int64, data []byte) error {
 			return fmt.Errorf("entry %d is %d bytes, the forgery %d", index, n, len(data))
 		}
 		copy(body[pos+2:], data)
-		payload := make([]byte, 0, 12+len(body))
+		payload := make([]byte, 0, frameHead+len(body))
 		payload = binary.BigEndian.AppendUint64(payload, uint64(first))   //nolint:gosec // not negative.
 		payload = binary.BigEndian.AppendUint32(payload, uint32(entries)) //nolint:gosec // bounded.
+		payload = binary.BigEndian.AppendUint64(payload, uint64(fi.at))   //nolint:gosec // a time after 1970.
 		payload = append(payload, body...)
 		var h [8]byte
 		binary.BigEndian.PutUint32(h[:], uint32(len(payload))) //nolint:gosec // bounded.

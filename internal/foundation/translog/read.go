@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
@@ -31,6 +34,17 @@ func (l *Log) tile(t tlog.Tile, tr *tree, minIdx int64, size int64) ([]byte, err
 	}
 	if b, ok := tr.tileData(tileKey{t.L, t.N}, t.W); ok {
 		return b, nil
+	}
+	if t.L == -1 {
+		b, err := l.bundle(tileKey{-1, t.N})
+		if err != nil {
+			return nil, err
+		}
+		p, ok := bundlePrefix(b, t.W)
+		if !ok {
+			return nil, fmt.Errorf("the entry bundle %s is damaged", TilePath(t))
+		}
+		return p, nil
 	}
 	return l.readTile(tileKey{t.L, t.N}, t.W)
 }
@@ -139,12 +153,18 @@ func (l *Log) Entries(from int64, n int) ([][]byte, error) {
 	for i := from; i < end; {
 		k := tileKey{-1, i >> TileHeight}
 		w := int(min(end-k.N<<TileHeight, tileWidth))
-		b, ok := t.tileData(k, int(t.size%tileWidth))
-		if !ok {
-			var err error
-			if b, err = l.bundle(k); err != nil {
-				return nil, err
-			}
+		if k.N == t.size>>TileHeight { // the partial bundle
+			out = append(out, t.bundle[i-k.N<<TileHeight:w]...)
+			break
+		}
+		if es, ok := t.recentBundle(k.N); ok {
+			out = append(out, es[i-k.N<<TileHeight:w]...)
+			i = k.N<<TileHeight + int64(w)
+			continue
+		}
+		b, err := l.bundle(k)
+		if err != nil {
+			return nil, err
 		}
 		for j := int(i - k.N<<TileHeight); j < w; j++ {
 			e, err := bundleEntry(b, j)
@@ -170,7 +190,7 @@ type bundleCache struct {
 	next int
 }
 
-// bundle is full bundle k.
+// bundle is full bundle k, read from its segment.
 func (l *Log) bundle(k tileKey) ([]byte, error) {
 	c := &l.bundleCache
 	c.mu.Lock()
@@ -182,7 +202,11 @@ func (l *Log) bundle(k tileKey) ([]byte, error) {
 		}
 	}
 	c.mu.Unlock()
-	b, err := l.readTile(k, tileWidth)
+	path, loc, err := l.whereBundle(k.N)
+	if err != nil {
+		return nil, err
+	}
+	b, err := readBundle(path, loc, k.N)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +214,53 @@ func (l *Log) bundle(k tileKey) ([]byte, error) {
 	c.keys[c.next], c.data[c.next] = k, b
 	c.next = (c.next + 1) % len(c.keys)
 	c.mu.Unlock()
+	return b, nil
+}
+
+// whereBundle is the segment that holds full bundle n, and where in it.
+func (l *Log) whereBundle(n int64) (string, bundleLoc, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	at := n << TileHeight
+	if a := l.active; at >= a.first {
+		if i := (at - a.first) >> TileHeight; i < int64(len(a.locs)) {
+			return a.path, a.locs[i], nil
+		}
+		return "", bundleLoc{}, fmt.Errorf("%w: bundle %d", ErrNotHeld, n)
+	}
+	s, ok := l.sealedAt(at)
+	if !ok {
+		return "", bundleLoc{}, fmt.Errorf("%w: bundle %d (pruned)", ErrNotHeld, n)
+	}
+	return filepath.Join(l.dir, "segments", segmentName(s.first)), s.locs[(at-s.first)>>TileHeight], nil
+}
+
+// sealedAt is the full segment holding index at (under l.mu).
+func (l *Log) sealedAt(at int64) (sealedSeg, bool) {
+	i := sort.Search(len(l.sealed), func(i int) bool { return l.sealed[i].end > at })
+	if i == len(l.sealed) || l.sealed[i].first > at {
+		return sealedSeg{}, false
+	}
+	return l.sealed[i], true
+}
+
+// levelZeroTile reads full level-0 tile n from its segment's index.
+func (l *Log) levelZeroTile(n int64) ([]byte, error) {
+	l.mu.RLock()
+	s, ok := l.sealedAt(n << TileHeight)
+	l.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: tile 0/%d", ErrNotHeld, n)
+	}
+	f, err := os.Open(filepath.Join(l.dir, "segments", indexName(s.first)))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	b := make([]byte, tileWidth*tlog.HashSize)
+	if _, err := f.ReadAt(b, s.tilesOff+(n-s.first>>TileHeight)*int64(len(b))); err != nil {
+		return nil, fmt.Errorf("the index of the segment from %d: %w", s.first, err)
+	}
 	return b, nil
 }
 

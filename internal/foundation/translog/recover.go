@@ -21,7 +21,7 @@ func (l *Log) recover() error {
 	if err := l.mkdirs(); err != nil {
 		return err
 	}
-	minIdx, deletedFrom, err := l.readPruned()
+	minIdx, err := l.readPruned()
 	if err != nil {
 		return err
 	}
@@ -42,15 +42,40 @@ func (l *Log) recover() error {
 			return err
 		}
 	} else {
-		// The newest segment is the log's tail; an older one is left
-		// when a crash came between the next one's start and its own
-		// deletion: its tiles were durable before the next began.
-		for _, first := range firsts[:len(firsts)-1] {
-			if err := os.Remove(filepath.Join(l.dir, "segments", segmentName(first))); err != nil {
+		// Every segment but the newest is full and has its index; the
+		// newest is the log's tail, replayed.
+		last := firsts[len(firsts)-1]
+		for i, first := range firsts[:len(firsts)-1] {
+			s, err := readIndex(filepath.Join(l.dir, "segments", indexName(first)))
+			if err != nil {
 				return err
 			}
+			if s.first != first || s.end != firsts[i+1] {
+				return fmt.Errorf("the segment from %d holds entries to %d, the next starts at %d: a segment is missing", first, s.end, firsts[i+1])
+			}
+			if s.end <= l.minIdx { // pruned, but for a crash
+				if err := l.deleteSegment(first); err != nil {
+					return err
+				}
+				continue
+			}
+			l.sealed = append(l.sealed, s)
 		}
-		if err := l.replay(firsts[len(firsts)-1]); err != nil {
+		// The tail's index, if a crash left one, is written again when it
+		// is sealed.
+		if err := os.Remove(filepath.Join(l.dir, "segments", indexName(last))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := l.replay(last); err != nil {
+			return err
+		}
+	}
+	l.written, l.synced = l.w.size, l.w.size
+	if l.minIdx > l.w.size {
+		return fmt.Errorf("the log is pruned to %d and holds %d entries", l.minIdx, l.w.size)
+	}
+	if l.w.size == l.seg.first+l.cfg.SegmentEntries {
+		if err := l.roll(); err != nil { // a crash before the next segment began
 			return err
 		}
 	}
@@ -59,17 +84,8 @@ func (l *Log) recover() error {
 	}
 	l.t = l.w
 	l.t.partial = append([][]tlog.Hash(nil), l.w.partial...)
-	l.written, l.synced = l.w.size, l.w.size
-	if l.minIdx > l.w.size {
-		return fmt.Errorf("the log is pruned to %d and holds %d entries", l.minIdx, l.w.size)
-	}
-	if err := l.extendsCheckpoint(); err != nil {
-		return err
-	}
-	if deletedFrom < minIdx {
-		return l.deletePruned(deletedFrom, minIdx)
-	}
-	return nil
+	l.active = activeSeg{first: l.seg.first, path: l.seg.path, locs: l.locs}
+	return l.extendsCheckpoint()
 }
 
 // replay rebuilds the tree from the segment that starts at first, cuts a
@@ -89,10 +105,11 @@ func (l *Log) replay(first int64) error {
 	if t.size != first {
 		return fmt.Errorf("%s: its header starts at %d", path, t.size)
 	}
-	var buf []byte
 	var full []fullTile
 	for {
-		start, entries, body, err := readFrame(r, buf)
+		// A frame's buffer is its own: the partial bundle keeps its entries.
+		fi, body, err := readFrame(r, nil)
+		start, entries := fi.first, fi.entries
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -100,6 +117,7 @@ func (l *Log) replay(first int64) error {
 			err = errTorn
 		}
 		if err == nil {
+			frameOff := off
 			// Every entry must parse before any is taken.
 			next := t
 			next.partial = append([][]tlog.Hash(nil), t.partial...)
@@ -118,18 +136,19 @@ func (l *Log) replay(first int64) error {
 				err = errTorn
 			}
 			if err == nil {
+				for i := start; i < start+int64(entries); i++ {
+					if i%tileWidth == 0 {
+						l.locs = append(l.locs, bundleLoc{frameOff, int(i - start), fi.at})
+					}
+				}
 				t = next
 				for _, ft := range full {
-					if ft.L == -1 || ft.L == 0 {
-						if (ft.N+1)<<TileHeight <= l.minIdx {
-							continue // pruned
-						}
-					}
 					l.full[ft.tileKey] = ft.data
-					l.files.put(ft)
+					if ft.L > 0 {
+						l.files.put(ft)
+					}
 				}
-				off += 8 + int64(12+len(body))
-				buf = body[:0]
+				off += fi.size
 				continue
 			}
 		}

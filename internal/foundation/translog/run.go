@@ -55,11 +55,24 @@ func (l *Log) Run(ctx context.Context) error {
 	defer sign.Stop()
 	prune := time.NewTicker(l.cfg.PruneEvery)
 	defer prune.Stop()
+	var linger <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return l.stop()
 		case <-l.wake:
+			if l.cfg.Durability == DurableCheckpoints && l.cfg.Linger > 0 && l.queueLen() < tileWidth {
+				if linger == nil {
+					linger = time.After(l.cfg.Linger)
+				}
+				continue
+			}
+			linger = nil
+			if l.group() {
+				l.poke()
+			}
+		case <-linger:
+			linger = nil
 			if l.group() {
 				l.poke()
 			}
@@ -81,6 +94,12 @@ func (l *Log) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+func (l *Log) queueLen() int {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return len(l.queue)
 }
 
 func (l *Log) poke() {
@@ -169,8 +188,13 @@ func (l *Log) group() bool {
 // write appends batch to the tree and the segment, publishes it, and
 // resolves its futures.
 func (l *Log) write(batch []pending) error {
-	first := l.w.size
-	l.frameBuf = frame(l.frameBuf, first)
+	first, now := l.w.size, l.cfg.Now()
+	for i := first; i < first+int64(len(batch)); i++ {
+		if i%tileWidth == 0 {
+			l.locs = append(l.locs, bundleLoc{l.seg.end, int(i - first), now.UnixMilli()})
+		}
+	}
+	l.frameBuf = frame(l.frameBuf, first, now)
 	full := l.fullBuf[:0]
 	var err error
 	for _, p := range batch {
@@ -230,6 +254,7 @@ func (l *Log) publish(full []fullTile) {
 	l.mu.Lock()
 	l.t = l.w
 	l.t.partial = append([][]tlog.Hash(nil), l.w.partial...)
+	l.active = activeSeg{first: l.seg.first, path: l.seg.path, locs: l.locs}
 	for _, t := range full {
 		l.full[t.tileKey] = t.data
 	}
@@ -239,7 +264,9 @@ func (l *Log) publish(full []fullTile) {
 	close(grown)
 	l.m.size.Set(float64(l.w.size))
 	for _, t := range full {
-		l.files.put(t)
+		if t.L > 0 { // level 0 goes in the segment's index
+			l.files.put(t)
+		}
 	}
 }
 
@@ -268,24 +295,48 @@ func (s *segment) write(b []byte) error {
 	return err
 }
 
-// roll starts the next segment, once the tiles of this one are durable,
-// and deletes this one.
+// roll seals the full segment — its index written, with its level-0
+// tiles, once the tiles above are durable too — and starts the next.
 func (l *Log) roll() error {
 	if err := l.files.barrier(); err != nil {
 		return err
 	}
 	old := l.seg
-	seg, err := l.createSegment(&l.w)
+	tiles := make([][]byte, len(l.locs))
+	l.mu.RLock()
+	for i := range tiles {
+		tiles[i] = l.full[tileKey{0, old.first>>TileHeight + int64(i)}]
+	}
+	l.mu.RUnlock()
+	for i, t := range tiles {
+		if len(t) != tileWidth*tlog.HashSize {
+			return fmt.Errorf("sealing the segment from %d: its level-0 tile %d is not in memory", old.first, i)
+		}
+	}
+	sealed := sealedSeg{first: old.first, end: l.written, locs: l.locs}
+	idx := encodeIndex(old.first, l.locs, tiles)
+	sealed.tilesOff = int64(len(idx) - len(tiles)*tileWidth*tlog.HashSize)
+	if err := writeFile(filepath.Join(l.dir, "segments", indexName(old.first)), idx, "tile-write"); err != nil {
+		return err
+	}
+	if err := fdatasync(old.f); err != nil { // under DurableCheckpoints, not yet
+		return err
+	}
+	seg, err := l.createSegment(&l.w) // syncs the directory: the index's name too
 	if err != nil {
 		return err
 	}
 	crashPoint("rolled")
-	l.seg = seg
 	_ = old.f.Close()
-	if err := os.Remove(old.path); err != nil {
-		return err
+	l.seg, l.locs = seg, nil
+	l.mu.Lock()
+	l.sealed = append(l.sealed, sealed)
+	for i := range tiles {
+		delete(l.full, tileKey{0, old.first>>TileHeight + int64(i)})
 	}
-	return syncDir(filepath.Dir(old.path))
+	l.active = activeSeg{first: seg.first, path: seg.path}
+	l.mu.Unlock()
+	return nil
 }
 
 // createSegment writes a segment starting at t's right edge.

@@ -8,6 +8,7 @@ package translog
 //	        | CRC-32C of all the above (uint32)
 //	frame:  payload length (uint32) | CRC-32C of the payload (uint32)
 //	        | payload: first index (uint64) | entries (uint32)
+//	          | when it was written (Unix milliseconds, int64)
 //	          | each entry: length (uint16) | bytes
 //
 // All integers are big-endian. A frame's entries are laid out as an
@@ -25,6 +26,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -62,6 +64,11 @@ func segments(dir string) ([]int64, error) {
 			}
 			continue
 		}
+		if base, ok := strings.CutSuffix(name, ".idx"); ok {
+			if n, err := strconv.ParseInt(base, 10, 64); err == nil && indexName(n) == name {
+				continue
+			}
+		}
 		base, ok := strings.CutSuffix(name, ".seg")
 		n, err := strconv.ParseInt(base, 10, 64)
 		if !ok || err != nil || n < 0 || n%tileWidth != 0 || segmentName(n) != name {
@@ -80,7 +87,7 @@ func header(origin string, t *tree) []byte {
 	b = append(b, origin...)
 	b = binary.BigEndian.AppendUint64(b, uint64(t.size)) //nolint:gosec // a size is not negative.
 	levels := max(len(t.partial)-1, 0)
-	b = append(b, byte(levels))
+	b = append(b, byte(levels)) //nolint:gosec // tile levels above 0: at most 7.
 	for L := 1; L <= levels; L++ {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(t.partial[L]))) //nolint:gosec // under 256.
 		for _, h := range t.partial[L] {
@@ -163,12 +170,16 @@ func readHeader(r *bufio.Reader, origin string) (tree, int64, error) {
 	return t, int64(len(buf)), nil
 }
 
-// frame starts a frame in buf for entries from first on; add entries
-// with appendEntry and finish with sealFrame.
-func frame(buf []byte, first int64) []byte {
+// frameHead is a frame's payload before its entries.
+const frameHead = 20
+
+// frame starts a frame in buf for entries from first on, written at at;
+// add entries with appendEntry and finish with sealFrame.
+func frame(buf []byte, first int64, at time.Time) []byte {
 	buf = append(buf[:0], make([]byte, 8)...)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(first)) //nolint:gosec // not negative.
-	return binary.BigEndian.AppendUint32(buf, 0)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	return binary.BigEndian.AppendUint64(buf, uint64(at.UnixMilli())) //nolint:gosec // a time after 1970.
 }
 
 func appendEntry(buf, data []byte) []byte {
@@ -185,33 +196,174 @@ func sealFrame(buf []byte, entries int) []byte {
 	return buf
 }
 
-// readFrame reads the next frame's payload: its first index and its
+// frameInfo is what a frame says of itself.
+type frameInfo struct {
+	first   int64
+	entries int
+	at      int64 // Unix milliseconds
+	size    int64 // the frame's bytes, its header's included
+}
+
+// readFrame reads the next frame: what it says of itself, and its
 // entries as a bundle. io.EOF at a clean end; errTorn for a frame cut
 // short or not matching its checksum.
-func readFrame(r *bufio.Reader, buf []byte) (first int64, entries int, body []byte, err error) {
+func readFrame(r *bufio.Reader, buf []byte) (frameInfo, []byte, error) {
 	var h [8]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return 0, 0, nil, io.EOF
+			return frameInfo{}, nil, io.EOF
 		}
-		return 0, 0, nil, errTorn
+		return frameInfo{}, nil, errTorn
 	}
 	n := binary.BigEndian.Uint32(h[:])
-	if n < 12 || n > maxGroupBytes+12 {
-		return 0, 0, nil, errTorn
+	if n < frameHead || n > maxGroupBytes+frameHead {
+		return frameInfo{}, nil, errTorn
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return 0, 0, nil, errTorn
+		return frameInfo{}, nil, errTorn
 	}
 	if crc32.Checksum(buf, castagnoli) != binary.BigEndian.Uint32(h[4:]) {
-		return 0, 0, nil, errTorn
+		return frameInfo{}, nil, errTorn
 	}
-	return int64(binary.BigEndian.Uint64(buf)), int(binary.BigEndian.Uint32(buf[8:])), buf[12:], nil //nolint:gosec // checked against the tree's size by the caller.
+	//nolint:gosec // checked against the tree by the caller.
+	fi := frameInfo{first: int64(binary.BigEndian.Uint64(buf)), entries: int(binary.BigEndian.Uint32(buf[8:])), at: int64(binary.BigEndian.Uint64(buf[12:])), size: 8 + int64(n)}
+	return fi, buf[frameHead:], nil
 }
 
 // errTorn: a frame cut short, or not matching its checksum.
 var errTorn = errors.New("a torn frame")
+
+// The segment's index, <first>.idx, written when the segment is full:
+// where each of its entry bundles starts, and its level-0 tiles.
+//
+//	magic | first index (uint64) | bundles (uint32)
+//	| each bundle: the offset of the frame it starts in (uint64),
+//	  the entries of that frame before it (uint16), when that frame was
+//	  written (Unix milliseconds, int64)
+//	| CRC-32C of all the above (uint32)
+//	| each bundle's level-0 tile, 8,192 bytes
+//
+// The tiles are not in the checksum: every tile read is checked against
+// the tree's root (tlog.TileHashReader) before it is used or served.
+
+const idxMagic = "callerauth translog index v1\n"
+
+// bundleLoc is where an entry bundle starts in its segment: in the frame
+// at off, after skip of that frame's entries; at is when that frame was
+// written (Unix milliseconds), what retention by age goes by.
+type bundleLoc struct {
+	off  int64
+	skip int
+	at   int64
+}
+
+// sealedSeg is a full segment, with its index.
+type sealedSeg struct {
+	first, end int64
+	locs       []bundleLoc
+	tilesOff   int64 // where its index's tiles start
+}
+
+// locBytes is a bundle's place in an index.
+const locBytes = 18
+
+func indexName(first int64) string { return fmt.Sprintf("%020d.idx", first) }
+
+// encodeIndex is a full segment's index.
+func encodeIndex(first int64, locs []bundleLoc, tiles [][]byte) []byte {
+	b := []byte(idxMagic)
+	b = binary.BigEndian.AppendUint64(b, uint64(first))     //nolint:gosec // not negative.
+	b = binary.BigEndian.AppendUint32(b, uint32(len(locs))) //nolint:gosec // bounded by the segment's size.
+	for _, l := range locs {
+		b = binary.BigEndian.AppendUint64(b, uint64(l.off))  //nolint:gosec // not negative.
+		b = binary.BigEndian.AppendUint16(b, uint16(l.skip)) //nolint:gosec // a frame's entries before the bundle: under MaxGroup.
+		b = binary.BigEndian.AppendUint64(b, uint64(l.at))   //nolint:gosec // a time after 1970.
+	}
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	for _, t := range tiles {
+		b = append(b, t...)
+	}
+	return b
+}
+
+// readIndex reads a full segment's index (not its tiles).
+func readIndex(path string) (sealedSeg, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return sealedSeg{}, err
+	}
+	defer func() { _ = f.Close() }()
+	head := make([]byte, len(idxMagic)+12)
+	if _, err := io.ReadFull(f, head); err != nil || string(head[:len(idxMagic)]) != idxMagic {
+		return sealedSeg{}, fmt.Errorf("%s: not a segment index", path)
+	}
+	first := int64(binary.BigEndian.Uint64(head[len(idxMagic):])) //nolint:gosec // checked below.
+	n := int(binary.BigEndian.Uint32(head[len(idxMagic)+8:]))
+	if first < 0 || first%tileWidth != 0 || n < 1 || n > 1<<20 {
+		return sealedSeg{}, fmt.Errorf("%s: a segment index of %d bundles from %d", path, n, first)
+	}
+	body := make([]byte, n*locBytes+4)
+	if _, err := io.ReadFull(f, body); err != nil {
+		return sealedSeg{}, fmt.Errorf("%s: cut short", path)
+	}
+	sum := crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, body[:n*locBytes])
+	if binary.BigEndian.Uint32(body[n*locBytes:]) != sum {
+		return sealedSeg{}, fmt.Errorf("%s: does not match its checksum", path)
+	}
+	s := sealedSeg{first: first, end: first + int64(n)*tileWidth, locs: make([]bundleLoc, n), tilesOff: int64(len(head) + len(body))}
+	for i := range n {
+		b := body[i*locBytes:]
+		s.locs[i] = bundleLoc{int64(binary.BigEndian.Uint64(b)), int(binary.BigEndian.Uint16(b[8:])), int64(binary.BigEndian.Uint64(b[10:]))} //nolint:gosec // an offset in a file, a time.
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return sealedSeg{}, err
+	}
+	if fi.Size() != s.tilesOff+int64(n)*tileWidth*tlog.HashSize {
+		return sealedSeg{}, fmt.Errorf("%s: %d bytes, not %d", path, fi.Size(), s.tilesOff+int64(n)*tileWidth*tlog.HashSize)
+	}
+	return s, nil
+}
+
+// readBundle reads entry bundle n (entries n*256 on) from the segment at
+// path, starting where loc says.
+func readBundle(path string, loc bundleLoc, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	r := bufio.NewReaderSize(io.NewSectionReader(f, loc.off, 1<<62), 64<<10)
+	var out, buf []byte
+	want, skip := n*tileWidth, loc.skip
+	got := 0
+	for got < tileWidth {
+		fi, body, err := readFrame(r, buf)
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading bundle %d: %w", path, n, err)
+		}
+		first, entries := fi.first, fi.entries
+		if first != want-int64(skip) {
+			return nil, fmt.Errorf("%s: bundle %d: a frame from %d where %d was due", path, n, first, want-int64(skip))
+		}
+		off := 0
+		for i := 0; i < entries && got < tileWidth; i++ {
+			if off+2 > len(body) {
+				return nil, fmt.Errorf("%s: bundle %d: a frame cut short", path, n)
+			}
+			size := 2 + int(binary.BigEndian.Uint16(body[off:]))
+			if i >= skip {
+				out = append(out, body[off:off+size]...)
+				got++
+			}
+			off += size
+		}
+		want, skip = first+int64(entries), 0
+		buf = body[:0]
+	}
+	return out, nil
+}

@@ -96,10 +96,11 @@ const tileWidth = 1 << TileHeight
 type Durability int
 
 const (
-	// DurableGroups: once its group is written and fdatasync'd.
+	// DurableGroups resolves a future once its group is written and
+	// fdatasync'd.
 	DurableGroups Durability = iota
-	// DurableCheckpoints: once its group is written; the segment is
-	// fdatasync'd before each checkpoint.
+	// DurableCheckpoints resolves it once its group is written; the
+	// segment is fdatasync'd before each checkpoint.
 	DurableCheckpoints
 )
 
@@ -137,6 +138,10 @@ type Config struct {
 	MaxQueue int
 	// MaxGroup bounds the entries one write takes.
 	MaxGroup int
+	// Linger, under DurableCheckpoints, lets entries gather for up to
+	// this long before a write, unless 256 wait: nobody waits for them,
+	// and one write of many costs less than many of one. 0: at once.
+	Linger time.Duration
 	// SegmentEntries: the entries a segment holds before the next starts,
 	// a multiple of 256.
 	SegmentEntries int64
@@ -212,8 +217,12 @@ type Log struct {
 	grown  chan struct{} // closed and replaced when size grows
 	signed chan struct{} // closed and replaced at each checkpoint
 	// full are tiles that filled, served from here until their files
-	// are written.
+	// are written (level 0: until the segment's index is).
 	full map[tileKey][]byte
+	// sealed are the full segments, oldest first; active is the one
+	// being written, as published.
+	sealed []sealedSeg
+	active activeSeg
 
 	// Run's own state.
 	running  bool // under qmu
@@ -225,8 +234,16 @@ type Log struct {
 	batch    []pending
 	frameBuf []byte
 	fullBuf  []fullTile
+	locs     []bundleLoc // where the active segment's bundles start
 
 	bundleCache bundleCache
+}
+
+// activeSeg is the segment being written, as readers see it.
+type activeSeg struct {
+	first int64
+	path  string
+	locs  []bundleLoc
 }
 
 // pending is one queued entry.
@@ -266,7 +283,7 @@ func Open(cfg Config) (*Log, error) {
 		return nil, errors.New("translog: no metrics prefix")
 	case cfg.Durability != DurableGroups && cfg.Durability != DurableCheckpoints:
 		return nil, fmt.Errorf("translog: durability %d", cfg.Durability)
-	case cfg.SignEvery < 0, cfg.MaxQueue < 0, cfg.MaxGroup < 0, cfg.SegmentEntries < 0, cfg.PruneEvery < 0, cfg.DrainTimeout < 0:
+	case cfg.SignEvery < 0, cfg.Linger < 0, cfg.MaxQueue < 0, cfg.MaxGroup < 0, cfg.SegmentEntries < 0, cfg.PruneEvery < 0, cfg.DrainTimeout < 0:
 		return nil, errors.New("translog: a negative bound")
 	case cfg.SegmentEntries%tileWidth != 0:
 		return nil, fmt.Errorf("translog: %d entries a segment: want a multiple of %d", cfg.SegmentEntries, tileWidth)

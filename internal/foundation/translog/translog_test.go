@@ -197,8 +197,13 @@ func TestAppendVerifyReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	segs, _ := segments(filepath.Join(dir, "segments"))
-	if len(segs) != 1 || segs[0] != 66_000&^511 {
-		t.Fatalf("segments %v: want one, from %d", segs, 66_000&^511)
+	if len(segs) != 66_000/512+1 || segs[len(segs)-1] != 66_000&^511 {
+		t.Fatalf("segments %v: want one every 512 entries", segs)
+	}
+	for _, first := range segs[:len(segs)-1] {
+		if _, err := readIndex(filepath.Join(dir, "segments", indexName(first))); err != nil {
+			t.Fatalf("the full segment from %d: %v", first, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tile", "1", "000")); err != nil {
 		t.Fatalf("the first level-1 tile: %v", err)
@@ -391,17 +396,24 @@ func TestRefusesWhatItCannotVouchFor(t *testing.T) {
 	if err := open(testKey(t, "example.com/log")); err == nil || !strings.Contains(err.Error(), "does not verify") {
 		t.Errorf("another key of the same name: %v", err)
 	}
-	// An entry altered in its bundle: the tree no longer matches.
-	bundle := filepath.Join(dir, "tile", "entries", "000")
-	b, _ := os.ReadFile(bundle)
-	b[10] ^= 1
-	_ = os.WriteFile(bundle, b, 0o600)
-	if err := open(key); err != nil {
-		t.Logf("an altered bundle: %v", err) // the segment still holds it: Open rewrites the bundle
+	// An entry forged in the segment, checksum and all: the tree no
+	// longer extends the checkpoint.
+	forgeDir := t.TempDir()
+	r = start(t, Config{Dir: forgeDir, Key: key})
+	r.add(t, 0, 300)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
 	}
-	b2, _ := os.ReadFile(bundle)
-	if !bytes.Equal(b2[10:11], []byte{b[10] ^ 1}) {
-		t.Errorf("the bundle was not rebuilt from the segment")
+	e := entryData(7)
+	if err := Forge(forgeDir, "example.com/log", 7, bytes.ToUpper(e)); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Open(Config{Dir: forgeDir, Key: key, Metrics: "x"}); err == nil || !strings.Contains(err.Error(), "does not extend its checkpoint") {
+		if err == nil {
+			_ = l.files.close()
+			_ = l.seg.f.Close()
+		}
+		t.Errorf("a forged entry: %v", err)
 	}
 	// Entries the checkpoint covers, lost.
 	writeCheckpointAt(t, dir, key, 300)

@@ -21,10 +21,18 @@ type tree struct {
 	// partial[L] holds the level-8L hashes of the tile being filled at
 	// tile level L: (size>>8L) mod 256 of them.
 	partial [][]tlog.Hash
-	// bundle is the partial entry bundle as served (each entry after its
-	// length, a big-endian uint16): size mod 256 entries.
-	bundle []byte
+	// bundle is the partial entry bundle's entries (size mod 256 of
+	// them), the bytes Add was given.
+	bundle [][]byte
+	// recent are the last full bundles' entries, newest last, kept so
+	// that a follower close behind reads them from memory.
+	recent [recentBundles][][]byte
+	// recentN is the bundle number of recent's newest.
+	recentN int64
 }
+
+// recentBundles is how many full bundles the tree keeps in memory.
+const recentBundles = 32
 
 // tileKey names a tile: L -1 for an entry bundle.
 type tileKey struct {
@@ -32,7 +40,8 @@ type tileKey struct {
 	N int64
 }
 
-// fullTile is a tile (or bundle) that filled: its bytes, for its file.
+// fullTile is a hash tile that filled: its bytes, for its file (level
+// 0: the segment's index).
 type fullTile struct {
 	tileKey
 	data []byte
@@ -49,11 +58,13 @@ func (t *tree) append(data []byte, full []fullTile) ([]fullTile, error) {
 	if err != nil {
 		return full, fmt.Errorf("hashing entry %d: %w", n, err)
 	}
-	t.bundle = binary.BigEndian.AppendUint16(t.bundle, uint16(len(data))) //nolint:gosec // bounded by MaxEntryBytes when added.
-	t.bundle = append(t.bundle, data...)
+	t.bundle = append(t.bundle, data)
 	if (n+1)%tileWidth == 0 {
-		full = append(full, fullTile{tileKey{-1, n >> TileHeight}, t.bundle})
-		t.bundle = make([]byte, 0, len(t.bundle))
+		// Full: the segment holds it (where its index says), and memory
+		// for a while.
+		copy(t.recent[:], t.recent[1:])
+		t.recent[recentBundles-1], t.recentN = t.bundle, n>>TileHeight
+		t.bundle = make([][]byte, 0, tileWidth)
 	}
 	for l := 0; l < len(hs); l += TileHeight {
 		L := l / TileHeight
@@ -136,14 +147,32 @@ func (r frontierReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	return out, nil
 }
 
+// recentBundle is full bundle n's entries when the tree still holds
+// them.
+func (t *tree) recentBundle(n int64) ([][]byte, bool) {
+	back := t.recentN - n
+	if n < 0 || back < 0 || back >= recentBundles || t.recent[recentBundles-1-back] == nil {
+		return nil, false
+	}
+	return t.recent[recentBundles-1-back], true
+}
+
 // tileData is the first w hashes (or entries) of tile k as the tree
 // holds them in memory, when it does.
 func (t *tree) tileData(k tileKey, w int) ([]byte, bool) {
 	if k.L == -1 {
-		if k.N != t.size>>TileHeight || int64(w) > t.size%tileWidth {
-			return nil, false
+		es, ok := t.recentBundle(k.N)
+		if !ok {
+			if k.N != t.size>>TileHeight || int64(w) > t.size%tileWidth {
+				return nil, false
+			}
+			es = t.bundle
 		}
-		return bundlePrefix(t.bundle, w)
+		var b []byte
+		for _, e := range es[:w] {
+			b = appendEntry(b, e)
+		}
+		return b, true
 	}
 	c := t.size >> (k.L * TileHeight)
 	if k.L >= len(t.partial) || k.N != c>>TileHeight || int64(w) > c%tileWidth {

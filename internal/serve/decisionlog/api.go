@@ -37,8 +37,8 @@ const ReaderSystem = "callerauth/decision-log"
 // ReasonBadQuery refuses a read the API cannot answer as asked.
 var ReasonBadQuery = reason.New("bad_decision_query", reason.InvalidArgument, "the decision log cannot read that query")
 
-// ReasonLogUnreadable: the log could not read what it holds (a damaged
-// file).
+// ReasonLogUnreadable refuses a read the log could not answer from what
+// it holds (a damaged file).
 var ReasonLogUnreadable = reason.New("decision_log_unreadable", reason.Internal, "the decision log could not read what it holds; its operator is told")
 
 // ReasonNotHeld refuses a read of what the log does not hold.

@@ -46,6 +46,11 @@ func Reasons() []reason.Reason {
 	return []reason.Reason{ReasonUnavailable, ReasonQuotaExceeded, ReasonBadQuery, ReasonNotHeld, ReasonLogUnreadable, datastore.ReasonUnavailable}
 }
 
+// BestEffortLinger is how long a best-effort log lets decisions gather
+// before it writes them (or until 256 have): nobody waits for them, so
+// one write keeps many.
+const BestEffortLinger = 10 * time.Millisecond
+
 // Log is a service's open decision log: the log of its decisions
 // (translog, in Options.Dir), the search index that follows it, the
 // callers' shares, and the sink. Run it.
@@ -72,12 +77,12 @@ func Open(ctx context.Context, service string, c Config, logger *slog.Logger) (*
 	if !c.On() {
 		return nil, nil
 	}
-	durability := translog.DurableGroups
+	durability, linger := translog.DurableGroups, time.Duration(0)
 	if c.Mode == ModeBestEffort {
-		durability = translog.DurableCheckpoints
+		durability, linger = translog.DurableCheckpoints, BestEffortLinger
 	}
 	prefix := service + "_decision_log"
-	tl, err := translog.Open(translog.Config{Dir: c.Dir, Key: c.Key, Durability: durability, SignEvery: c.SignEvery, MaxQueue: c.Queue,
+	tl, err := translog.Open(translog.Config{Dir: c.Dir, Key: c.Key, Durability: durability, Linger: linger, SignEvery: c.SignEvery, MaxQueue: c.Queue,
 		Retention: translog.Retention{MaxAge: c.MaxAge, MaxEntries: c.MaxEntries}, Metrics: prefix, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("--decision-log: %w", err)
@@ -409,3 +414,6 @@ func (l *Log) Prune(ctx context.Context) (int64, error) {
 	}
 	return m, l.search.prune(ctx)
 }
+
+// Find returns the decisions q selects, as the read API's search does.
+func (l *Log) Find(ctx context.Context, q Query) ([]Found, error) { return l.search.find(ctx, q) }

@@ -220,3 +220,87 @@ func TestSinkRefusesPlaintextElsewhere(t *testing.T) {
 		t.Error("a token for a plain http:// sink was accepted")
 	}
 }
+
+// TestSearchRebuiltFromTheLog: the search index follows the log; dropped,
+// it is built again from the log, finding what it found before; an index
+// of another log's past (the log started again in an empty directory)
+// is dropped and built again on its own.
+func TestSearchRebuiltFromTheLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := decisionlog.NewOptions()
+	o.Dir, o.KeyFile, o.Search = filepath.Join(dir, "log"), filepath.Join(dir, "log.key"), filepath.Join(dir, "search.db")
+	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// run opens the log, keeps n decisions of callers c0…c4, waits until
+	// the index holds the log, and returns what a search for c3 finds.
+	run := func(n int) []decisionlog.Found {
+		t.Helper()
+		l, err := decisionlog.Open(ctx, "svc", c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = l.Start(runCtx); close(done) }()
+		defer func() { cancel(); <-done }()
+		for i := range n {
+			if refusal, err := l.Keep(ctx, decisionlog.Decision{Caller: fmt.Sprintf("c%d", i%5), Allowed: true, Path: "/v1/check", Status: 200, At: time.Now()}); !refusal.IsZero() {
+				t.Fatal(refusal, err)
+			}
+		}
+		wait, stop := context.WithTimeout(ctx, 30*time.Second)
+		defer stop()
+		if err := l.Indexed(wait); err != nil {
+			t.Fatal(err)
+		}
+		found, err := l.Find(ctx, decisionlog.Query{Caller: "c3", Limit: decisionlog.MaxSearch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	indexes := func(fs []decisionlog.Found) []int64 {
+		var out []int64
+		for _, f := range fs {
+			out = append(out, f.Index)
+		}
+		return out
+	}
+	first := run(600)
+	if len(first) != 120 {
+		t.Fatalf("c3 holds %d decisions, want 120", len(first))
+	}
+	for _, f := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(c.SearchTarget + f); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	again := run(0)
+	if fmt.Sprint(indexes(again)) != fmt.Sprint(indexes(first)) {
+		t.Fatalf("built again from the log, the index finds %v; before, %v", indexes(again), indexes(first))
+	}
+	for i := range again {
+		if string(again[i].Data) != string(first[i].Data) {
+			t.Fatalf("decision %d reads otherwise, built again", again[i].Index)
+		}
+	}
+	// The log started again from nothing, under the old index.
+	if err := os.RemoveAll(o.Dir); err != nil {
+		t.Fatal(err)
+	}
+	fresh := run(10)
+	if len(fresh) != 2 || fresh[0].Index != 3 || fresh[1].Index != 8 {
+		t.Fatalf("a new log under an old index finds %v, want [3 8]", indexes(fresh))
+	}
+}

@@ -50,10 +50,14 @@ const (
 
 // search is the index of one log in a datastore that may hold others'.
 type search struct {
-	db     *datastore.DB
-	log    *translog.Log
-	origin string
-	logger *slog.Logger
+	db *datastore.DB
+	// withData: the index holds each entry's bytes (PostgreSQL, which
+	// replicas share); an SQLite index, one process's, reads them from
+	// its log.
+	withData bool
+	log      *translog.Log
+	origin   string
+	logger   *slog.Logger
 
 	mu       sync.Mutex
 	next     int64         // the log's next index to index
@@ -69,7 +73,7 @@ func openSearch(ctx context.Context, target string, log *translog.Log, prefix st
 	if err != nil {
 		return nil, err
 	}
-	s := &search{db: db, log: log, origin: log.Origin(), logger: logger, progress: make(chan struct{}),
+	s := &search{db: db, withData: db.Dialect == datastore.Postgres, log: log, origin: log.Origin(), logger: logger, progress: make(chan struct{}),
 		indexed:  prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "_search_next_index", Help: "The next index of the log the search index will hold: it holds the decisions below it."}),
 		lag:      prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + "_search_lag_entries", Help: "Decisions the log holds that the search index does not hold yet."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + "_search_failures_total", Help: "Transactions of the search index that failed (retried)."}),
@@ -185,7 +189,11 @@ func (s *search) index(ctx context.Context, next int64) error {
 			if err != nil {
 				return fmt.Errorf("entry %d of %s: %w", next+int64(start+i), s.origin, err)
 			}
-			args = append(args, s.origin, next+int64(start+i), c.at, c.Caller, c.System, c.Tenant, c.Reason, c.allowed(), e)
+			var data []byte
+			if s.withData {
+				data = e
+			}
+			args = append(args, s.origin, next+int64(start+i), c.at, c.Caller, c.System, c.Tenant, c.Reason, c.allowed(), data)
 		}
 		q := "INSERT INTO decision_search (origin, idx, at, caller, system, tenant, reason, allowed, data) VALUES " +
 			cols + strings.Repeat(", "+cols, len(part)-1) + " ON CONFLICT (origin, idx) DO NOTHING"
@@ -302,7 +310,9 @@ type Found struct {
 	Data   []byte
 }
 
-// find returns the decisions q selects, in the order they were indexed.
+// find returns the decisions q selects, in the order they were indexed;
+// an entry the index does not hold is read from this log (one pruned
+// meanwhile is left out).
 func (s *search) find(ctx context.Context, q Query) ([]Found, error) {
 	if q.Limit <= 0 || q.Limit > MaxSearch {
 		return nil, fmt.Errorf("a search page of %d: want 1 to %d", q.Limit, MaxSearch)
@@ -345,7 +355,24 @@ func (s *search) find(ctx context.Context, q Query) ([]Found, error) {
 		}
 		out = append(out, f)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	kept := out[:0]
+	for _, f := range out {
+		if f.Data == nil {
+			data, err := s.log.Entry(f.Index)
+			if errors.Is(err, translog.ErrNotHeld) || f.Origin != s.origin {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			f.Data = data
+		}
+		kept = append(kept, f)
+	}
+	return kept, nil
 }
 
 // columns are what a search asks of an entry: its members before the
@@ -368,17 +395,34 @@ func (c columns) allowed() int {
 	return 0
 }
 
-// answerMember is where an entry's answer starts: a quote inside a
-// string is escaped, so these bytes occur in an entry only there.
-var answerMember = []byte(`,"answer":`)
-
 func columnsOf(e []byte) (columns, error) {
-	head := e
-	if i := bytes.Index(e, answerMember); i >= 0 {
-		head = append(e[:i:i], '}')
-	}
 	var c columns
-	if err := json.Unmarshal(head, &c); err != nil {
+	err := eachMember(e, func(key string, value []byte) (bool, error) {
+		var dst *string
+		switch key {
+		case "answer":
+			return false, nil // the rest is the answer
+		case "at":
+			dst = &c.At
+		case "caller":
+			dst = &c.Caller
+		case "system":
+			dst = &c.System
+		case "tenant":
+			dst = &c.Tenant
+		case "reason":
+			dst = &c.Reason
+		case "allowed":
+			c.Allowed = string(value) == "true"
+			return true, nil
+		default:
+			return true, nil
+		}
+		s, err := jsonString(value)
+		*dst = s
+		return true, err
+	})
+	if err != nil {
 		return c, fmt.Errorf("not a decision: %w", err)
 	}
 	at, err := time.Parse(time.RFC3339Nano, c.At)
@@ -387,4 +431,94 @@ func columnsOf(e []byte) (columns, error) {
 	}
 	c.at = at.UnixMilli()
 	return c, nil
+}
+
+// eachMember gives f each member of the JSON object e whose value is a
+// string, a number, true, false or null (an entry's members before its
+// answer are), in order, until f says stop; a member of another kind
+// ends the walk with an error.
+func eachMember(e []byte, f func(key string, value []byte) (bool, error)) error {
+	i := 0
+	skip := func() {
+		for i < len(e) && (e[i] == ' ' || e[i] == '\t' || e[i] == '\n' || e[i] == '\r') {
+			i++
+		}
+	}
+	str := func() ([]byte, error) { // e[i] is a quote; through the closing one
+		start := i
+		for i++; i < len(e); i++ {
+			switch e[i] {
+			case '\\':
+				i++
+			case '"':
+				i++
+				return e[start:i], nil
+			}
+		}
+		return nil, errors.New("a string cut short")
+	}
+	skip()
+	if i >= len(e) || e[i] != '{' {
+		return errors.New("not an object")
+	}
+	i++
+	for {
+		skip()
+		if i < len(e) && e[i] == '}' {
+			return nil
+		}
+		if i >= len(e) || e[i] != '"' {
+			return errors.New("a member without a name")
+		}
+		k, err := str()
+		if err != nil {
+			return err
+		}
+		skip()
+		if i >= len(e) || e[i] != ':' {
+			return errors.New("a member without a value")
+		}
+		i++
+		skip()
+		var v []byte
+		switch {
+		case i < len(e) && e[i] == '"':
+			if v, err = str(); err != nil {
+				return err
+			}
+		case i < len(e) && e[i] != '{' && e[i] != '[':
+			start := i
+			for i < len(e) && e[i] != ',' && e[i] != '}' && e[i] != ' ' {
+				i++
+			}
+			v = e[start:i]
+		default:
+			if key := string(k[1 : len(k)-1]); key == "answer" {
+				_, err := f(key, nil)
+				return err
+			}
+			return fmt.Errorf("member %s is not a string, a number or a literal", k)
+		}
+		more, err := f(string(k[1:len(k)-1]), v)
+		if err != nil || !more {
+			return err
+		}
+		skip()
+		if i < len(e) && e[i] == ',' {
+			i++
+		}
+	}
+}
+
+// jsonString decodes a JSON string token.
+func jsonString(v []byte) (string, error) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", fmt.Errorf("%.40q is not a string", v)
+	}
+	if !bytes.ContainsRune(v, '\\') {
+		return string(v[1 : len(v)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
 }

@@ -44,7 +44,7 @@ golang.org/x/mod's note and tlog, not the pdp's word.`,
 	pf.StringVar(&f.config, "config", "", "YAML file with a decisions section (address: the pdp's host:port, tls, ca_file, server_name, token_file)")
 	pf.StringVarP(&f.output, "output", "o", "table", "table or json")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long one call may take")
-	cmd.AddCommand(newDecisionsKeygenCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f))
+	cmd.AddCommand(newDecisionsKeygenCmd(o), newDecisionsReplicaKeyCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f))
 	return cmd
 }
 
@@ -463,7 +463,8 @@ func newDecisionsKeygenCmd(o *Options) *cobra.Command {
 		Use:   "keygen --origin ORIGIN --out FILE",
 		Short: "Generate the key that signs a decision log's checkpoints (Ed25519, a signed-note key named ORIGIN; mode 0600) and print its verifier key",
 		Long: "Generate the key that signs a decision log's checkpoints (C2SP tlog-checkpoint, signed notes with Ed25519), named ORIGIN, " +
-			"the log's identity (a schema-less URL such as pdp.example.com/decisions). Replicas that share one log share one key. " +
+			"the log's identity (a schema-less URL such as pdp.example.com/decisions). Replicas share one key, each keeping a log "+
+			"of its own under ORIGIN/REPLICA (--decision-log-replica; replica-key prints each one's verifier key). " +
 			"The verifier key printed is what an auditor checks checkpoints with (golang.org/x/mod/sumdb/note).",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
@@ -496,5 +497,27 @@ func newDecisionsKeygenCmd(o *Options) *cobra.Command {
 	cmd.Flags().StringVar(&out, "out", "", "file to write (must not exist)")
 	_ = cmd.MarkFlagRequired("origin")
 	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func newDecisionsReplicaKeyCmd(o *Options) *cobra.Command {
+	var vkey, replica string
+	cmd := &cobra.Command{
+		Use:   "replica-key --verifier-key KEY --replica NAME",
+		Short: "Print the verifier key of one replica's log (origin ORIGIN/NAME, --decision-log-replica) from the verifier key keygen printed",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			k, err := decisionlog.ReplicaVerifierKey(vkey, replica)
+			if err != nil {
+				return fmt.Errorf("--verifier-key: %w", err)
+			}
+			fmt.Fprintln(o.Stdout, k)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the verifier key keygen printed")
+	cmd.Flags().StringVar(&replica, "replica", "", "the replica's name, as --decision-log-replica gives it (a pod's name)")
+	_ = cmd.MarkFlagRequired("verifier-key")
+	_ = cmd.MarkFlagRequired("replica")
 	return cmd
 }

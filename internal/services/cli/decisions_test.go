@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/callerauth/callerauth/decision"
 	"github.com/callerauth/callerauth/devissuer"
 	"github.com/callerauth/callerauth/devissuer/devissuertest"
@@ -41,6 +43,33 @@ func TestDecisionsCommands(t *testing.T) {
 	}
 	if r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", keyFile); r.err == nil {
 		t.Error("keygen overwrote a key")
+	}
+	// A replica's verifier key checks what that replica signs.
+	skey, _ := os.ReadFile(keyFile)
+	rk := execute(ctx, t, "", time.Time{}, "decisions", "replica-key", "--verifier-key", vkey, "--replica", "pdp-0")
+	if rk.err != nil {
+		t.Fatalf("replica-key: %v", rk.err)
+	}
+	replicaOpts := decisionlog.NewOptions()
+	replicaOpts.Dir, replicaOpts.KeyFile, replicaOpts.Replica = filepath.Join(dir, "replica"), keyFile, "pdp-0"
+	rc, err := replicaOpts.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsigner, err := note.NewSigner(rc.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rverifier, err := note.NewVerifier(strings.TrimSpace(rk.stdout.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := note.Sign(&note.Note{Text: "pdp.test/decisions/pdp-0\n1\nAAAA\n"}, rsigner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := note.Open(signed, note.VerifierList(rverifier)); err != nil || rc.Origin != "pdp.test/decisions/pdp-0" || len(skey) == 0 {
+		t.Errorf("replica pdp-0's checkpoint does not verify with its replica-key (%s): %v", rc.Origin, err)
 	}
 
 	iss, _ := devissuertest.Serve(t, devissuer.Config{})

@@ -75,7 +75,7 @@ func start(ctx context.Context, name, bin, addr, ready string, args ...string) (
 // Peers are the servers of the HTTP comparison.
 type Peers struct {
 	PDP, PDPAuthOff, OPA *Server
-	// PDPLog is PDP keeping its decision log (--decision-log, SQLite) in
+	// PDPLog is PDP keeping its decision log (--decision-log, a directory) in
 	// the default mode, required: what keeping every decision costs when
 	// no answer leaves before its decision is committed. PDPLogBestEffort
 	// keeps it best-effort (queued, committed in the background).
@@ -189,7 +189,7 @@ func StartPeers(ctx context.Context, dir, pdpBin, opaBin, emptyBin, regoFile str
 			name = "pdp with its decision log (" + logMode + ")"
 			args = append(args, "--policy-dir", policyDir, "--registry", registry,
 				"--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
-				"--decision-log", filepath.Join(dir, mode+".db"), "--decision-log-key-file", logKey, "--decision-log-mode", logMode,
+				"--decision-log", filepath.Join(dir, mode), "--decision-log-key-file", logKey, "--decision-log-mode", logMode,
 				"--decision-log-caller-max-entries", "1000000000")
 		default:
 			if p.PDPMetrics, err = loopback.Addr(); err != nil {

@@ -2,7 +2,9 @@
 -- The search index: a row for each decision of each log that feeds it
 -- (replicas' logs share a PostgreSQL index), in the order they were
 -- indexed (seq, the search's cursor), with what a search asks of it and
--- the entry as the log holds it. It follows the logs and can be dropped
+-- the entry as the log holds it (in PostgreSQL, where replicas read
+-- each other's; an SQLite index, one process's, reads it from its log).
+-- It follows the logs and can be dropped
 -- and built again from them at any time (docs/decision-log.md).
 CREATE TABLE decision_search (
 	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -14,7 +16,7 @@ CREATE TABLE decision_search (
 	tenant  TEXT NOT NULL,
 	reason  TEXT NOT NULL,
 	allowed INTEGER NOT NULL,
-	data    BLOB NOT NULL,
+	data    BLOB,
 	UNIQUE (origin, idx)
 );
 CREATE INDEX decision_search_caller ON decision_search (caller, seq);
