@@ -12,16 +12,24 @@ import (
 )
 
 // Forge is what someone with write access to a stopped log's directory
-// can do: entry index's bytes in the newest segment replaced by data (of
-// the same length), its group's checksum made to match, so that nothing
-// but the tree tells. Open then refuses the log: its tree no longer
-// extends the latest checkpoint. For drills and tests.
+// can do: entry index's bytes in its segment replaced by data (of the
+// same length), its group's checksum made to match, so that nothing but
+// the tree tells. In the newest segment, Open then refuses the log (its
+// tree no longer extends the latest checkpoint); in a full one, the
+// entry no longer proves, VerifiedEntry refuses it, and its bundle no
+// longer matches the tiles an auditor reads. For drills and tests.
 func Forge(dir, origin string, index int64, data []byte) error {
 	firsts, err := segments(filepath.Join(dir, "segments"))
 	if err != nil || len(firsts) == 0 {
 		return fmt.Errorf("no segment: %w", err)
 	}
-	path := filepath.Join(dir, "segments", segmentName(firsts[len(firsts)-1]))
+	seg := firsts[0]
+	for _, f := range firsts {
+		if f <= index {
+			seg = f
+		}
+	}
+	path := filepath.Join(dir, "segments", segmentName(seg))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return err

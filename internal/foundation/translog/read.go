@@ -136,6 +136,25 @@ func (l *Log) Entry(index int64) ([]byte, error) {
 	return es[0], nil
 }
 
+// VerifiedEntry is entry index's bytes, checked against the tree: its
+// leaf hash is the one the tiles hold, themselves checked against the
+// root. A damaged or altered file is an error, not an answer.
+func (l *Log) VerifiedEntry(index int64) ([]byte, error) {
+	data, err := l.Entry(index)
+	if err != nil {
+		return nil, err
+	}
+	r, _ := l.hashes()
+	hs, err := r.ReadHashes([]int64{tlog.StoredHashIndex(0, index)})
+	if err != nil {
+		return nil, fmt.Errorf("translog: entry %d's leaf: %w", index, err)
+	}
+	if hs[0] != tlog.RecordHash(data) {
+		return nil, fmt.Errorf("translog: entry %d as read does not hash to its leaf in the tree: the log's files are damaged or altered", index)
+	}
+	return data, nil
+}
+
 // Entries are up to n entries from index from on, as many as the log
 // holds (none at its end).
 func (l *Log) Entries(from int64, n int) ([][]byte, error) {
@@ -144,11 +163,6 @@ func (l *Log) Entries(from int64, n int) ([][]byte, error) {
 		return nil, fmt.Errorf("%w: entry %d (the log holds %d to %d)", ErrNotHeld, from, minIdx, t.size)
 	}
 	end := min(t.size, from+int64(n))
-	if end == from && n > 0 {
-		if from == t.size {
-			return nil, nil
-		}
-	}
 	var out [][]byte
 	for i := from; i < end; {
 		k := tileKey{-1, i >> TileHeight}

@@ -159,10 +159,19 @@ func (l *Log) replay(first int64) error {
 		}
 		break
 	}
+	// Past the last whole group there is nothing to keep: the zeros
+	// written ahead, or what a torn tail left.
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if fi.Size() > off {
+		if err := f.Truncate(off); err != nil {
+			return err
+		}
+	}
 	if err := fdatasync(f); err != nil {
 		return err
 	}
-	l.seg.end = off
+	l.seg.end, l.seg.allocated = off, off
 	l.w = t
 	return nil
 }

@@ -287,6 +287,14 @@ func (l *Log) resolve(batch []pending, first int64, err error) {
 }
 
 func (s *segment) write(b []byte) error {
+	for s.end+int64(len(b)) > s.allocated {
+		for left := int64(preallocate); left > 0; left -= int64(len(zeros)) {
+			if _, err := s.f.WriteAt(zeros, s.allocated); err != nil {
+				return fmt.Errorf("writing ahead: %w", err)
+			}
+			s.allocated += int64(len(zeros))
+		}
+	}
 	n, err := s.f.WriteAt(b, s.end)
 	s.end += int64(n)
 	if err == nil && n != len(b) {
@@ -353,7 +361,7 @@ func (l *Log) createSegment(t *tree) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &segment{f: f, path: path, first: t.size, end: int64(len(h))}, nil
+	return &segment{f: f, path: path, first: t.size, end: int64(len(h)), allocated: int64(len(h))}, nil
 }
 
 // checkpoint signs one of the published tree when it grew since the

@@ -1,6 +1,7 @@
 package translog
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -319,18 +320,18 @@ func TestTornTail(t *testing.T) {
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			fi, _ := os.Stat(seg)
+			end := framesEnd(t, seg, "example.com/log")
 			f, err := os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch damage {
 			case "cut":
-				err = f.Truncate(fi.Size() - 5)
+				err = f.Truncate(end - 5)
 			case "flip":
-				_, err = f.WriteAt([]byte{0xff}, fi.Size()-100)
+				_, err = f.WriteAt([]byte{0xff}, end-100)
 			case "garbage":
-				_, err = f.WriteAt([]byte("not a frame at all"), fi.Size())
+				_, err = f.WriteAt([]byte("not a frame at all"), end)
 			}
 			_ = f.Close()
 			if err != nil {
@@ -415,11 +416,33 @@ func TestRefusesWhatItCannotVouchFor(t *testing.T) {
 		}
 		t.Errorf("a forged entry: %v", err)
 	}
+	// An entry forged in a full segment: the log opens (only the newest
+	// segment is replayed), and the entry no longer verifies.
+	sealedDir := t.TempDir()
+	r = start(t, Config{Dir: sealedDir, Key: key, SegmentEntries: 256})
+	r.add(t, 0, 600)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Forge(sealedDir, "example.com/log", 7, bytes.ToUpper(entryData(7))); err != nil {
+		t.Fatal(err)
+	}
+	r = start(t, Config{Dir: sealedDir, Key: key, SegmentEntries: 256})
+	if e, err := r.Entry(7); err != nil || !bytes.Equal(e, bytes.ToUpper(entryData(7))) {
+		t.Fatalf("the forged entry reads %.20q, %v", e, err)
+	}
+	if _, err := r.VerifiedEntry(7); err == nil || !strings.Contains(err.Error(), "does not hash to its leaf") {
+		t.Errorf("a forged entry verified: %v", err)
+	}
+	if _, err := r.VerifiedEntry(8); err != nil {
+		t.Errorf("its neighbour: %v", err)
+	}
+	_ = r.stop()
+
 	// Entries the checkpoint covers, lost.
 	writeCheckpointAt(t, dir, key, 300)
 	seg := filepath.Join(dir, "segments", segmentName(0))
-	fi, _ := os.Stat(seg)
-	_ = os.Truncate(seg, fi.Size()-10)
+	_ = os.Truncate(seg, framesEnd(t, seg, "example.com/log")-10)
 	if err := open(key); err == nil || !strings.Contains(err.Error(), "lost") {
 		t.Errorf("entries the checkpoint covers, lost: %v", err)
 	}
@@ -517,5 +540,28 @@ func TestAwait(t *testing.T) {
 	c, err := r.Await(ctx, idx)
 	if err != nil || c.Size <= idx {
 		t.Fatalf("await: %d, %v", c.Size, err)
+	}
+}
+
+// framesEnd is where a segment's last whole frame ends (the zeros
+// written ahead follow).
+func framesEnd(t testing.TB, path, origin string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	r := bufio.NewReader(f)
+	_, off, err := readHeader(r, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fi, _, err := readFrame(r, nil)
+		if err != nil {
+			return off
+		}
+		off += fi.size
 	}
 }

@@ -192,22 +192,24 @@ func (a api) show(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, ReasonNotHeld, fmt.Sprintf("decision %d is not in the tree of %d", index, size))
 		return
 	}
-	data, err := a.l.log.Entry(index)
+	data, err := a.l.log.VerifiedEntry(index)
 	if errors.Is(err, translog.ErrNotHeld) {
 		a.fail(w, ReasonNotHeld, fmt.Sprintf("decision %d is pruned", index))
 		return
 	}
-	if err != nil {
-		a.fail(w, ReasonLogUnreadable, "")
-		return
+	if err == nil {
+		var p tlog.RecordProof
+		if p, err = a.l.log.ProveEntry(index, size); err == nil {
+			writeJSON(w, Proved{Stored: Stored{Origin: a.l.log.Origin(), Index: index, Entry: data}, Checkpoint: checkpointAt(c, size), Proof: hashes(p)})
+			return
+		}
 	}
-	p, err := a.l.log.ProveEntry(index, size)
-	if err != nil {
-		a.fail(w, ReasonLogUnreadable, "")
-		return
+	if a.l.logger != nil {
+		a.l.logger.Error("decision log: a decision could not be read from the log", "index", index, "err", err)
 	}
-	writeJSON(w, Proved{Stored: Stored{Origin: a.l.log.Origin(), Index: index, Entry: data}, Checkpoint: checkpointAt(c, size), Proof: hashes(p)})
+	a.fail(w, ReasonLogUnreadable, "")
 }
+
 
 func (a api) consistency(w http.ResponseWriter, r *http.Request) {
 	c, size, ok := a.size(w, r)

@@ -206,9 +206,9 @@ func LatencyRows(loads []Load) []Row {
 				target = DecisionLogTarget
 			}
 			rows = append(rows,
-				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s, SQLite) vs without, %d connections: throughput", mode.name, c),
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s) vs without, %d connections: throughput", mode.name, c),
 					Ours: tput(logged), Base: tput(ours), Ratio: logged.Result.PerSecond() / ours.Result.PerSecond(), Throughput: true}, logged, ours, perSecond),
-				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s, SQLite) vs without, %d connections: server CPU per decision", mode.name, c),
+				loadSpread(Row{Name: fmt.Sprintf("pdp with its decision log (%s) vs without, %d connections: server CPU per decision", mode.name, c),
 					Ours: cpu(logged), Base: cpu(ours), Ratio: float64(logged.CPUPerRequest) / float64(max(1, ours.CPUPerRequest)), Target: target}, logged, ours, cpuPer))
 		}
 		if theirs, ok := g["opa"]; ok {
