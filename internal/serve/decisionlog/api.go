@@ -210,7 +210,6 @@ func (a api) show(w http.ResponseWriter, r *http.Request) {
 	a.fail(w, ReasonLogUnreadable, "")
 }
 
-
 func (a api) consistency(w http.ResponseWriter, r *http.Request) {
 	c, size, ok := a.size(w, r)
 	if !ok {

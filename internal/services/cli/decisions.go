@@ -463,7 +463,7 @@ func newDecisionsKeygenCmd(o *Options) *cobra.Command {
 		Use:   "keygen --origin ORIGIN --out FILE",
 		Short: "Generate the key that signs a decision log's checkpoints (Ed25519, a signed-note key named ORIGIN; mode 0600) and print its verifier key",
 		Long: "Generate the key that signs a decision log's checkpoints (C2SP tlog-checkpoint, signed notes with Ed25519), named ORIGIN, " +
-			"the log's identity (a schema-less URL such as pdp.example.com/decisions). Replicas share one key, each keeping a log "+
+			"the log's identity (a schema-less URL such as pdp.example.com/decisions). Replicas share one key, each keeping a log " +
 			"of its own under ORIGIN/REPLICA (--decision-log-replica; replica-key prints each one's verifier key). " +
 			"The verifier key printed is what an auditor checks checkpoints with (golang.org/x/mod/sumdb/note).",
 		Args: cobra.NoArgs,
