@@ -61,18 +61,20 @@ func (l *Log) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return l.stop()
 		case <-l.wake:
-			if l.cfg.Durability == DurableCheckpoints && l.cfg.Linger > 0 && l.queueLen() < tileWidth {
+			if l.cfg.Durability == DurableCheckpoints && l.cfg.Linger > 0 && l.startLinger() {
 				if linger == nil {
 					linger = time.After(l.cfg.Linger)
 				}
 				continue
 			}
 			linger = nil
+			l.stopLinger()
 			if l.group() {
 				l.poke()
 			}
 		case <-linger:
 			linger = nil
+			l.stopLinger()
 			if l.group() {
 				l.poke()
 			}
@@ -96,10 +98,20 @@ func (l *Log) Run(ctx context.Context) error {
 	}
 }
 
-func (l *Log) queueLen() int {
+// startLinger reports whether fewer than a bundle's worth of entries
+// wait, and if so marks Run lingering: AddAll wakes it again only once
+// they do.
+func (l *Log) startLinger() bool {
 	l.qmu.Lock()
 	defer l.qmu.Unlock()
-	return len(l.queue)
+	l.lingering = len(l.queue) < tileWidth
+	return l.lingering
+}
+
+func (l *Log) stopLinger() {
+	l.qmu.Lock()
+	l.lingering = false
+	l.qmu.Unlock()
 }
 
 func (l *Log) poke() {

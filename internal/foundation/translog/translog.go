@@ -9,10 +9,11 @@
 //
 // Under Config.Dir:
 //
-//	segments/<index>.seg  the write-ahead segment: every entry since the
-//	                      segment's first index, in checksummed groups
-//	tile/<L>/<N>          a full hash tile, written once (C2SP tlog-tiles)
-//	tile/entries/<N>      a full entry bundle, written once
+//	segments/<index>.seg  the entries from index on, in checksummed groups,
+//	                      zeroed ahead of the last
+//	segments/<index>.idx  a full segment's index: where each of its entry
+//	                      bundles starts, and its level-0 tiles
+//	tile/<L>/<N>          a full hash tile above level 0 (C2SP tlog-tiles)
 //	checkpoint            the latest signed checkpoint
 //	pruned                the log's minimum index (Retention)
 //
@@ -21,32 +22,35 @@
 // Add queues an entry and returns an IndexFuture. One goroutine (Run)
 // takes whatever waits when its previous write returned — a group, up to
 // Config.MaxGroup entries, with no timer — hashes it into the tree, and
-// writes it to the segment in one write. Under DurableGroups (the
+// writes it to the newest segment in one write. Under DurableGroups (the
 // default) the group is then fdatasync'd, and only then do its futures
 // resolve: an entry whose future returned an index survives a crash of
 // the process or of the machine. Under DurableCheckpoints a group's
 // futures resolve once it is written (it survives the process, not the
-// machine), and the segment is fdatasync'd before each checkpoint, so
-// that a checkpoint never covers an entry that is not on disk.
+// machine); entries may gather for Config.Linger first; and the segment
+// is fdatasync'd before each checkpoint, so that a checkpoint never
+// covers an entry that is not on disk.
 //
-// The tree's right edge — its partial tiles and the partial entry bundle
-// — stays in memory and is served from there; a tile or an entry bundle
-// is written to its file once, when it is full, and fdatasync'd off the
-// group's path. Once a segment holds Config.SegmentEntries entries (a
-// whole number of bundles) and every tile they completed is on disk, the
-// next segment starts with the tree's right edge in its header and the
-// old one is deleted: the tiles and bundles are the log, and the segment
-// is its newest part.
+// Each entry is written once, to its segment; entry bundles are served
+// from there (the last 32 full ones, and the partial one, from memory).
+// The tree's right edge — the roots of its complete subtrees and the
+// partial tile of each level — stays in memory. A level-0 tile is written
+// once, into its segment's index, when the segment is full
+// (Config.SegmentEntries, a whole number of bundles); a tile above level 0
+// once, into its file, when it is full, off the group's path. The next
+// segment starts with the tree's right edge in its header.
 //
 // # Recovery
 //
-// Open rebuilds the log from the segment alone: its header's right edge,
-// then each group whose checksum holds, in order. A torn tail (a group
-// cut short or not matching its checksum, which no DurableGroups caller
-// was told of) is cut. Tiles and bundles of the segment's range are
-// written again. The rebuilt tree must extend the latest checkpoint (its
-// root at the checkpoint's size equal to the checkpoint's), or Open
-// refuses the directory.
+// Open rebuilds the log from its newest segment alone: its header's
+// right edge, then each group whose checksum holds, in order. A torn tail
+// (a group cut short or not matching its checksum, which no DurableGroups
+// caller was told of) is cut, with the zeros written ahead. The rebuilt
+// tree must extend the latest checkpoint (its root at the checkpoint's
+// size equal to the checkpoint's), or Open refuses the directory. The
+// full segments before it are trusted as their indexes say: their files
+// were synced before the next segment began, and every tile read is
+// checked against the tree's root.
 //
 // # Checkpoints and stopping
 //
@@ -54,15 +58,17 @@
 // (default DefaultSignEvery), when Sign asks, and once more when it
 // stops: its context ending stops new entries (ErrStopped), appends what
 // is queued (within Config.DrainTimeout), syncs the segment and signs the
-// last checkpoint. Await waits for a checkpoint that covers an index.
+// last checkpoint. Await waits for a checkpoint that covers an index. A
+// write or a sync that fails stops the log taking entries (ErrBroken)
+// until it is opened again.
 //
 // # Pruning
 //
 // Prune (and Run, every Config.PruneEvery, by Config.Retention) moves the
 // log's minimum index up by whole entry bundles, never past the latest
-// checkpoint: the bundles and level-0 tiles below it are deleted; the
-// tiles above level 0 stay (a hash every 256 entries), so that every
-// proof among what is left still verifies (C2SP tlog-tiles "Pruning").
+// checkpoint, and deletes the full segments wholly below it; the tiles
+// above level 0 stay (a hash every 256 entries), so that every proof
+// among what is left still verifies (C2SP tlog-tiles "Pruning").
 package translog
 
 import (
@@ -199,13 +205,16 @@ type Log struct {
 	m        *metrics
 
 	// queue is what waits for Run.
-	qmu      sync.Mutex
-	queue    []pending
-	taking   bool // Run takes entries
-	broken   bool
-	wake     chan struct{}
-	signReq  chan chan signResult
-	pruneReq chan chan pruneResult
+	qmu    sync.Mutex
+	queue  []pending
+	taking bool // Run takes entries
+	broken bool
+	// lingering: Run lets entries gather (Config.Linger) and takes them
+	// when its timer fires.
+	lingering bool
+	wake      chan struct{}
+	signReq   chan chan signResult
+	pruneReq  chan chan pruneResult
 
 	// mu guards what readers see: the published tree (size, edge,
 	// partial tiles and bundle, tiles on their way to their files) and
@@ -415,14 +424,16 @@ func (l *Log) AddAll(entries [][]byte) Group {
 	}
 	g.remaining = queued // before Run can take any: it reads it under qmu too
 	l.m.queued.Set(float64(len(l.queue)))
+	// A lingering Run takes these when its timer fires: it need not be
+	// woken for each, only once enough wait.
+	wake := queued > 0 && (!l.lingering || len(l.queue) >= tileWidth)
 	l.qmu.Unlock()
 	if queued == 0 {
 		close(g.done)
 		return Group{g}
 	}
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if wake {
+		l.poke()
 	}
 	return Group{g}
 }

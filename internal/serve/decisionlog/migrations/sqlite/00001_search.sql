@@ -7,7 +7,7 @@
 -- It follows the logs and can be dropped
 -- and built again from them at any time (docs/decision-log.md).
 CREATE TABLE decision_search (
-	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+	seq     INTEGER PRIMARY KEY,
 	origin  TEXT NOT NULL,
 	idx     INTEGER NOT NULL,
 	at      INTEGER NOT NULL,
