@@ -188,7 +188,7 @@ func frame(buf []byte, first int64, at time.Time) []byte {
 	buf = append(buf[:0], make([]byte, 8)...)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(first)) //nolint:gosec // not negative.
 	buf = binary.BigEndian.AppendUint32(buf, 0)
-	return binary.BigEndian.AppendUint64(buf, uint64(at.UnixMilli())) //nolint:gosec // a time after 1970.
+	return binary.BigEndian.AppendUint64(buf, uint64(at.UnixMilli()))
 }
 
 func appendEntry(buf, data []byte) []byte {
