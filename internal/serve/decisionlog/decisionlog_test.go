@@ -62,15 +62,8 @@ func TestAnswersKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := decisionlog.Open(ctx, "svc", c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	run, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = l.Start(run); close(done) }()
-	defer func() { cancel(); <-done }()
+	l, stop := started(t, "svc", c)
+	defer stop()
 
 	small := []byte(`{"record":{"effect":"allow","note":"a \"quoted\" word"}}` + "\n")
 	large := []byte(`{"evaluations":[` + strings.Repeat(`{"decision":true},`, 4000) + `{"decision":true}]}`)
@@ -166,14 +159,8 @@ func TestSinkShipsOPAsFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := decisionlog.Open(ctx, "pdp", c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	run, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = l.Start(run); close(done) }()
+	l, stop := started(t, "pdp", c)
+	defer stop()
 	for i := range 3 {
 		if refusal, err := l.Keep(ctx, decisionlog.Decision{Caller: fmt.Sprintf("c%d", i), System: "secrets-engine", Allowed: i != 1, Reason: "r", Path: "/v1/check", Status: 200,
 			Answer: []byte(`{"record":{"n":` + fmt.Sprint(i) + `}}`), At: time.Now()}); !refusal.IsZero() {
@@ -190,8 +177,7 @@ func TestSinkShipsOPAsFormat(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	<-done
+	stop() // the sink ships what is left as it stops
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 3 || calls < 3 {
@@ -245,15 +231,8 @@ func TestSearchRebuiltFromTheLog(t *testing.T) {
 	// the index holds the log, and returns what a search for c3 finds.
 	run := func(n int) []decisionlog.Found {
 		t.Helper()
-		l, err := decisionlog.Open(ctx, "svc", c, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = l.Start(runCtx); close(done) }()
-		defer func() { cancel(); <-done }()
+		l, stop := started(t, "svc", c)
+		defer stop()
 		for i := range n {
 			if refusal, err := l.Keep(ctx, decisionlog.Decision{Caller: fmt.Sprintf("c%d", i%5), Allowed: true, Path: "/v1/check", Status: 200, At: time.Now()}); !refusal.IsZero() {
 				t.Fatal(refusal, err)
@@ -303,4 +282,19 @@ func TestSearchRebuiltFromTheLog(t *testing.T) {
 	if len(fresh) != 2 || fresh[0].Index != 3 || fresh[1].Index != 8 {
 		t.Fatalf("a new log under an old index finds %v, want [3 8]", indexes(fresh))
 	}
+}
+
+// started opens service's decision log and runs it until stop, which
+// also closes it.
+func started(t *testing.T, service string, c decisionlog.Config) (*decisionlog.Log, func()) {
+	t.Helper()
+	l, err := decisionlog.Open(context.Background(), service, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Start(ctx); close(done) }()
+	var once sync.Once
+	return l, func() { once.Do(func() { cancel(); <-done; _ = l.Close() }) }
 }
