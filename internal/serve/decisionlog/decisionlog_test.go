@@ -48,20 +48,7 @@ func TestChecksRefuseWhatCannotBeHonoured(t *testing.T) {
 // large for an entry by its digest.
 func TestAnswersKept(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := decisionlog.NewOptions()
-	o.Dir, o.KeyFile = filepath.Join(dir, "log"), filepath.Join(dir, "log.key")
-	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := completed(t, nil)
 	l, stop := started(t, "svc", c)
 	defer stop()
 
@@ -145,20 +132,7 @@ func TestSinkShipsOPAsFormat(t *testing.T) {
 		got = append(got, batch...)
 	}))
 	defer srv.Close()
-	dir := t.TempDir()
-	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := decisionlog.NewOptions()
-	o.Dir, o.KeyFile, o.Sink, o.SinkEvery = filepath.Join(dir, "log"), filepath.Join(dir, "log.key"), srv.URL+"/logs", 50*time.Millisecond
-	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := completed(t, func(o *decisionlog.Options, _ string) { o.Sink, o.SinkEvery = srv.URL+"/logs", 50*time.Millisecond })
 	l, stop := started(t, "pdp", c)
 	defer stop()
 	for i := range 3 {
@@ -213,20 +187,7 @@ func TestSinkRefusesPlaintextElsewhere(t *testing.T) {
 // is dropped and built again on its own.
 func TestSearchRebuiltFromTheLog(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := decisionlog.NewOptions()
-	o.Dir, o.KeyFile, o.Search = filepath.Join(dir, "log"), filepath.Join(dir, "log.key"), filepath.Join(dir, "search.db")
-	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := o.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := completed(t, func(o *decisionlog.Options, dir string) { o.Search = filepath.Join(dir, "search.db") })
 	// run opens the log, keeps n decisions of callers c0…c4, waits until
 	// the index holds the log, and returns what a search for c3 finds.
 	run := func(n int) []decisionlog.Found {
@@ -275,7 +236,7 @@ func TestSearchRebuiltFromTheLog(t *testing.T) {
 		}
 	}
 	// The log started again from nothing, under the old index.
-	if err := os.RemoveAll(o.Dir); err != nil {
+	if err := os.RemoveAll(c.Dir); err != nil {
 		t.Fatal(err)
 	}
 	fresh := run(10)
@@ -297,4 +258,28 @@ func started(t *testing.T, service string, c decisionlog.Config) (*decisionlog.L
 	go func() { _ = l.Start(ctx); close(done) }()
 	var once sync.Once
 	return l, func() { once.Do(func() { cancel(); <-done; _ = l.Close() }) }
+}
+
+// completed is a log's configuration in a new directory with
+// a checkpoint key of svc.test/decisions, after edit changed its options.
+func completed(t *testing.T, edit func(o *decisionlog.Options, dir string)) decisionlog.Config {
+	t.Helper()
+	dir := t.TempDir()
+	skey, _, err := note.GenerateKey(rand.Reader, "svc.test/decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := decisionlog.NewOptions()
+	o.Dir, o.KeyFile = filepath.Join(dir, "log"), filepath.Join(dir, "log.key")
+	if err := os.WriteFile(o.KeyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&o, dir)
+	}
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
