@@ -2,9 +2,7 @@ package decisionlog
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -235,23 +233,22 @@ func (o Options) Complete() (Config, error) {
 }
 
 // renameKey is the Ed25519 note signer key skey under another name: its
-// key hash is the new name's (C2SP signed-note: the first four bytes of
-// SHA-256 of the name, a newline, and the key's type and public key).
+// key hash is the one x/mod's note gives the same public key under it.
 func renameKey(skey, name string) (string, error) {
 	f := strings.SplitN(skey, "+", 5)
 	_, _, vkey, err := translog.Keys(skey)
 	if err != nil || len(f) != 5 {
 		return "", errors.New("not an Ed25519 note signer key")
 	}
-	v := strings.SplitN(vkey, "+", 3)
-	pub, err := base64.StdEncoding.DecodeString(v[2])
+	raw, err := base64.StdEncoding.DecodeString(strings.SplitN(vkey, "+", 3)[2])
+	if err != nil || len(raw) != 1+ed25519.PublicKeySize {
+		return "", errors.New("not an Ed25519 note signer key")
+	}
+	renamedV, err := note.NewEd25519VerifierKey(name, ed25519.PublicKey(raw[1:]))
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	h.Write([]byte(name + "\n"))
-	h.Write(pub)
-	renamed := fmt.Sprintf("PRIVATE+KEY+%s+%08x+%s", name, binary.BigEndian.Uint32(h.Sum(nil)), f[4])
+	renamed := "PRIVATE+KEY+" + name + "+" + strings.SplitN(renamedV, "+", 3)[1] + "+" + f[4]
 	if _, _, _, err := translog.Keys(renamed); err != nil {
 		return "", fmt.Errorf("the key renamed %q: %w", name, err)
 	}
