@@ -4,15 +4,23 @@
 // first line and the body after, for the test to read from the pod's log.
 // It exits 1 when no answer came. internal/kit/cluster builds it into an
 // image (FetchImage).
+//
+// A Service's address routes only once kube-proxy has written its rules,
+// which can trail the pod's readiness (the endpoints reach kube-proxy
+// through a watch of their own): so the connection, and only it, is tried
+// again until --connect-for has passed. Once connected, the request is
+// sent once, never again.
 package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -26,14 +34,15 @@ func main() {
 	caFile := flag.String("ca-file", "", "CA bundle the server's certificate is checked against")
 	serverName := flag.String("server-name", "", "name the server's certificate must carry")
 	bodyFile := flag.String("body-file", "", "request body (JSON)")
+	connectFor := flag.Duration("connect-for", time.Minute, "how long a refused or unrouted connection is tried again")
 	flag.Parse()
-	if err := run(*url, *method, *tokenFile, *caFile, *serverName, *bodyFile); err != nil {
+	if err := run(*url, *method, *tokenFile, *caFile, *serverName, *bodyFile, *connectFor); err != nil {
 		fmt.Fprintln(os.Stderr, "fetch:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, method, tokenFile, caFile, serverName, bodyFile string) error {
+func run(url, method, tokenFile, caFile, serverName, bodyFile string, connectFor time.Duration) error {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return err
@@ -62,7 +71,8 @@ func run(url, method, tokenFile, caFile, serverName, bodyFile string) error {
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	c := &http.Client{Timeout: connectFor + 30*time.Second, Transport: &http.Transport{
+		DialContext:     dialFor(connectFor),
 		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -75,4 +85,29 @@ func run(url, method, tokenFile, caFile, serverName, bodyFile string) error {
 	}
 	fmt.Printf("%d\n%s\n", resp.StatusCode, b)
 	return nil
+}
+
+// dialFor dials until a connection is made or d has passed, each try
+// bounded by a few seconds and a pause between tries; the last error says
+// how many tries there were. Nothing is printed between tries: the pod's
+// log is the answer alone.
+func dialFor(d time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		end := time.Now().Add(d)
+		dialer := net.Dialer{Timeout: 5 * time.Second}
+		for tries := 1; ; tries++ {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err == nil {
+				return conn, nil
+			}
+			if ctx.Err() != nil || time.Now().Add(500*time.Millisecond).After(end) {
+				return nil, fmt.Errorf("%w (%d tries in %s)", err, tries, d)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
 }
