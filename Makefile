@@ -53,6 +53,14 @@ JAEGER_VERSION := v1.75.0
 JAEGER_BIN     := $(CACHE)/jaeger/$(JAEGER_VERSION)
 export CALLERAUTH_JAEGER_BIN := $(JAEGER_BIN)
 
+# The decision log's outside auditors and witness (test/pdp's witnessed
+# log, docs/decision-log.md): tessera's cmd/fsck (v1.0.4),
+# transparency-dev/witness's omniwitness and tlogproofcheck (formats and
+# merkle check a C2SP tlog-proof), built in a tools module of their own
+# (test/tools/tlog), cached by what that module pins. About 2 minutes cold.
+TLOG_BIN := $(CACHE)/tlog/$(shell cat test/tools/tlog/go.sum test/tools/tlog/tlogproofcheck/main.go | sha256sum | cut -c1-12)
+export CALLERAUTH_TLOG_BIN := $(TLOG_BIN)
+
 # The images: FROM scratch, static, non-root, reproducible; written as OCI
 # layouts and docker load tarballs with an SPDX SBOM each, no registry and
 # no daemon (docs/deploy.md). The tag is the VERSION file's, which every
@@ -63,11 +71,11 @@ IMAGE_TAG      ?= $(VERSION)
 IMAGES_OUT     ?= $(CURDIR)/dist/images
 PLATFORMS      ?=
 
-.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools node-tools cluster generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools jaeger-tools
+.PHONY: all test lint images runc skopeo bench bench-compare demo fuzz tidy clean kube-tools node-tools cluster generate monitoring-crds ffmpeg postgresql hydra-tools opa-tools jaeger-tools tlog-tools
 
 all: lint test
 
-test: kube-tools node-tools hydra-tools opa-tools jaeger-tools ffmpeg postgresql runc skopeo
+test: kube-tools node-tools hydra-tools opa-tools jaeger-tools tlog-tools ffmpeg postgresql runc skopeo
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # $(call apt-install,PACKAGE,WHY): Debian's PACKAGE, installed with apt-get
@@ -181,6 +189,17 @@ $(JAEGER_BIN)/jaeger:
 	cd test/tools/jaeger && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/jaegertracing/jaeger/cmd/jaeger
 	mv $@.tmp $@
 
+tlog-tools: $(TLOG_BIN)/fsck
+
+$(TLOG_BIN)/fsck:
+	@mkdir -p $(TLOG_BIN)
+	cd test/tools/tlog && $(GO) build -trimpath -ldflags '-s -w' -o $(TLOG_BIN)/omniwitness.tmp github.com/transparency-dev/witness/cmd/omniwitness
+	cd test/tools/tlog && $(GO) build -trimpath -ldflags '-s -w' -o $(TLOG_BIN)/tlogproofcheck.tmp ./tlogproofcheck
+	cd test/tools/tlog && $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/transparency-dev/tessera/cmd/fsck
+	mv $(TLOG_BIN)/omniwitness.tmp $(TLOG_BIN)/omniwitness
+	mv $(TLOG_BIN)/tlogproofcheck.tmp $(TLOG_BIN)/tlogproofcheck
+	mv $@.tmp $@
+
 hydra-tools: $(HYDRA_BIN)/hydra
 
 $(HYDRA_BIN)/hydra:
@@ -250,6 +269,7 @@ tidy:
 	cd test/tools/kube && $(GO) mod tidy
 	cd test/tools/hydra && $(GO) mod tidy
 	cd test/tools/jaeger && $(GO) mod tidy
+	cd test/tools/tlog && $(GO) mod tidy
 
 clean:
 	rm -rf $(CACHE)

@@ -31,5 +31,9 @@ func newMetrics(prefix string) *metrics {
 // Collectors are the log's metrics.
 func (l *Log) Collectors() []prometheus.Collector {
 	m := l.m
-	return []prometheus.Collector{m.appended, m.dropped, m.failed, m.queued, m.size, m.minIndex, m.checkpointSize, m.checkpointTime, m.group, m.sync}
+	cs := []prometheus.Collector{m.appended, m.dropped, m.failed, m.queued, m.size, m.minIndex, m.checkpointSize, m.checkpointTime, m.group, m.sync}
+	if l.witnesses != nil {
+		cs = append(cs, l.witnesses.m.collectors()...)
+	}
+	return cs
 }

@@ -280,7 +280,8 @@ func (l *Log) levelZeroTile(n int64) ([]byte, error) {
 
 // Handler serves the log read-only as C2SP tlog-tiles, under whatever
 // prefix the caller strips: GET <prefix>/checkpoint (the latest signed
-// checkpoint), <prefix>/tile/<L>/<N>[.p/<W>] (hash tiles) and
+// checkpoint), <prefix>/witnessed-checkpoint (the newest a quorum of
+// witnesses cosigned), <prefix>/tile/<L>/<N>[.p/<W>] (hash tiles) and
 // <prefix>/tile/entries/<N>[.p/<W>] (entry bundles, gzip when asked).
 // What the log does not hold (beyond the latest checkpoint's tree, or
 // pruned) is 404.
@@ -292,8 +293,11 @@ func (l *Log) Handler() http.Handler {
 			return
 		}
 		path := strings.TrimPrefix(r.URL.Path, "/")
-		if path == "checkpoint" {
+		if path == "checkpoint" || path == "witnessed-checkpoint" {
 			c, ok := l.Latest()
+			if path == "witnessed-checkpoint" {
+				c, ok = l.Witnessed()
+			}
 			if !ok {
 				http.Error(w, "no checkpoint", http.StatusNotFound)
 				return

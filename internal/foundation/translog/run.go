@@ -51,6 +51,22 @@ func (l *Log) Run(ctx context.Context) error {
 	}
 	l.running = true
 	l.qmu.Unlock()
+	if l.witnesses != nil {
+		// The witnesses are given the last checkpoint once stop has
+		// signed it (the deferred call runs after stop returns).
+		stopWitnessing, witnessed := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(witnessed)
+			l.witnesses.run(stopWitnessing)
+		}()
+		defer func() {
+			close(stopWitnessing)
+			<-witnessed
+		}()
+		if c, ok := l.Latest(); ok {
+			l.witnesses.offer(c)
+		}
+	}
 	sign := time.NewTicker(l.cfg.SignEvery)
 	defer sign.Stop()
 	prune := time.NewTicker(l.cfg.PruneEvery)
@@ -402,7 +418,7 @@ func (l *Log) checkpoint() (Checkpoint, error) {
 	if err := syncDir(l.dir); err != nil {
 		return latest, fmt.Errorf("writing the checkpoint: %w", err)
 	}
-	c := Checkpoint{Size: t.size, Root: root, Note: signed}
+	c := Checkpoint{Size: t.size, Root: root, Note: signed, Signed: l.cfg.Now()}
 	l.mu.Lock()
 	l.latest = c
 	ch := l.signed
@@ -411,5 +427,8 @@ func (l *Log) checkpoint() (Checkpoint, error) {
 	close(ch)
 	l.m.checkpointSize.Set(float64(c.Size))
 	l.m.checkpointTime.SetToCurrentTime()
+	if l.witnesses != nil {
+		l.witnesses.offer(c)
+	}
 	return c, nil
 }

@@ -15,6 +15,8 @@
 //	                      bundles starts, and its level-0 tiles
 //	tile/<L>/<N>          a full hash tile above level 0 (C2SP tlog-tiles)
 //	checkpoint            the latest signed checkpoint
+//	witnessed-checkpoint  the newest checkpoint a quorum of witnesses
+//	                      cosigned, with their cosignatures
 //	pruned                the log's minimum index (Retention)
 //
 // # Appending and durability
@@ -62,6 +64,19 @@
 // write or a sync that fails stops the log taking entries (ErrBroken)
 // until it is opened again.
 //
+// # Witnesses
+//
+// With Config.Witnesses, each checkpoint Run signs goes to every witness
+// (C2SP tlog-witness add-checkpoint: the size the witness holds, the
+// consistency proof from it, the checkpoint), one goroutine a witness
+// that takes only the newest checkpoint when it is free: a slow or a
+// down witness skips checkpoints and holds back nothing else. The
+// cosignatures (C2SP tlog-cosignature, cosignature/v1) that verify are
+// added to the checkpoint served while it is the latest; the newest
+// checkpoint a quorum cosigned is kept (Witnessed). When Run stops, the
+// last checkpoint goes to each witness once more, each request within
+// Config.WitnessTimeout.
+//
 // # Pruning
 //
 // Prune (and Run, every Config.PruneEvery, by Config.Retention) moves the
@@ -78,6 +93,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,6 +172,17 @@ type Config struct {
 	PruneEvery time.Duration
 	// DrainTimeout bounds the last appends when Run stops.
 	DrainTimeout time.Duration
+	// Witnesses, when it names any, are given each checkpoint Run signs
+	// (C2SP tlog-witness add-checkpoint, with a consistency proof from
+	// the size each holds), off every entry's path; their cosignatures
+	// are added to the checkpoint served while it is the latest, and the
+	// newest checkpoint a quorum cosigned is kept (Witnessed, the file
+	// witnessed). Each request is bounded by WitnessTimeout (default
+	// DefaultWitnessTimeout), made with WitnessClient (nil: a default
+	// client).
+	Witnesses      WitnessPolicy
+	WitnessTimeout time.Duration
+	WitnessClient  *http.Client
 	// Metrics prefixes the metrics' names (pdp_decision_log); required.
 	Metrics string
 	// Logger receives a line per failed write, checkpoint or prune.
@@ -176,8 +203,11 @@ type Retention struct {
 type Checkpoint struct {
 	Size int64
 	Root tlog.Hash
-	// Note is the signed note (C2SP tlog-checkpoint) as served.
+	// Note is the signed note (C2SP tlog-checkpoint) as served: with
+	// the witnesses' cosignatures once they came.
 	Note []byte
+	// Signed is when this process signed it (zero when read back).
+	Signed time.Time
 }
 
 // Errors an IndexFuture gives.
@@ -203,6 +233,8 @@ type Log struct {
 	verifier note.Verifier
 	vkey     string
 	m        *metrics
+	// witnesses push checkpoints to Config.Witnesses (nil: none).
+	witnesses *witnessing
 
 	// queue is what waits for Run.
 	qmu    sync.Mutex
@@ -292,7 +324,7 @@ func Open(cfg Config) (*Log, error) {
 		return nil, errors.New("translog: no metrics prefix")
 	case cfg.Durability != DurableGroups && cfg.Durability != DurableCheckpoints:
 		return nil, fmt.Errorf("translog: durability %d", cfg.Durability)
-	case cfg.SignEvery < 0, cfg.Linger < 0, cfg.MaxQueue < 0, cfg.MaxGroup < 0, cfg.SegmentEntries < 0, cfg.PruneEvery < 0, cfg.DrainTimeout < 0:
+	case cfg.SignEvery < 0, cfg.Linger < 0, cfg.MaxQueue < 0, cfg.MaxGroup < 0, cfg.SegmentEntries < 0, cfg.PruneEvery < 0, cfg.DrainTimeout < 0, cfg.WitnessTimeout < 0:
 		return nil, errors.New("translog: a negative bound")
 	case cfg.SegmentEntries%tileWidth != 0:
 		return nil, fmt.Errorf("translog: %d entries a segment: want a multiple of %d", cfg.SegmentEntries, tileWidth)
@@ -307,6 +339,10 @@ func Open(cfg Config) (*Log, error) {
 	fill(&cfg.SignEvery, DefaultSignEvery)
 	fill(&cfg.PruneEvery, DefaultPruneEvery)
 	fill(&cfg.DrainTimeout, DefaultDrainTimeout)
+	fill(&cfg.WitnessTimeout, DefaultWitnessTimeout)
+	if err := cfg.Witnesses.check(); err != nil {
+		return nil, fmt.Errorf("translog: the witnesses: %w", err)
+	}
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = DefaultMaxQueue
 	}
@@ -331,6 +367,13 @@ func Open(cfg Config) (*Log, error) {
 			_ = l.seg.f.Close()
 		}
 		return nil, fmt.Errorf("translog: %s: %w", dir, err)
+	}
+	if len(cfg.Witnesses.Witnesses) > 0 {
+		l.witnesses = newWitnessing(l)
+		if err := l.witnesses.loadWitnessed(); err != nil {
+			_ = l.seg.f.Close()
+			return nil, fmt.Errorf("translog: %s: %w", dir, err)
+		}
 	}
 	l.m.minIndex.Set(float64(l.minIdx))
 	l.m.checkpointSize.Set(float64(l.latest.Size))
