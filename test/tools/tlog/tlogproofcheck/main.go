@@ -18,11 +18,11 @@ import (
 	"os"
 	"strings"
 
-	fnote "github.com/transparency-dev/formats/note"
 	"github.com/transparency-dev/formats/log"
+	fnote "github.com/transparency-dev/formats/note"
 	"github.com/transparency-dev/formats/proof"
-	"github.com/transparency-dev/merkle/rfc6962"
 	mproof "github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
 )
 
