@@ -121,11 +121,12 @@ func (w *Witness) Restart(ctx context.Context) error {
 func (w *Witness) Output() string { return w.proc.Output() }
 
 // Fsck runs tessera's cmd/fsck against a tlog-tiles URL (ending in /)
-// with the log's verifier key and a bearer token ("" for none); it
+// with the log's verifier key, a bearer token ("" for none) and the CA
+// file the server's certificate is checked against ("": the system's); it
 // returns what fsck printed, and an error unless fsck printed that it
 // succeeded ("Successfully fsck'd log") (fsck v1.0.4 exits 0 even when it prints "fsck
 // failed": what it prints decides).
-func Fsck(ctx context.Context, dir, url, vkey, bearer string) (string, error) {
+func Fsck(ctx context.Context, dir, url, vkey, bearer, caFile string) (string, error) {
 	bin, err := Bin("fsck")
 	if err != nil {
 		return "", err
@@ -140,7 +141,11 @@ func Fsck(ctx context.Context, dir, url, vkey, bearer string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput() //nolint:gosec // our own tool build
+	cmd := exec.CommandContext(ctx, bin, args...) //nolint:gosec // our own tool build
+	if caFile != "" {
+		cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)
+	}
+	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
 		return string(out), fmt.Errorf("fsck: %w", err)

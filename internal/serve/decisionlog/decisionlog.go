@@ -83,7 +83,8 @@ func Open(ctx context.Context, service string, c Config, logger *slog.Logger) (*
 	}
 	prefix := service + "_decision_log"
 	tl, err := translog.Open(translog.Config{Dir: c.Dir, Key: c.Key, Durability: durability, Linger: linger, SignEvery: c.SignEvery, MaxQueue: c.Queue,
-		Retention: translog.Retention{MaxAge: c.MaxAge, MaxEntries: c.MaxEntries}, Metrics: prefix, Logger: logger})
+		Retention: translog.Retention{MaxAge: c.MaxAge, MaxEntries: c.MaxEntries}, Witnesses: c.Witnesses, WitnessClient: c.WitnessClient,
+		Metrics: prefix, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("--decision-log: %w", err)
 	}

@@ -2,10 +2,12 @@ package decisionlog
 
 import (
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/callerauth/callerauth/credentials"
 	"github.com/callerauth/callerauth/internal/foundation/datastore"
+	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
 )
 
@@ -58,6 +61,11 @@ type Options struct {
 	Queue int
 	// SignEvery is the checkpoint cadence.
 	SignEvery time.Duration
+	// WitnessesFile is the witness policy (translog.ParseWitnessPolicy):
+	// the witnesses each checkpoint goes to; empty: none.
+	// WitnessCAFile is the CA bundle their certificates are checked
+	// against (default: the system roots).
+	WitnessesFile, WitnessCAFile string
 	// Sink ships committed decisions in OPA's decision-log format;
 	// empty: none. SinkCAFile and SinkTokenFile are its TLS roots and
 	// bearer token; SinkBuffer bounds what waits, SinkEvery how often it
@@ -87,6 +95,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.CallerMaxEntries, "decision-log-caller-max-entries", o.CallerMaxEntries, "the most decisions one caller may hold in the log; past it the caller's requests are refused 429 decision_log_quota_exceeded until older ones age out, so that its flood cannot push out other callers' history")
 	f.IntVar(&o.Queue, "decision-log-queue", o.Queue, "decisions waiting for a write at most; past it a decision is refused (required) or dropped (best-effort)")
 	f.DurationVar(&o.SignEvery, "decision-log-sign-every", o.SignEvery, "how often a checkpoint is signed while the log grows (and once on stop)")
+	f.StringVar(&o.WitnessesFile, "decision-log-witnesses", o.WitnessesFile, "a witness policy file: each checkpoint goes to these witnesses (C2SP tlog-witness), whose cosignatures the log keeps and serves; lines \"witness <verifier key> <url>\" and \"quorum <k>\" (docs/decision-log.md#witnesses). Never on a decision's path")
+	f.StringVar(&o.WitnessCAFile, "decision-log-witness-ca-file", o.WitnessCAFile, "CA bundle (PEM) the witnesses' certificates are checked against (default: the system roots)")
 	f.StringVar(&o.Sink, "decision-log-sink", o.Sink, "also ship every decision the log keeps to this URL in OPA's decision-log format (POSTs of gzip-compressed JSON arrays, as OPA's decision_logs service receives them): https://, or http:// to a loopback address without a token")
 	f.StringVar(&o.SinkCAFile, "decision-log-sink-ca-file", o.SinkCAFile, "CA bundle (PEM) the sink's certificate is checked against (default: the system roots)")
 	f.StringVar(&o.SinkTokenFile, "decision-log-sink-token-file", o.SinkTokenFile, "a bearer token for the sink, read again on every POST")
@@ -105,7 +115,8 @@ func (o Options) Check() error {
 			flag string
 			set  bool
 		}{{"decision-log-key-file", o.KeyFile != ""}, {"decision-log-sink", o.Sink != ""}, {"decision-log-search", o.Search != ""},
-			{"decision-log-search-url-file", o.SearchURLFile != ""}, {"decision-log-replica", o.Replica != ""}} {
+			{"decision-log-search-url-file", o.SearchURLFile != ""}, {"decision-log-replica", o.Replica != ""},
+			{"decision-log-witnesses", o.WitnessesFile != ""}, {"decision-log-witness-ca-file", o.WitnessCAFile != ""}} {
 			if c.set {
 				return fmt.Errorf("--%s belongs to --decision-log", c.flag)
 			}
@@ -149,6 +160,9 @@ func (o Options) Check() error {
 	} else if o.SinkCAFile != "" || o.SinkTokenFile != "" {
 		errs = append(errs, errors.New("--decision-log-sink-ca-file and --decision-log-sink-token-file belong to --decision-log-sink"))
 	}
+	if o.WitnessCAFile != "" && o.WitnessesFile == "" {
+		errs = append(errs, errors.New("--decision-log-witness-ca-file belongs to --decision-log-witnesses"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -187,6 +201,10 @@ type Config struct {
 	// SinkURL and SinkClient ship to the sink; nil: none.
 	SinkURL    *url.URL
 	SinkClient credentials.Config
+	// Witnesses is the witness policy read (no witness: none), and
+	// WitnessClient the client that reaches them.
+	Witnesses     translog.WitnessPolicy
+	WitnessClient *http.Client
 }
 
 // Complete checks o and reads what it names. The zero Config (On false)
@@ -228,6 +246,28 @@ func (o Options) Complete() (Config, error) {
 			return Config{}, err
 		}
 		c.SinkURL, _ = url.Parse(o.Sink) // checked by sinkCredentials
+	}
+	if o.WitnessesFile != "" {
+		b, err := fsutil.ReadFlagFile("--decision-log-witnesses", o.WitnessesFile, 64<<10)
+		if err != nil {
+			return Config{}, err
+		}
+		if c.Witnesses, err = translog.ParseWitnessPolicy(b); err != nil {
+			return Config{}, fmt.Errorf("--decision-log-witnesses %s: %w", o.WitnessesFile, err)
+		}
+		for _, w := range c.Witnesses.Witnesses {
+			if w.URL == "" {
+				return Config{}, fmt.Errorf("--decision-log-witnesses %s: witness %s has no URL: the log sends it checkpoints", o.WitnessesFile, w.Name)
+			}
+		}
+		tlsc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.WitnessCAFile != "" {
+			if tlsc.RootCAs, err = fsutil.ReadCAs("--decision-log-witness-ca-file", o.WitnessCAFile); err != nil {
+				return Config{}, err
+			}
+		}
+		c.WitnessClient = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return c, nil
 }

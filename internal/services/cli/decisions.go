@@ -6,6 +6,7 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/callerauth/callerauth/credentials"
+	"github.com/callerauth/callerauth/internal/foundation/fsutil"
 	"github.com/callerauth/callerauth/internal/foundation/translog"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
@@ -44,7 +46,7 @@ golang.org/x/mod's note and tlog, not the pdp's word.`,
 	pf.StringVar(&f.config, "config", "", "YAML file with a decisions section (address: the pdp's host:port, tls, ca_file, server_name, token_file)")
 	pf.StringVarP(&f.output, "output", "o", "table", "table or json")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long one call may take")
-	cmd.AddCommand(newDecisionsKeygenCmd(o), newDecisionsReplicaKeyCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f))
+	cmd.AddCommand(newDecisionsKeygenCmd(o), newDecisionsReplicaKeyCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f), newDecisionsProofCmd(o, f))
 	return cmd
 }
 
@@ -368,19 +370,69 @@ func newDecisionsShowCmd(o *Options, f *decisionsFlags) *cobra.Command {
 	return cmd
 }
 
+// witnessPolicy reads --witnesses (a policy file: docs/decision-log.md);
+// with --quorum above 0, that many cosignatures are asked for instead.
+func witnessPolicy(file string, quorum int) (*translog.WitnessPolicy, error) {
+	if file == "" {
+		if quorum != 0 {
+			return nil, errors.New("--quorum belongs to --witnesses")
+		}
+		return nil, nil
+	}
+	b, err := fsutil.ReadFlagFile("--witnesses", file, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	p, err := translog.ParseWitnessPolicy(b)
+	if err != nil {
+		return nil, fmt.Errorf("--witnesses %s: %w", file, err)
+	}
+	if quorum < 0 || quorum > len(p.Witnesses) {
+		return nil, fmt.Errorf("--quorum %d: want 1 to the %d witnesses of %s", quorum, len(p.Witnesses), file)
+	}
+	if quorum > 0 {
+		p.Quorum = quorum
+	}
+	return &p, nil
+}
+
+// witnessed fetches the newest checkpoint a quorum of the policy's
+// witnesses cosigned, checked: the log's signature and the cosignatures.
+func (f *decisionsFlags) witnessed(ctx context.Context, v note.Verifier, p *translog.WitnessPolicy) (string, int64, tlog.Hash, []string, error) {
+	b, err := f.fetch(ctx, decisionlog.PathTiles+"witnessed-checkpoint", 64<<10)
+	if err != nil {
+		return "", 0, tlog.Hash{}, nil, fmt.Errorf("the witnessed checkpoint: %w", err)
+	}
+	_, names, err := p.Cosigners(b, v)
+	if err != nil {
+		return "", 0, tlog.Hash{}, nil, err
+	}
+	size, root, err := openCheckpoint(v, string(b))
+	return string(b), size, root, names, err
+}
+
 func newDecisionsVerifyCmd(o *Options, f *decisionsFlags) *cobra.Command {
-	var vkey, since, save string
+	var vkey, since, save, witnesses string
+	var quorum int
 	cmd := &cobra.Command{
-		Use:   "verify --verifier-key KEY [--since FILE] [--save FILE]",
-		Short: "Check the log's latest signed checkpoint and, from a checkpoint kept before, that the log only grew",
+		Use:   "verify --verifier-key KEY [--witnesses FILE [--quorum K]] [--since FILE] [--save FILE]",
+		Short: "Check the log's latest signed checkpoint (or its witnessed one, cosigned by K of N witnesses) and, from a checkpoint kept before, that the log only grew",
 		Long: `verify fetches the log's latest checkpoint and checks its signature. With
+--witnesses, a witness policy file (the one the pdp's
+--decision-log-witnesses reads; the URLs may be left out), it checks the
+log's witnessed checkpoint instead: signed by the log and cosigned by at
+least the policy's quorum of its witnesses (or --quorum of them). With
 --since, a checkpoint kept before (by --save, or as the pdp served it), it
 also fetches the consistency proof and checks that the tree of that
-checkpoint is a prefix of the latest: nothing decided before was changed or
-removed. --save writes the latest checkpoint, for the next run.`,
+checkpoint is a prefix of the one checked: nothing decided before was
+changed or removed. --save writes the checkpoint checked, for the next run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := verifier(vkey)
+			if err != nil {
+				return err
+			}
+			policy, err := witnessPolicy(witnesses, quorum)
 			if err != nil {
 				return err
 			}
@@ -401,7 +453,28 @@ removed. --save writes the latest checkpoint, for the next run.`,
 			var latest string
 			var size int64
 			var root tlog.Hash
-			if oldSize > 0 {
+			var cosigners []string
+			if policy != nil {
+				if latest, size, root, cosigners, err = f.witnessed(cmd.Context(), v, policy); err != nil {
+					return err
+				}
+				if oldSize > size {
+					return fmt.Errorf("the witnessed log of %d is smaller than the one of %d kept in %s", size, oldSize, since)
+				}
+				if oldSize > 0 {
+					var c decisionlog.Consistency
+					if err := f.get(cmd.Context(), decisionlog.PathConsistency+"?old="+strconv.FormatInt(oldSize, 10)+"&size="+strconv.FormatInt(size, 10), &c); err != nil {
+						return err
+					}
+					proof, err := parseHashes(c.Proof)
+					if err != nil {
+						return err
+					}
+					if err := tlog.CheckTree(proof, size, root, oldSize, oldRoot); err != nil {
+						return fmt.Errorf("the witnessed log of %d is NOT an extension of the one of %d kept in %s: %w", size, oldSize, since, err)
+					}
+				}
+			} else if oldSize > 0 {
 				var c decisionlog.Consistency
 				if err := f.get(cmd.Context(), decisionlog.PathConsistency+"?old="+strconv.FormatInt(oldSize, 10), &c); err != nil {
 					return err
@@ -431,9 +504,12 @@ removed. --save writes the latest checkpoint, for the next run.`,
 				}
 			}
 			if f.output == "json" {
-				return json.NewEncoder(o.Stdout).Encode(map[string]any{"size": size, "root": root.String(), "since": oldSize, "consistent": true})
+				return json.NewEncoder(o.Stdout).Encode(map[string]any{"size": size, "root": root.String(), "since": oldSize, "consistent": true, "cosigners": cosigners})
 			}
 			msg := fmt.Sprintf("verified: the log %s holds %d decisions (root %s), checkpoint signed by its key", v.Name(), size, root)
+			if policy != nil {
+				msg += fmt.Sprintf(" and cosigned by %d of %d witnesses (%s; %d required)", len(cosigners), len(policy.Witnesses), strings.Join(cosigners, ", "), policy.Quorum)
+			}
 			if oldSize > 0 {
 				msg += fmt.Sprintf("; it extends the log of %d kept in %s", oldSize, since)
 			}
@@ -443,7 +519,94 @@ removed. --save writes the latest checkpoint, for the next run.`,
 	}
 	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as keygen printed it")
 	cmd.Flags().StringVar(&since, "since", "", "a checkpoint kept before: check the log only grew since")
-	cmd.Flags().StringVar(&save, "save", "", "write the latest checkpoint here")
+	cmd.Flags().StringVar(&save, "save", "", "write the checkpoint checked here")
+	cmd.Flags().StringVar(&witnesses, "witnesses", "", "a witness policy file (witness <verifier key> [<url>] lines, quorum <k>): check the witnessed checkpoint, cosigned by a quorum")
+	cmd.Flags().IntVar(&quorum, "quorum", 0, "the cosignatures required, 1 to the policy's witnesses (default: the policy's quorum)")
+	return cmd
+}
+
+func newDecisionsProofCmd(o *Options, f *decisionsFlags) *cobra.Command {
+	var vkey, witnesses, out string
+	var quorum int
+	cmd := &cobra.Command{
+		Use:   "proof INDEX --verifier-key KEY [--witnesses FILE [--quorum K]] --out FILE",
+		Short: "Write a self-contained proof of one decision (C2SP tlog-proof: the entry, its inclusion proof, the cosigned checkpoint) that verifies offline",
+		Long: `proof fetches decision INDEX with its inclusion proof in the log's
+witnessed checkpoint (with --witnesses; else its latest), checks both as
+verify and show do, and writes them as one C2SP tlog-proof
+(c2sp.org/tlog-proof@v1): the entry is the extra data, then its index, the
+proof's hashes and the checkpoint with its signatures. Anyone holding the
+log's verifier key (and the witnesses' keys) can check it offline, with no
+call to the pdp. A decision not yet in a witnessed checkpoint is refused:
+ask again after the next one.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			index, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || index < 0 {
+				return fmt.Errorf("%q: want a decision's index", args[0])
+			}
+			if out == "" {
+				return errors.New("--out is required: the file the proof is written to")
+			}
+			v, err := verifier(vkey)
+			if err != nil {
+				return err
+			}
+			policy, err := witnessPolicy(witnesses, quorum)
+			if err != nil {
+				return err
+			}
+			if err := f.connect(o); err != nil {
+				return err
+			}
+			var checkpoint string
+			var size int64
+			var root tlog.Hash
+			if policy != nil {
+				if checkpoint, size, root, _, err = f.witnessed(cmd.Context(), v, policy); err != nil {
+					return err
+				}
+			} else {
+				if err := f.checkpoint(cmd.Context(), &checkpoint); err != nil {
+					return err
+				}
+				if size, root, err = openCheckpoint(v, checkpoint); err != nil {
+					return err
+				}
+			}
+			if index >= size {
+				return fmt.Errorf("decision %d is not yet in the log's checkpoint of %d: ask again after the next", index, size)
+			}
+			var p decisionlog.Proved
+			if err := f.get(cmd.Context(), decisionlog.PathEntry+strconv.FormatInt(index, 10)+"?size="+strconv.FormatInt(size, 10), &p); err != nil {
+				return err
+			}
+			proof, err := parseHashes(p.Proof)
+			if err != nil {
+				return err
+			}
+			if err := tlog.CheckRecord(proof, size, root, index, tlog.RecordHash(p.Entry)); err != nil {
+				return fmt.Errorf("decision %d is NOT proved in the log's checkpoint of %d (%s): %w", index, size, root, err)
+			}
+			var b strings.Builder
+			b.WriteString("c2sp.org/tlog-proof@v1\n")
+			b.WriteString("extra " + base64.StdEncoding.EncodeToString(p.Entry) + "\n")
+			fmt.Fprintf(&b, "index %d\n", index)
+			for _, h := range proof {
+				b.WriteString(base64.StdEncoding.EncodeToString(h[:]) + "\n")
+			}
+			b.WriteString("\n" + checkpoint)
+			if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil { //nolint:gosec // a proof is meant to be handed on
+				return fmt.Errorf("--out: %w", err)
+			}
+			_, err = fmt.Fprintf(o.Stdout, "wrote %s: decision %d in the log %s of %d decisions (root %s)\n", out, index, v.Name(), size, root)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as keygen printed it")
+	cmd.Flags().StringVar(&witnesses, "witnesses", "", "a witness policy file: prove the decision in the witnessed checkpoint, cosigned by a quorum")
+	cmd.Flags().IntVar(&quorum, "quorum", 0, "the cosignatures required, 1 to the policy's witnesses (default: the policy's quorum)")
+	cmd.Flags().StringVar(&out, "out", "", "the file the proof is written to (.tlog-proof)")
 	return cmd
 }
 
