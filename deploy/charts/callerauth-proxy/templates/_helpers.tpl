@@ -64,7 +64,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if or (eq (int .port) (int $v.port)) (eq (int .port) (int $v.metrics.port)) -}}
 {{- fail (printf "callerauth-proxy: decisionLog.port %d is the proxy's or the metrics' port" (int .port)) -}}
 {{- end -}}
-{{- else if or .reader .searchSecret.name .keySecret.name -}}
+{{- else if or .reader .searchSecret.name .keySecret.name .witnesses.configMap -}}
 {{- fail "callerauth-proxy: decisionLog's settings are given but decisionLog.enabled is false" -}}
 {{- end -}}
 {{- end -}}
@@ -119,6 +119,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --decision-log-search-url-file=/etc/callerauth-proxy/decision-log-search/{{ .searchSecret.key }}
 {{- end }}
 - --decision-log-key-file=/etc/callerauth-proxy/decision-log-key/{{ .keySecret.key }}
+{{- if .witnesses.configMap }}
+- --decision-log-witnesses=/etc/callerauth-proxy/decision-log-witnesses/{{ .witnesses.key }}
+{{- end }}
 - --decision-log-mode={{ .mode }}
 - --decision-log-max-age={{ .maxAge }}
 - --decision-log-max-entries={{ int64 .maxEntries }}
