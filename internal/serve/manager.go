@@ -197,10 +197,20 @@ func (m *Manager) Set(kv ...any) { m.settings = append(m.settings, kv...) }
 
 // Run opens the metrics listener (--metrics-listen), logs one start-up
 // line with the effective settings, and runs every runnable until ctx ends
-// or one fails (runAll); a failure is logged and returned. The start order:
-// the metrics listener (/healthz, and /readyz false until the API serves)
+// or one fails; a failure is logged and returned. The start order: the
+// metrics listener (/healthz, and /readyz false until the API serves)
 // and every other runnable first; the API servers once every gate is
 // ready, or StartGateTimeout has passed.
+//
+// The stop order, when ctx ends or a runnable fails, is controller-
+// runtime's reversed for what a request needs: first the API servers stop
+// taking requests and drain the ones in flight (for --shutdown-timeout),
+// while everything those requests use still runs; once they have
+// returned, every other runnable is asked to stop (the decision log then
+// writes what is queued, syncs and signs its last checkpoint; the reload
+// loops end); once those have, the metrics listener, which answered
+// /healthz and /readyz throughout. Run then returns, and the service
+// closes its datastores.
 func (m *Manager) Run(ctx context.Context) error {
 	metrics, err := m.opts.metricsServer(m.health)
 	if err != nil {
@@ -208,19 +218,21 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	line := []any{"metrics", ""}
 	if metrics != nil {
-		m.Add(metrics)
 		line[1] = metrics.Listener.Addr().String()
 	}
 	line = append(line, "version", version.Get().String(), "tls", m.certs != nil, "log_level", m.opts.LogLevel, "shutdown_timeout", m.opts.ShutdownTimeout.String(),
 		"otlp_endpoint", m.opts.Tracing.Endpoint)
 	line = append(line, m.callers...)
 	m.log.Info(m.name+": serving", append(line, m.settings...)...)
-	runnables := m.runnables
+	var api []Runnable
 	if len(m.servers) > 0 {
-		g := &gatedServers{gates: m.gates, servers: m.servers, log: m.log, name: m.name, timeout: StartGateTimeout, serving: &m.serving}
-		runnables = append(runnables[:len(runnables):len(runnables)], g)
+		api = []Runnable{&gatedServers{gates: m.gates, servers: m.servers, log: m.log, name: m.name, timeout: StartGateTimeout, serving: &m.serving}}
 	}
-	err = runAll(ctx, runnables...)
+	var last []Runnable
+	if metrics != nil {
+		last = []Runnable{metrics}
+	}
+	err = runInOrder(ctx, api, m.runnables, last)
 	if m.stopTracing != nil {
 		if serr := m.stopTracing(context.WithoutCancel(ctx)); serr != nil {
 			m.log.Warn(m.name+": flushing the last spans failed", "err", serr)

@@ -65,6 +65,73 @@ func runAll(ctx context.Context, runnables ...Runnable) error {
 	return first
 }
 
+// runInOrder runs stages of runnables, all started at once, and stops
+// them in order: when ctx ends, or one fails (returns an error, or
+// returns at all before it was asked to stop), the first stage is asked
+// to stop; each next stage only once every runnable of the one before
+// has returned. It returns the first failure, or nil.
+func runInOrder(ctx context.Context, stages ...[]Runnable) error {
+	type result struct {
+		stage, i int
+		err      error
+	}
+	total := 0
+	for _, st := range stages {
+		total += len(st)
+	}
+	results := make(chan result, total)
+	running := make([]int, len(stages))
+	cancels := make([]context.CancelFunc, len(stages))
+	for s, st := range stages {
+		// Each stage stops when its turn comes, not when ctx ends.
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		cancels[s] = cancel
+		running[s] = len(st)
+		for i, r := range st {
+			go func() { results <- result{s, i, r.Start(sctx)} }()
+		}
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	stopping := 0 // stages below it were asked to stop
+	advance := func() {
+		if stopping == 0 {
+			cancels[0]()
+			stopping = 1
+		}
+		for stopping < len(stages) && running[stopping-1] == 0 {
+			cancels[stopping]()
+			stopping++
+		}
+	}
+	var first error
+	done := ctx.Done()
+	for left := total; left > 0; {
+		select {
+		case <-done:
+			done = nil
+			advance()
+		case res := <-results:
+			left--
+			running[res.stage]--
+			err := res.err
+			if err == nil && res.stage >= stopping {
+				err = fmt.Errorf("serve: %s stopped on its own", name(stages[res.stage][res.i]))
+			}
+			if err != nil && first == nil {
+				first = err
+			}
+			if err != nil || stopping > 0 {
+				advance()
+			}
+		}
+	}
+	return first
+}
+
 // Named gives a runnable a name for messages.
 func Named(n string, r Runnable) Runnable { return named{n, r} }
 

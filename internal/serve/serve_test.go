@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,5 +291,140 @@ func TestTheAPIServesAfterItsGates(t *testing.T) {
 	}
 	if code, body := readyz(); code != http.StatusOK {
 		t.Fatalf("/readyz once serving: %d %q", code, body)
+	}
+}
+
+// TestStopOrder: when the process is told to stop with a request in
+// flight, the API server drains it while every other runnable still runs
+// (a decision log the request writes to, say); the other runnables are
+// asked to stop only once the server has returned, and the metrics
+// listener, answering /readyz throughout, last.
+func TestStopOrder(t *testing.T) {
+	o := NewOptions("", "127.0.0.1:0")
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New("svc", o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(e string) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	// The log: it takes writes until its context ends.
+	var logStopped atomic.Bool
+	m.Add(Named("the log", RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		note("the log asked to stop")
+		logStopped.Store(true)
+		return nil
+	})))
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	m.ServeHTTP("api", lis, nil, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(inFlight)
+		<-release
+		if logStopped.Load() {
+			http.Error(w, "the log stopped under me", http.StatusServiceUnavailable)
+			return
+		}
+		note("the request answered")
+		_, _ = io.WriteString(w, "kept")
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + lis.Addr().String() + "/")
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	<-inFlight
+	cancel()
+	// The server drains: the log must still run, and does for as long as
+	// the request takes.
+	time.Sleep(50 * time.Millisecond)
+	if logStopped.Load() {
+		t.Fatal("the log was asked to stop while a request was in flight")
+	}
+	close(release)
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("the request in flight at the stop: %d", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"the request answered", "the log asked to stop"}; !slices.Equal(events, want) {
+		t.Errorf("stop order %q, want %q", events, want)
+	}
+}
+
+// TestRunInOrder: each stage is asked to stop only once the one before
+// has returned, on the context's end and on a failure alike; the failure
+// is what comes back.
+func TestRunInOrder(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		var mu sync.Mutex
+		var order []string
+		stage := func(name string, failAfter time.Duration) Runnable {
+			return Named(name, RunnableFunc(func(ctx context.Context) error {
+				if failAfter > 0 {
+					time.Sleep(failAfter)
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+					return errors.New(name + " failed")
+				}
+				<-ctx.Done()
+				time.Sleep(10 * time.Millisecond) // draining
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				return nil
+			}))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var failing time.Duration
+		if fail {
+			failing = 20 * time.Millisecond
+		} else {
+			time.AfterFunc(20*time.Millisecond, cancel)
+		}
+		err := runInOrder(ctx, []Runnable{stage("servers a", 0), stage("servers b", 0)}, []Runnable{stage("log", 0), stage("loop", failing)}, nil, []Runnable{stage("metrics", 0)})
+		cancel()
+		mu.Lock()
+		got := order
+		mu.Unlock()
+		if fail != (err != nil) {
+			t.Errorf("fail %v: %v", fail, err)
+		}
+		want := []string{"servers", "servers", "log", "metrics"}
+		if fail {
+			want = []string{"loop", "servers", "servers", "log", "metrics"}
+		} else {
+			got = slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s == "loop" })
+		}
+		for i := range got {
+			got[i] = strings.Fields(got[i])[0]
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("fail %v: stopped %q, want %q", fail, got, want)
+		}
 	}
 }
