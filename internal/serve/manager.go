@@ -19,6 +19,7 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/version"
+	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 // Manager is one service process on the skeleton: its logger, its health
@@ -50,6 +51,10 @@ type Manager struct {
 	// stopTracing flushes and stops the tracer provider (--otlp-endpoint);
 	// nil when traces are off.
 	stopTracing func(context.Context) error
+	// dlog is the decision log OpenDecisionLog opened, of dlogService;
+	// nil: none.
+	dlog        *decisionlog.Log
+	dlogService string
 }
 
 // A gate is something a service's handlers need before its listeners
@@ -233,6 +238,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		last = []Runnable{metrics}
 	}
 	err = runInOrder(ctx, api, m.runnables, last)
+	m.closeDecisionLog()
 	if m.stopTracing != nil {
 		if serr := m.stopTracing(context.WithoutCancel(ctx)); serr != nil {
 			m.log.Warn(m.name+": flushing the last spans failed", "err", serr)

@@ -22,7 +22,6 @@ import (
 	"github.com/callerauth/callerauth/internal/foundation/watched"
 	"github.com/callerauth/callerauth/internal/serve"
 	"github.com/callerauth/callerauth/internal/serve/decisionlog"
-	"github.com/callerauth/callerauth/reason"
 )
 
 // RecordProfile is the format of the PDP's decision records: the flex-auth
@@ -79,9 +78,11 @@ type Server struct {
 	evalGroupSize   prometheus.Histogram
 	azLatency       *prometheus.HistogramVec
 	// dlog is the decision log (--decision-log); nil: none.
-	dlog        *decisionlog.Log
-	readLatency prometheus.Histogram
-	now         func() time.Time
+	dlog *decisionlog.Log
+	// dlogAPI is its read API (serve.Manager.DecisionLogAPI); nil: not
+	// served.
+	dlogAPI http.Handler
+	now     func() time.Time
 }
 
 // New loads and validates the policy package and the registry, the
@@ -132,44 +133,16 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if s.dlog, err = decisionlog.Open(ctx, "pdp", c.DecisionLog, s.log); err != nil {
+	if s.dlog, err = m.OpenDecisionLog("pdp", c.DecisionLog); err != nil {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
-	if s.dlog != nil {
-		s.readLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdp_decision_log_read_duration_seconds", Help: "Time to answer a read of the decision log (a search, a decision with its proof, a tile).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
-		reg.MustRegister(s.readLatency)
-		reg.MustRegister(s.dlog.Collectors()...)
-		if c.DecisionLog.Mode == decisionlog.ModeRequired {
-			// No answer leaves that the log did not keep: a pdp whose log
-			// cannot keep any is not ready.
-			s.health.AddReadyCheck("decision log", s.dlog.Check)
-		}
-		if c.Callers.Off() {
-			s.log.Warn("pdp: --decision-log is kept, but its read API is not served: callers are not authenticated")
-		} else if _, bound := c.Bindings[decisionlog.ReaderSystem]; !bound {
-			s.log.Warn("pdp: --decision-log is kept, but no --caller-binding " + decisionlog.ReaderSystem + "=PRINCIPAL names who may read it: its read API refuses everyone")
-		}
+	if s.dlog != nil && c.Callers.Off() {
+		s.log.Warn("pdp: --decision-log is kept, but its read API is not served: callers are not authenticated")
+	}
+	if s.dlogAPI, err = m.DecisionLogAPI(c.Bindings[decisionlog.ReaderSystem]); err != nil {
+		return nil, fmt.Errorf("pdp: %w", err)
 	}
 	return s, nil
-}
-
-// enforced lets through only a request the guard found no fault with:
-// the decision log is read as under enforce whatever --caller-auth-mode
-// says (under warn the guard lets a violation through).
-func enforced(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, ok := guard.FromContext(r.Context())
-		switch {
-		case !ok || v.Caller == nil:
-			guard.WriteHTTPError(w, binding.ReasonTokenMissing, "")
-		case !v.Reason.IsZero():
-			guard.WriteRefusal(w, v)
-		default:
-			h.ServeHTTP(w, r)
-		}
-	})
 }
 
 // Registry returns the metrics registry.
@@ -196,14 +169,11 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		_ = json.NewEncoder(w).Encode(s.state.Get().signer.JWKS())
 	})
-	if s.dlog != nil && s.guard != nil {
-		// Read by the principal bound to ReaderSystem alone; with callers
-		// not authenticated (--caller-auth-mode off) it is not served.
-		reader := func(*http.Request) (binding.Request, error) {
-			return binding.Request{System: decisionlog.ReaderSystem}, nil
-		}
-		s.dlog.Routes(mux, func(h http.Handler) http.Handler { return s.guarded(reader, enforced(h), s.readLatency) },
-			func(w http.ResponseWriter, r reason.Reason, msg string) { guard.WriteHTTPError(w, r, msg) })
+	if s.dlogAPI != nil {
+		// The manager's read API of the log: the principal bound to
+		// ReaderSystem alone, always enforced.
+		mux.Handle("GET "+decisionlog.PathSearch, s.dlogAPI)
+		mux.Handle("GET "+decisionlog.PathEntry, s.dlogAPI)
 	}
 	mux.HandleFunc("GET /healthz", s.health.Healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -235,10 +205,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.m.ServeHTTP("api", lis, cfg, s.Handler())
 	s.m.Add(serve.Named("policy reload", serve.RunnableFunc(s.reloadLoop)))
-	if s.dlog != nil {
-		s.m.Add(s.dlog)
-		defer func() { _ = s.dlog.Close() }()
-	}
 	st := s.state.Get()
 	s.m.Set("address", lis.Addr().String(),
 		"package", st.pkg.ID, "policy_version", st.pkg.Version, "signing_kid", st.signer.KeyID(), "published_kids", kids(st.signer))

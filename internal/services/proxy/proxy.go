@@ -79,11 +79,10 @@ type Server struct {
 	clientBodyErrors prometheus.Counter
 	upgrades         *prometheus.CounterVec
 
-	// dlog keeps every verdict (--decision-log), nil when none; reader
-	// guards its read API (--decision-log-listen), nil when not served.
-	dlog        *decisionlog.Log
-	reader      *guard.Guard
-	readLatency prometheus.Histogram
+	// dlog keeps every verdict (--decision-log), nil when none; dlogAPI
+	// is its read API (--decision-log-listen), nil when not served.
+	dlog    *decisionlog.Log
+	dlogAPI http.Handler
 }
 
 // New builds the proxy: the caller authentication, the rule, the
@@ -484,9 +483,6 @@ func (s *Server) Run(ctx context.Context) error {
 		cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, s.c.ClientCAs
 	}
 	s.m.ServeHTTP("proxy", lis, cfg, s.Handler())
-	if s.dlog != nil {
-		defer func() { _ = s.dlog.Close() }()
-	}
 	if err := s.serveDecisionLog(); err != nil {
 		_ = lis.Close()
 		return err
