@@ -549,7 +549,7 @@ func (l *Log) Grown(size int64) <-chan struct{} {
 func Keys(skey string) (note.Signer, note.Verifier, string, error) {
 	signer, err := note.NewSigner(skey)
 	if err != nil {
-		return nil, nil, "", errors.New("not a note signer key (PRIVATE+KEY+name+hash+key, as callerauth decisions keygen writes it)")
+		return nil, nil, "", errors.New("not a note signer key (PRIVATE+KEY+name+hash+key, as callerauth decisions checkpoint-key writes it)")
 	}
 	// PRIVATE, KEY, the name (no +), the hash (hex), the key (base64,
 	// which may hold +).

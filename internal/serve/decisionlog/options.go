@@ -43,7 +43,7 @@ type Options struct {
 	// that replicas share; empty: Dir/search.db. SearchURLFile holds it
 	// instead (a mounted Secret).
 	Search, SearchURLFile string
-	// KeyFile holds the checkpoint key (callerauth decisions keygen):
+	// KeyFile holds the checkpoint key (callerauth decisions checkpoint-key):
 	// its name is the log's origin.
 	KeyFile string
 	// Replica, when set, makes the origin KEYNAME/REPLICA: replicas that
@@ -87,7 +87,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Dir, "decision-log", o.Dir, "keep every decision in a tamper-evident log in this directory (created 0700; one process's alone; docs/decision-log.md); empty: no log")
 	f.StringVar(&o.Search, "decision-log-search", o.Search, "the log's search index: an SQLite file, or a postgres:// URL that replicas share (default: search.db in the --decision-log directory)")
 	f.StringVar(&o.SearchURLFile, "decision-log-search-url-file", o.SearchURLFile, "read --decision-log-search from this file (a mounted Secret: the URL may then carry the password without showing in the process's arguments)")
-	f.StringVar(&o.KeyFile, "decision-log-key-file", o.KeyFile, "the key that signs the log's checkpoints, as `callerauth decisions keygen` writes it; its name is the log's origin. Required with --decision-log")
+	f.StringVar(&o.KeyFile, "decision-log-key-file", o.KeyFile, "the key that signs the log's checkpoints, as `callerauth decisions checkpoint-key` writes it; its name is the log's origin. Required with --decision-log")
 	f.StringVar(&o.Replica, "decision-log-replica", o.Replica, "this replica's name: the log's origin becomes KEYNAME/REPLICA, so that replicas sharing one key keep logs of their own (a pod's name)")
 	f.StringVar(&o.Mode, "decision-log-mode", o.Mode, "required: an answer leaves only once its decision is written and synced to the log (else 503 decision_log_unavailable); best-effort: decisions are queued and what finds no room is dropped and counted")
 	f.DurationVar(&o.MaxAge, "decision-log-max-age", o.MaxAge, "how long a decision is kept; older ones are pruned, 256 at a time (0: no age bound)")
@@ -125,7 +125,7 @@ func (o Options) Check() error {
 	}
 	var errs []error
 	if o.KeyFile == "" {
-		errs = append(errs, errors.New("--decision-log needs --decision-log-key-file: the key that signs its checkpoints (callerauth decisions keygen writes one)"))
+		errs = append(errs, errors.New("--decision-log needs --decision-log-key-file: the key that signs its checkpoints (callerauth decisions checkpoint-key writes one)"))
 	}
 	if o.Mode != ModeRequired && o.Mode != ModeBestEffort {
 		errs = append(errs, fmt.Errorf("--decision-log-mode %q: want required or best-effort", o.Mode))
@@ -301,7 +301,7 @@ func renameKey(skey, name string) (string, error) {
 func ReplicaVerifierKey(vkey, replica string) (string, error) {
 	v := strings.SplitN(vkey, "+", 3)
 	if _, err := note.NewVerifier(vkey); err != nil || len(v) != 3 {
-		return "", errors.New("not a verifier key (name+hash+key, as callerauth decisions keygen prints it)")
+		return "", errors.New("not a verifier key (name+hash+key, as callerauth decisions checkpoint-key prints it)")
 	}
 	raw, err := base64.StdEncoding.DecodeString(v[2])
 	if err != nil || len(raw) != 1+ed25519.PublicKeySize || raw[0] != 1 {

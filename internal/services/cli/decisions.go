@@ -33,20 +33,20 @@ func newDecisionsCmd(o *Options) *cobra.Command {
 	f := &decisionsFlags{}
 	cmd := &cobra.Command{
 		Use:   "decisions",
-		Short: "The decision log a pdp keeps (--decision-log): its checkpoint key; search, tail, show with its proof, verify the log grew",
+		Short: "The decision log a pdp or callerauth-proxy keeps (--decision-log): its checkpoint key; search, tail, show with its proof, verify the log grew and was witnessed, write a decision's proof",
 		Long: `The reading commands call the pdp's read API (GET /v1/decisions…) with the
 one credentials package: the "decisions" section of --config (address, tls,
 ca_file, server_name, token_file, token) and the DECISIONS_* variables over
 it. The token must be one the pdp lets read its log: the principal bound to
 callerauth/decision-log. show and verify check what the pdp answers with the
-log's verifier key (--verifier-key, printed by keygen), using
+log's verifier key (--verifier-key, printed by checkpoint-key), using
 golang.org/x/mod's note and tlog, not the pdp's word.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.config, "config", "", "YAML file with a decisions section (address: the pdp's host:port, tls, ca_file, server_name, token_file)")
 	pf.StringVarP(&f.output, "output", "o", "table", "table or json")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long one call may take")
-	cmd.AddCommand(newDecisionsKeygenCmd(o), newDecisionsReplicaKeyCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f), newDecisionsProofCmd(o, f))
+	cmd.AddCommand(newDecisionsCheckpointKeyCmd(o, "checkpoint-key"), newDecisionsCheckpointKeyCmd(o, "keygen"), newDecisionsReplicaKeyCmd(o), newDecisionsSearchCmd(o, f), newDecisionsTailCmd(o, f), newDecisionsShowCmd(o, f), newDecisionsVerifyCmd(o, f), newDecisionsProofCmd(o, f))
 	return cmd
 }
 
@@ -287,7 +287,7 @@ func newDecisionsTailCmd(o *Options, f *decisionsFlags) *cobra.Command {
 // verifier reads --verifier-key.
 func verifier(vkey string) (note.Verifier, error) {
 	if vkey == "" {
-		return nil, errors.New("--verifier-key is required: the log's verifier key (keygen printed it), what its checkpoints are checked with")
+		return nil, errors.New("--verifier-key is required: the log's verifier key (checkpoint-key printed it), what its checkpoints are checked with")
 	}
 	v, err := note.NewVerifier(vkey)
 	if err != nil {
@@ -366,7 +366,7 @@ func newDecisionsShowCmd(o *Options, f *decisionsFlags) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as keygen printed it")
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as checkpoint-key printed it")
 	return cmd
 }
 
@@ -517,7 +517,7 @@ changed or removed. --save writes the checkpoint checked, for the next run.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as keygen printed it")
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as checkpoint-key printed it")
 	cmd.Flags().StringVar(&since, "since", "", "a checkpoint kept before: check the log only grew since")
 	cmd.Flags().StringVar(&save, "save", "", "write the checkpoint checked here")
 	cmd.Flags().StringVar(&witnesses, "witnesses", "", "a witness policy file (witness <verifier key> [<url>] lines, quorum <k>): check the witnessed checkpoint, cosigned by a quorum")
@@ -603,7 +603,7 @@ ask again after the next one.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as keygen printed it")
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the log's verifier key (name+hash+key), as checkpoint-key printed it")
 	cmd.Flags().StringVar(&witnesses, "witnesses", "", "a witness policy file: prove the decision in the witnessed checkpoint, cosigned by a quorum")
 	cmd.Flags().IntVar(&quorum, "quorum", 0, "the cosignatures required, 1 to the policy's witnesses (default: the policy's quorum)")
 	cmd.Flags().StringVar(&out, "out", "", "the file the proof is written to (.tlog-proof)")
@@ -620,10 +620,13 @@ func (f *decisionsFlags) checkpoint(ctx context.Context, out *string) error {
 	return nil
 }
 
-func newDecisionsKeygenCmd(o *Options) *cobra.Command {
+// newDecisionsCheckpointKeyCmd is "checkpoint-key" (use) or, hidden and
+// deprecated, its old name "keygen", a letter from the record-signing
+// key's "callerauth decision keygen".
+func newDecisionsCheckpointKeyCmd(o *Options, use string) *cobra.Command {
 	var origin, out string
 	cmd := &cobra.Command{
-		Use:   "keygen --origin ORIGIN --out FILE",
+		Use:   use + " --origin ORIGIN --out FILE",
 		Short: "Generate the key that signs a decision log's checkpoints (Ed25519, a signed-note key named ORIGIN; mode 0600) and print its verifier key",
 		Long: "Generate the key that signs a decision log's checkpoints (C2SP tlog-checkpoint, signed notes with Ed25519), named ORIGIN, " +
 			"the log's identity (a schema-less URL such as pdp.example.com/decisions). Replicas share one key, each keeping a log " +
@@ -660,6 +663,10 @@ func newDecisionsKeygenCmd(o *Options) *cobra.Command {
 	cmd.Flags().StringVar(&out, "out", "", "file to write (must not exist)")
 	_ = cmd.MarkFlagRequired("origin")
 	_ = cmd.MarkFlagRequired("out")
+	if use != "checkpoint-key" {
+		cmd.Hidden = true
+		cmd.Deprecated = "use callerauth decisions checkpoint-key (callerauth decision keygen makes a key that signs decision records)"
+	}
 	return cmd
 }
 
@@ -667,7 +674,7 @@ func newDecisionsReplicaKeyCmd(o *Options) *cobra.Command {
 	var vkey, replica string
 	cmd := &cobra.Command{
 		Use:   "replica-key --verifier-key KEY --replica NAME",
-		Short: "Print the verifier key of one replica's log (origin ORIGIN/NAME, --decision-log-replica) from the verifier key keygen printed",
+		Short: "Print the verifier key of one replica's log (origin ORIGIN/NAME, --decision-log-replica) from the verifier key checkpoint-key printed",
 		Args:  cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			k, err := decisionlog.ReplicaVerifierKey(vkey, replica)
@@ -678,7 +685,7 @@ func newDecisionsReplicaKeyCmd(o *Options) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the verifier key keygen printed")
+	cmd.Flags().StringVar(&vkey, "verifier-key", "", "the verifier key checkpoint-key printed")
 	cmd.Flags().StringVar(&replica, "replica", "", "the replica's name, as --decision-log-replica gives it (a pod's name)")
 	_ = cmd.MarkFlagRequired("verifier-key")
 	_ = cmd.MarkFlagRequired("replica")

@@ -35,17 +35,17 @@ func TestDecisionsCommands(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "decisions.key")
-	r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", keyFile)
+	r := execute(ctx, t, "", time.Time{}, "decisions", "checkpoint-key", "--origin", "pdp.test/decisions", "--out", keyFile)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	_, vkey, ok := strings.Cut(r.stdout.String(), "verifier key: ")
 	vkey = strings.TrimSpace(vkey)
 	if !ok || !strings.HasPrefix(vkey, "pdp.test/decisions+") {
-		t.Fatalf("keygen printed %q", r.stdout.String())
+		t.Fatalf("checkpoint-key printed %q", r.stdout.String())
 	}
-	if r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", keyFile); r.err == nil {
-		t.Error("keygen overwrote a key")
+	if r := execute(ctx, t, "", time.Time{}, "decisions", "checkpoint-key", "--origin", "pdp.test/decisions", "--out", keyFile); r.err == nil {
+		t.Error("checkpoint-key overwrote a key")
 	}
 	// A replica's verifier key checks what that replica signs.
 	skey, _ := os.ReadFile(keyFile)
@@ -110,7 +110,7 @@ func TestDecisionsCommands(t *testing.T) {
 	if r3.err != nil || !strings.Contains(r3.stdout.String(), "extends the log of 1") {
 		t.Fatalf("verify --since: %v\n%s", r3.err, r3.stdout.String())
 	}
-	_, other, _ := strings.Cut(strings.TrimSpace(execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/decisions", "--out", filepath.Join(dir, "other.key")).stdout.String()), "verifier key: ")
+	_, other, _ := strings.Cut(strings.TrimSpace(execute(ctx, t, "", time.Time{}, "decisions", "checkpoint-key", "--origin", "pdp.test/decisions", "--out", filepath.Join(dir, "other.key")).stdout.String()), "verifier key: ")
 	if r := cli("show", "0", "--verifier-key", other); r.err == nil {
 		t.Error("show accepted a checkpoint with another log's key")
 	}
@@ -242,7 +242,7 @@ func TestWitnessedDecisions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "decisions.key")
-	r := execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "pdp.test/witnessed", "--out", keyFile)
+	r := execute(ctx, t, "", time.Time{}, "decisions", "checkpoint-key", "--origin", "pdp.test/witnessed", "--out", keyFile)
 	_, vkey, _ := strings.Cut(r.stdout.String(), "verifier key: ")
 	vkey = strings.TrimSpace(vkey)
 	if r.err != nil || vkey == "" {
@@ -281,7 +281,7 @@ func TestWitnessedDecisions(t *testing.T) {
 		t.Fatalf("verify --witnesses: %v\n%s", v.err, v.stdout.String())
 	}
 	// A policy asking for a witness that never saw the log: refused.
-	_, stranger, _ := strings.Cut(strings.TrimSpace(execute(ctx, t, "", time.Time{}, "decisions", "keygen", "--origin", "witness.test/stranger", "--out", filepath.Join(dir, "stranger.key")).stdout.String()), "verifier key: ")
+	_, stranger, _ := strings.Cut(strings.TrimSpace(execute(ctx, t, "", time.Time{}, "decisions", "checkpoint-key", "--origin", "witness.test/stranger", "--out", filepath.Join(dir, "stranger.key")).stdout.String()), "verifier key: ")
 	strict := filepath.Join(dir, "strict")
 	if err := os.WriteFile(strict, []byte(policy.String()+"witness "+stranger+"\nquorum 3\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "callerauth-proxy: decisionLog.searchSecret.name is required with more than one replica: the Secret holding the postgres:// URL of the search index the replicas share" -}}
 {{- end -}}
 {{- if not .keySecret.name -}}
-{{- fail "callerauth-proxy: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
+{{- fail "callerauth-proxy: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions checkpoint-key)" -}}
 {{- end -}}
 {{- if and .reader (hasPrefix "system:serviceaccount:" .reader) (not (regexMatch "^system:serviceaccount:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$" .reader)) -}}
 {{- fail (printf "callerauth-proxy: decisionLog.reader %q: want system:serviceaccount:<namespace>:<name>, lowercase, no white space" .reader) -}}

@@ -82,7 +82,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "pdp: decisionLog.searchSecret.name is required with more than one replica: the Secret holding the postgres:// URL of the search index the replicas share" -}}
 {{- end -}}
 {{- if not .keySecret.name -}}
-{{- fail "pdp: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions keygen)" -}}
+{{- fail "pdp: decisionLog.keySecret.name is required: the Secret holding the checkpoint key (callerauth decisions checkpoint-key)" -}}
 {{- end -}}
 {{- if hasKey $v.caller.bindings "callerauth/decision-log" -}}
 {{- fail "pdp: name the decision log's reader in decisionLog.reader, not in caller.bindings" -}}
