@@ -454,32 +454,25 @@ changed or removed. --save writes the checkpoint checked, for the next run.`,
 			var size int64
 			var root tlog.Hash
 			var cosigners []string
+			// The checkpoint checked: the witnessed one, or the latest.
 			if policy != nil {
 				if latest, size, root, cosigners, err = f.witnessed(cmd.Context(), v, policy); err != nil {
 					return err
 				}
-				if oldSize > size {
-					return fmt.Errorf("the witnessed log of %d is smaller than the one of %d kept in %s", size, oldSize, since)
-				}
-				if oldSize > 0 {
-					var c decisionlog.Consistency
-					if err := f.get(cmd.Context(), decisionlog.PathConsistency+"?old="+strconv.FormatInt(oldSize, 10)+"&size="+strconv.FormatInt(size, 10), &c); err != nil {
-						return err
-					}
-					proof, err := parseHashes(c.Proof)
-					if err != nil {
-						return err
-					}
-					if err := tlog.CheckTree(proof, size, root, oldSize, oldRoot); err != nil {
-						return fmt.Errorf("the witnessed log of %d is NOT an extension of the one of %d kept in %s: %w", size, oldSize, since, err)
-					}
-				}
-			} else if oldSize > 0 {
-				var c decisionlog.Consistency
-				if err := f.get(cmd.Context(), decisionlog.PathConsistency+"?old="+strconv.FormatInt(oldSize, 10), &c); err != nil {
+			} else {
+				if err := f.checkpoint(cmd.Context(), &latest); err != nil {
 					return err
 				}
-				if size, root, err = openCheckpoint(v, c.Checkpoint); err != nil {
+				if size, root, err = openCheckpoint(v, latest); err != nil {
+					return err
+				}
+			}
+			if oldSize > 0 {
+				if oldSize > size {
+					return fmt.Errorf("the log's checkpoint of %d is smaller than the one of %d kept in %s", size, oldSize, since)
+				}
+				var c decisionlog.Consistency
+				if err := f.get(cmd.Context(), decisionlog.PathConsistency+"?old="+strconv.FormatInt(oldSize, 10)+"&size="+strconv.FormatInt(size, 10), &c); err != nil {
 					return err
 				}
 				proof, err := parseHashes(c.Proof)
@@ -488,14 +481,6 @@ changed or removed. --save writes the checkpoint checked, for the next run.`,
 				}
 				if err := tlog.CheckTree(proof, size, root, oldSize, oldRoot); err != nil {
 					return fmt.Errorf("the log of %d is NOT an extension of the one of %d kept in %s: %w", size, oldSize, since, err)
-				}
-				latest = c.Checkpoint
-			} else {
-				if err := f.checkpoint(cmd.Context(), &latest); err != nil {
-					return err
-				}
-				if size, root, err = openCheckpoint(v, latest); err != nil {
-					return err
 				}
 			}
 			if save != "" {
