@@ -19,7 +19,6 @@ import (
 	"github.com/callerauth/callerauth/callers"
 	"github.com/callerauth/callerauth/guard"
 	"github.com/callerauth/callerauth/internal/foundation/version"
-	"github.com/callerauth/callerauth/internal/serve/decisionlog"
 )
 
 // Manager is one service process on the skeleton: its logger, its health
@@ -51,10 +50,8 @@ type Manager struct {
 	// stopTracing flushes and stops the tracer provider (--otlp-endpoint);
 	// nil when traces are off.
 	stopTracing func(context.Context) error
-	// dlog is the decision log OpenDecisionLog opened, of dlogService;
-	// nil: none.
-	dlog        *decisionlog.Log
-	dlogService string
+	// finally runs once every runnable has stopped (Finally).
+	finally []func()
 }
 
 // A gate is something a service's handlers need before its listeners
@@ -152,6 +149,15 @@ func (m *Manager) Door(door callers.Service) (*guard.Guard, error) {
 	return m.stack.Door(door)
 }
 
+// Finally adds what runs once Run has stopped every runnable, in the
+// order added: where a service closes what its runnables used (a
+// datastore), last of all.
+func (m *Manager) Finally(f func()) { m.finally = append(m.finally, f) }
+
+// Authenticates reports whether Guard built a caller authentication
+// (not --caller-auth-mode off): what Door needs.
+func (m *Manager) Authenticates() bool { return m.stack != nil }
+
 // Add adds a runnable: it starts with [Manager.Run] and stops with it.
 func (m *Manager) Add(r Runnable) { m.runnables = append(m.runnables, r) }
 
@@ -214,8 +220,8 @@ func (m *Manager) Set(kv ...any) { m.settings = append(m.settings, kv...) }
 // returned, every other runnable is asked to stop (the decision log then
 // writes what is queued, syncs and signs its last checkpoint; the reload
 // loops end); once those have, the metrics listener, which answered
-// /healthz and /readyz throughout. Run then returns, and the service
-// closes its datastores.
+// /healthz and /readyz throughout; then what Finally added (a service's
+// datastores close there). Run then returns.
 func (m *Manager) Run(ctx context.Context) error {
 	metrics, err := m.opts.metricsServer(m.health)
 	if err != nil {
@@ -238,7 +244,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		last = []Runnable{metrics}
 	}
 	err = runInOrder(ctx, api, m.runnables, last)
-	m.closeDecisionLog()
+	for _, f := range m.finally {
+		f()
+	}
 	if m.stopTracing != nil {
 		if serr := m.stopTracing(context.WithoutCancel(ctx)); serr != nil {
 			m.log.Warn(m.name+": flushing the last spans failed", "err", serr)

@@ -3,6 +3,7 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"golang.org/x/mod/sumdb/note"
 	"sigs.k8s.io/yaml"
 
 	pcv1 "github.com/callerauth/callerauth/api/platformconnector/v1"
@@ -237,9 +239,27 @@ func TestMonitoringPDP(t *testing.T) {
 	if err := decision.GenerateKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
+	// Its decision log on, witnessed (by a witness nobody runs: the
+	// witness series exist all the same), so that the log's series exist.
+	logKey, _, err := note.GenerateKey(rand.Reader, "pdp.test/monitoring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, witnessKey, err := note.GenerateKey(rand.Reader, "witness.test/nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKeyFile, policy := filepath.Join(dir, "log.key"), filepath.Join(dir, "witnesses")
+	if err := os.WriteFile(logKeyFile, []byte(logKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policy, []byte("witness "+witnessKey+" http://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	p := e2e.Start(t, binaries(t)["pdp"], []string{"--listen", "127.0.0.1:0", "--insecure-http", "--metrics-listen", "127.0.0.1:0",
 		"--policy-dir", "../../examples/secrets-engine/policy", "--registry", "../../examples/secrets-engine/registry.json",
-		"--signing-key-file", key, "--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine"})
+		"--signing-key-file", key, "--kubeconfig", iss.KubeconfigFile(), "--caller-binding", "secrets-engine=system:serviceaccount:secrets-engine:secrets-engine",
+		"--decision-log", filepath.Join(dir, "decisions"), "--decision-log-key-file", logKeyFile, "--decision-log-witnesses", policy})
 	// One check, so that the per-decision series exist.
 	addr := p.LogValue(t, "pdp: serving", "address", 60*time.Second)
 	post(t, "http://"+addr+"/v1/check", mint(t, iss, "secrets-engine", "secrets-engine"), secretsengine.AllowRequest())

@@ -79,8 +79,7 @@ type Server struct {
 	azLatency       *prometheus.HistogramVec
 	// dlog is the decision log (--decision-log); nil: none.
 	dlog *decisionlog.Log
-	// dlogAPI is its read API (serve.Manager.DecisionLogAPI); nil: not
-	// served.
+	// dlogAPI is its read API (decisionlog.Log.API); nil: not served.
 	dlogAPI http.Handler
 	now     func() time.Time
 }
@@ -133,13 +132,16 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pdp: caller authentication: %w", err)
 	}
-	if s.dlog, err = m.OpenDecisionLog("pdp", c.DecisionLog); err != nil {
-		return nil, fmt.Errorf("pdp: %w", err)
+	if s.dlog, err = decisionlog.Attach(m, "pdp", c.DecisionLog); err != nil || s.dlog == nil {
+		if err != nil {
+			return nil, fmt.Errorf("pdp: %w", err)
+		}
+		return s, nil
 	}
-	if s.dlog != nil && c.Callers.Off() {
+	if c.Callers.Off() {
 		s.log.Warn("pdp: --decision-log is kept, but its read API is not served: callers are not authenticated")
 	}
-	if s.dlogAPI, err = m.DecisionLogAPI(c.Bindings[decisionlog.ReaderSystem]); err != nil {
+	if s.dlogAPI, err = s.dlog.API(m, c.Bindings[decisionlog.ReaderSystem]); err != nil {
 		return nil, fmt.Errorf("pdp: %w", err)
 	}
 	return s, nil

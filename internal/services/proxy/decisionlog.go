@@ -26,7 +26,7 @@ const tracerName = "github.com/callerauth/callerauth/internal/services/proxy"
 // binding alone, always enforced.
 func (s *Server) openDecisionLog() error {
 	var err error
-	if s.dlog, err = s.m.OpenDecisionLog("proxy", s.c.DecisionLog); err != nil || s.dlog == nil {
+	if s.dlog, err = decisionlog.Attach(s.m, "proxy", s.c.DecisionLog); err != nil || s.dlog == nil {
 		if err != nil {
 			return fmt.Errorf("proxy: %w", err)
 		}
@@ -36,7 +36,7 @@ func (s *Server) openDecisionLog() error {
 		s.log.Warn("proxy: --decision-log is kept, but its read API is not served: give --decision-log-listen")
 		return nil
 	}
-	if s.dlogAPI, err = s.m.DecisionLogAPI(s.c.LogReader); err != nil {
+	if s.dlogAPI, err = s.dlog.API(s.m, s.c.LogReader); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
