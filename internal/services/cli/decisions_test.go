@@ -330,4 +330,3 @@ func TestWitnessedDecisions(t *testing.T) {
 		t.Errorf("fsck accepted a log served altered:\n%s", out)
 	}
 }
-
