@@ -268,6 +268,8 @@ func (w *witnessing) cosigned(wit Witness, c Checkpoint, sigs []byte) {
 	w.m.size.WithLabelValues(wit.Name).Set(float64(c.Size))
 	w.mu.Lock()
 	w.held[wit.Name] = max(w.held[wit.Name], c.Size)
+	// Its lag, before anything says it cosigned.
+	w.m.lag.WithLabelValues(wit.Name).Set(float64(max(w.l.Size()-w.held[wit.Name], 0)))
 	if c.Size > w.size {
 		w.size, w.note, w.cosigs = c.Size, c.Note, map[string][]byte{}
 	}
@@ -292,7 +294,6 @@ func (w *witnessing) cosigned(wit Witness, c Checkpoint, sigs []byte) {
 		w.m.witnessSize.Set(float64(c.Size))
 		w.m.witnessTime.Set(float64(c.Signed.Unix()))
 	}
-	w.lagged(w.l.Size())
 	w.l.mu.Lock()
 	if w.l.latest.Size == c.Size {
 		w.l.latest.Note = cosigned

@@ -136,9 +136,10 @@ func TestWitnessed(t *testing.T) {
 		t.Fatal(err)
 	}
 	witnessedAt(l, 310)
-	if lag := testutil.ToFloat64(l.witnesses.m.lag.WithLabelValues(wb)); lag != 0 {
-		t.Errorf("b's lag once back: %v", lag)
-	}
+	eventually(t, "b's lag once back", func() (bool, string) {
+		lag := testutil.ToFloat64(l.witnesses.m.lag.WithLabelValues(wb))
+		return lag == 0, fmt.Sprint(lag)
+	})
 
 	// Opened again: the log asks each witness from 0, is told 310 (409),
 	// and goes on from there; the witnessed checkpoint is read back.
