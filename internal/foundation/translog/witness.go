@@ -268,8 +268,10 @@ func (w *witnessing) cosigned(wit Witness, c Checkpoint, sigs []byte) {
 	w.m.size.WithLabelValues(wit.Name).Set(float64(c.Size))
 	w.mu.Lock()
 	w.held[wit.Name] = max(w.held[wit.Name], c.Size)
-	// Its lag, before anything says it cosigned.
-	w.m.lag.WithLabelValues(wit.Name).Set(float64(max(w.l.Size()-w.held[wit.Name], 0)))
+	// Its lag behind the latest checkpoint, before anything says it
+	// cosigned.
+	latest, _ := w.l.Latest()
+	w.m.lag.WithLabelValues(wit.Name).Set(float64(max(latest.Size-w.held[wit.Name], 0)))
 	if c.Size > w.size {
 		w.size, w.note, w.cosigs = c.Size, c.Note, map[string][]byte{}
 	}
@@ -292,7 +294,12 @@ func (w *witnessing) cosigned(wit Witness, c Checkpoint, sigs []byte) {
 			w.l.logError("writing the witnessed checkpoint failed", err)
 		}
 		w.m.witnessSize.Set(float64(c.Size))
-		w.m.witnessTime.Set(float64(c.Signed.Unix()))
+		// A checkpoint read back at start has no signing time here (and
+		// checkpoint_timestamp_seconds is 0 until this process signs):
+		// the gauge waits for one this process signed.
+		if !c.Signed.IsZero() {
+			w.m.witnessTime.Set(float64(c.Signed.Unix()))
+		}
 	}
 	w.l.mu.Lock()
 	if w.l.latest.Size == c.Size {
