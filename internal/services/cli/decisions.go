@@ -396,9 +396,19 @@ func witnessPolicy(file string, quorum int) (*translog.WitnessPolicy, error) {
 	return &p, nil
 }
 
-// witnessed fetches the newest checkpoint a quorum of the policy's
-// witnesses cosigned, checked: the log's signature and the cosignatures.
-func (f *decisionsFlags) witnessed(ctx context.Context, v note.Verifier, p *translog.WitnessPolicy) (string, int64, tlog.Hash, []string, error) {
+// checked fetches the checkpoint a command checks, checked: with a
+// policy, the newest checkpoint a quorum of its witnesses cosigned (the
+// log's signature and the cosignatures); without, the latest (the log's
+// signature).
+func (f *decisionsFlags) checked(ctx context.Context, v note.Verifier, p *translog.WitnessPolicy) (string, int64, tlog.Hash, []string, error) {
+	if p == nil {
+		var latest string
+		if err := f.checkpoint(ctx, &latest); err != nil {
+			return "", 0, tlog.Hash{}, nil, err
+		}
+		size, root, err := openCheckpoint(v, latest)
+		return latest, size, root, nil, err
+	}
 	b, err := f.fetch(ctx, decisionlog.PathTiles+"witnessed-checkpoint", 64<<10)
 	if err != nil {
 		return "", 0, tlog.Hash{}, nil, fmt.Errorf("the witnessed checkpoint: %w", err)
@@ -450,22 +460,9 @@ changed or removed. --save writes the checkpoint checked, for the next run.`,
 			if err := f.connect(o); err != nil {
 				return err
 			}
-			var latest string
-			var size int64
-			var root tlog.Hash
-			var cosigners []string
-			// The checkpoint checked: the witnessed one, or the latest.
-			if policy != nil {
-				if latest, size, root, cosigners, err = f.witnessed(cmd.Context(), v, policy); err != nil {
-					return err
-				}
-			} else {
-				if err := f.checkpoint(cmd.Context(), &latest); err != nil {
-					return err
-				}
-				if size, root, err = openCheckpoint(v, latest); err != nil {
-					return err
-				}
+			latest, size, root, cosigners, err := f.checked(cmd.Context(), v, policy)
+			if err != nil {
+				return err
 			}
 			if oldSize > 0 {
 				if oldSize > size {
@@ -544,20 +541,9 @@ ask again after the next one.`,
 			if err := f.connect(o); err != nil {
 				return err
 			}
-			var checkpoint string
-			var size int64
-			var root tlog.Hash
-			if policy != nil {
-				if checkpoint, size, root, _, err = f.witnessed(cmd.Context(), v, policy); err != nil {
-					return err
-				}
-			} else {
-				if err := f.checkpoint(cmd.Context(), &checkpoint); err != nil {
-					return err
-				}
-				if size, root, err = openCheckpoint(v, checkpoint); err != nil {
-					return err
-				}
+			checkpoint, size, root, _, err := f.checked(cmd.Context(), v, policy)
+			if err != nil {
+				return err
 			}
 			if index >= size {
 				return fmt.Errorf("decision %d is not yet in the log's checkpoint of %d: ask again after the next", index, size)
